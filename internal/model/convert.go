@@ -1,0 +1,412 @@
+package model
+
+import (
+	"cmp"
+	"errors"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// SkipService reports why a Service is not proxied at all, or "" when it is.
+// Invalid services are not skipped here; ConvertService reports them.
+func SkipService(svc *v1.Service) string {
+	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return "label " + LabelServiceProxyName + " hands it to another proxy"
+	}
+	if svc.Spec.Type == v1.ServiceTypeExternalName {
+		return "type ExternalName"
+	}
+	if svc.Spec.ClusterIP == v1.ClusterIPNone {
+		return "headless"
+	}
+	if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) == 0 {
+		return "no cluster IP"
+	}
+	return ""
+}
+
+// ConvertService turns a Service into its ports, per IP family, for the
+// families this node proxies. Parts that are invalid are left out and
+// reported; when the cluster IP itself is invalid the whole service is
+// left out. A skipped service (see SkipService) yields nothing.
+func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]map[ServicePortName]*ServicePort, []*InvalidError) {
+	if SkipService(svc) != "" {
+		return nil, nil
+	}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	obj := key.String()
+	var errs []*InvalidError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, invalid("Service", obj, field, format, args...))
+	}
+	if svc.Name == "" {
+		bad("metadata.name", "missing")
+		return nil, errs
+	}
+
+	// Cluster IPs: spec.clusterIPs wins; spec.clusterIP is its first entry.
+	clusterIPs := map[v1.IPFamily]netip.Addr{}
+	ipStrings := svc.Spec.ClusterIPs
+	field := "spec.clusterIPs"
+	if len(ipStrings) == 0 {
+		ipStrings, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
+	}
+	for i, s := range ipStrings {
+		a, err := parseAddr(s)
+		if err != nil {
+			bad(field+"["+strconv.Itoa(i)+"]", "invalid IP %q", s)
+			return nil, errs
+		}
+		f := FamilyOf(a)
+		if _, dup := clusterIPs[f]; dup {
+			bad(field, "two %s addresses", f)
+			return nil, errs
+		}
+		clusterIPs[f] = a
+	}
+
+	externalIPs := map[v1.IPFamily][]netip.Addr{}
+	for i, s := range svc.Spec.ExternalIPs {
+		a, err := parseAddr(s)
+		if err != nil {
+			bad("spec.externalIPs["+strconv.Itoa(i)+"]", "invalid IP %q, ignored", s)
+			continue
+		}
+		externalIPs[FamilyOf(a)] = append(externalIPs[FamilyOf(a)], a)
+	}
+	ingress := map[v1.IPFamily][]LoadBalancerIngress{}
+	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		for i, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IP == "" {
+				continue // hostname-only ingress: nothing to program
+			}
+			a, err := parseAddr(in.IP)
+			if err != nil {
+				bad("status.loadBalancer.ingress["+strconv.Itoa(i)+"].ip", "invalid IP %q, ignored", in.IP)
+				continue
+			}
+			proxy := in.IPMode != nil && *in.IPMode == v1.LoadBalancerIPModeProxy
+			ingress[FamilyOf(a)] = append(ingress[FamilyOf(a)], LoadBalancerIngress{IP: a, Proxy: proxy})
+		}
+	}
+	ranges := map[v1.IPFamily][]netip.Prefix{}
+	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		for i, s := range svc.Spec.LoadBalancerSourceRanges {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				bad("spec.loadBalancerSourceRanges["+strconv.Itoa(i)+"]", "invalid CIDR %q, ignored", s)
+				continue
+			}
+			p = p.Masked()
+			ranges[FamilyOf(p.Addr())] = append(ranges[FamilyOf(p.Addr())], p)
+		}
+	}
+
+	var sticky int32
+	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		sticky = DefaultStickyMaxAgeSeconds
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			t := *c.ClientIP.TimeoutSeconds
+			if t <= 0 || t > 86400 {
+				bad("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is outside 1..86400, using the default %d", t, DefaultStickyMaxAgeSeconds)
+			} else {
+				sticky = t
+			}
+		}
+	}
+
+	externallyAccessible := svc.Spec.Type == v1.ServiceTypeLoadBalancer || svc.Spec.Type == v1.ServiceTypeNodePort ||
+		(svc.Spec.Type == v1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
+	externalLocal := externallyAccessible && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	var hcPort int32
+	if externalLocal && svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		hcPort = svc.Spec.HealthCheckNodePort
+		if hcPort < 0 || hcPort > 65535 {
+			bad("spec.healthCheckNodePort", "%d is out of range, ignored", hcPort)
+			hcPort = 0
+		}
+	}
+
+	out := map[v1.IPFamily]map[ServicePortName]*ServicePort{}
+	seen := sets.New[ServicePortName]()
+	for i, sp := range svc.Spec.Ports {
+		pf := "spec.ports[" + strconv.Itoa(i) + "]"
+		proto := sp.Protocol
+		if proto == "" {
+			proto = v1.ProtocolTCP
+		}
+		if proto != TCP && proto != UDP && proto != SCTP {
+			bad(pf+".protocol", "unknown protocol %q, port skipped", sp.Protocol)
+			continue
+		}
+		if sp.Port < 1 || sp.Port > 65535 {
+			bad(pf+".port", "%d is out of range 1..65535, port skipped", sp.Port)
+			continue
+		}
+		nodePort := sp.NodePort
+		if nodePort < 0 || nodePort > 65535 {
+			bad(pf+".nodePort", "%d is out of range, ignored", nodePort)
+			nodePort = 0
+		}
+		if svc.Spec.Type != v1.ServiceTypeNodePort && svc.Spec.Type != v1.ServiceTypeLoadBalancer {
+			nodePort = 0
+		}
+		name := ServicePortName{NamespacedName: key, Port: sp.Name, Protocol: proto}
+		if seen.Has(name) {
+			bad(pf, "duplicate port name %q for %s, port skipped", sp.Name, proto)
+			continue
+		}
+		seen.Insert(name)
+		for _, f := range families {
+			cip, ok := clusterIPs[f]
+			if !ok {
+				continue
+			}
+			if out[f] == nil {
+				out[f] = map[ServicePortName]*ServicePort{}
+			}
+			out[f][name] = &ServicePort{
+				Name:                     name,
+				Family:                   f,
+				Type:                     svc.Spec.Type,
+				ClusterIP:                cip,
+				Port:                     sp.Port,
+				Protocol:                 proto,
+				TargetPort:               sp.TargetPort.String(),
+				NodePort:                 nodePort,
+				ExternalIPs:              externalIPs[f],
+				LoadBalancerIngress:      ingress[f],
+				LoadBalancerSourceRanges: ranges[f],
+				StickyMaxAgeSeconds:      sticky,
+				ExternalPolicyLocal:      externalLocal,
+				InternalPolicyLocal:      internalLocal,
+				HealthCheckNodePort:      hcPort,
+			}
+		}
+	}
+	return out, errs
+}
+
+var errZone = errors.New("address with a zone")
+
+func parseAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, errZone
+	}
+	return a.Unmap(), nil
+}
+
+// ServiceKeyOfSlice returns the Service an EndpointSlice belongs to.
+func ServiceKeyOfSlice(s *discovery.EndpointSlice) (types.NamespacedName, bool) {
+	name := s.Labels[discovery.LabelServiceName]
+	return types.NamespacedName{Namespace: s.Namespace, Name: name}, name != ""
+}
+
+// TriggerTime reads the slice's last-change-trigger-time annotation.
+func TriggerTime(s *discovery.EndpointSlice) (time.Time, bool) {
+	v, ok := s.Annotations[AnnotationTriggerTime]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
+}
+
+// ConvertEndpointSlices merges all slices of one Service into endpoints per
+// family and service port. Endpoints are deduplicated by address and port
+// (a ready copy wins) and sorted. hostname is this node's name.
+func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname string, families []v1.IPFamily) (map[v1.IPFamily]map[ServicePortName][]*Endpoint, []*InvalidError) {
+	var errs []*InvalidError
+	// Deterministic order: a duplicate is resolved the same way every time.
+	sorted := slices.Clone(slicesOfService)
+	slices.SortFunc(sorted, func(a, b *discovery.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+
+	type bucket struct {
+		byAddr map[netip.AddrPort]*Endpoint
+	}
+	buckets := map[v1.IPFamily]map[ServicePortName]*bucket{}
+	for _, s := range sorted {
+		obj := s.Namespace + "/" + s.Name
+		bad := func(field, format string, args ...any) {
+			errs = append(errs, invalid("EndpointSlice", obj, field, format, args...))
+		}
+		svcKey, ok := ServiceKeyOfSlice(s)
+		if !ok {
+			bad("metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)
+			continue
+		}
+		var fam v1.IPFamily
+		switch s.AddressType {
+		case discovery.AddressTypeIPv4:
+			fam = IPv4
+		case discovery.AddressTypeIPv6:
+			fam = IPv6
+		case discovery.AddressTypeFQDN:
+			continue // not proxied, as upstream
+		default:
+			bad("addressType", "unknown address type %q, slice skipped", s.AddressType)
+			continue
+		}
+		if !slices.Contains(families, fam) {
+			continue
+		}
+		type portOf struct {
+			name ServicePortName
+			port int32
+		}
+		var ports []portOf
+		for i, p := range s.Ports {
+			pf := "ports[" + strconv.Itoa(i) + "]"
+			if p.Port == nil {
+				bad(pf+".port", "missing, port skipped")
+				continue
+			}
+			if *p.Port < 1 || *p.Port > 65535 {
+				bad(pf+".port", "%d is out of range 1..65535, port skipped", *p.Port)
+				continue
+			}
+			proto := v1.ProtocolTCP
+			if p.Protocol != nil {
+				proto = *p.Protocol
+			}
+			if proto != TCP && proto != UDP && proto != SCTP {
+				bad(pf+".protocol", "unknown protocol %q, port skipped", proto)
+				continue
+			}
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			ports = append(ports, portOf{ServicePortName{NamespacedName: svcKey, Port: name, Protocol: proto}, *p.Port})
+		}
+		for i, ep := range s.Endpoints {
+			ef := "endpoints[" + strconv.Itoa(i) + "]"
+			if len(ep.Addresses) == 0 {
+				bad(ef+".addresses", "empty, endpoint skipped")
+				continue
+			}
+			// Like upstream, only the first address is used.
+			a, err := parseAddr(ep.Addresses[0])
+			if err != nil {
+				bad(ef+".addresses[0]", "invalid IP %q, endpoint skipped", ep.Addresses[0])
+				continue
+			}
+			if FamilyOf(a) != fam {
+				bad(ef+".addresses[0]", "%s address %s in a slice of type %s, endpoint skipped", FamilyOf(a), a, s.AddressType)
+				continue
+			}
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			serving := ready
+			if ep.Conditions.Serving != nil {
+				serving = *ep.Conditions.Serving
+			}
+			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
+			var node, zone string
+			if ep.NodeName != nil {
+				node = *ep.NodeName
+			}
+			if ep.Zone != nil {
+				zone = *ep.Zone
+			}
+			var zoneHints, nodeHints sets.Set[string]
+			if ep.Hints != nil {
+				for _, z := range ep.Hints.ForZones {
+					if zoneHints == nil {
+						zoneHints = sets.New[string]()
+					}
+					zoneHints.Insert(z.Name)
+				}
+				for _, n := range ep.Hints.ForNodes {
+					if nodeHints == nil {
+						nodeHints = sets.New[string]()
+					}
+					nodeHints.Insert(n.Name)
+				}
+			}
+			for _, p := range ports {
+				e := &Endpoint{
+					IP: a, Port: p.port,
+					Ready: ready, Serving: serving, Terminating: terminating,
+					NodeName: node, Zone: zone, Local: node != "" && node == hostname,
+					ZoneHints: zoneHints, NodeHints: nodeHints,
+				}
+				if buckets[fam] == nil {
+					buckets[fam] = map[ServicePortName]*bucket{}
+				}
+				b := buckets[fam][p.name]
+				if b == nil {
+					b = &bucket{byAddr: map[netip.AddrPort]*Endpoint{}}
+					buckets[fam][p.name] = b
+				}
+				if old, dup := b.byAddr[e.AddrPort()]; dup {
+					if old.Ready || !e.Ready {
+						continue
+					}
+				}
+				b.byAddr[e.AddrPort()] = e
+			}
+		}
+	}
+	out := map[v1.IPFamily]map[ServicePortName][]*Endpoint{}
+	for fam, byName := range buckets {
+		out[fam] = map[ServicePortName][]*Endpoint{}
+		for name, b := range byName {
+			list := make([]*Endpoint, 0, len(b.byAddr))
+			for _, e := range b.byAddr {
+				list = append(list, e)
+			}
+			slices.SortFunc(list, func(x, y *Endpoint) int { return x.AddrPort().Compare(y.AddrPort()) })
+			out[fam][name] = list
+		}
+	}
+	return out, errs
+}
+
+// ConvertNode turns a Node object into what the proxy needs.
+func ConvertNode(n *v1.Node) (*Node, []*InvalidError) {
+	var errs []*InvalidError
+	node := &Node{Name: n.Name, Labels: n.Labels, Object: n}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for i, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			errs = append(errs, invalid("Node", n.Name, "spec.podCIDRs["+strconv.Itoa(i)+"]", "invalid CIDR %q, ignored", c))
+			continue
+		}
+		node.PodCIDRs = append(node.PodCIDRs, p.Masked())
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
+			continue
+		}
+		ip, err := parseAddr(a.Address)
+		if err != nil {
+			errs = append(errs, invalid("Node", n.Name, "status.addresses", "invalid %s %q, ignored", a.Type, a.Address))
+			continue
+		}
+		node.Addresses = append(node.Addresses, ip)
+	}
+	node.Deleting = n.DeletionTimestamp != nil
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintToBeDeleted {
+			node.Deleting = true
+		}
+	}
+	return node, errs
+}

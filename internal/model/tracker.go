@@ -1,0 +1,338 @@
+package model
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// EventHandler receives Kubernetes objects from a source. Updated means added
+// or changed. Synced is called once the source has delivered its initial
+// state; no sync may run before that.
+type EventHandler interface {
+	ServiceUpdated(svc *v1.Service)
+	ServiceDeleted(svc *v1.Service)
+	EndpointSliceUpdated(s *discovery.EndpointSlice)
+	EndpointSliceDeleted(s *discovery.EndpointSlice)
+	NodeUpdated(n *v1.Node)
+	NodeDeleted(n *v1.Node)
+	Synced()
+}
+
+// FamilyDelta is what changed in one IP family since the last Take. A nil
+// ServicePort means the port is gone; a nil endpoint list means no endpoints.
+type FamilyDelta struct {
+	Services  map[ServicePortName]*ServicePort
+	Endpoints map[ServicePortName][]*Endpoint
+}
+
+// Update is what changed since the last Take.
+type Update struct {
+	Families map[v1.IPFamily]*FamilyDelta
+	// Node is set when this node's object changed (nil: unchanged).
+	Node *Node
+	// NodeDeleted is set when this node's object was deleted.
+	NodeDeleted bool
+	// ServiceChanges and EndpointChanges count the events folded in.
+	ServiceChanges, EndpointChanges int
+	// TriggerTimes holds, per service whose endpoints changed, the
+	// earliest last-change-trigger-time seen since the last Take.
+	TriggerTimes map[types.NamespacedName]time.Time
+}
+
+// Empty reports whether the update carries no change.
+func (u *Update) Empty() bool {
+	if u.Node != nil || u.NodeDeleted {
+		return false
+	}
+	for _, d := range u.Families {
+		if len(d.Services) > 0 || len(d.Endpoints) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TrackerOptions configure a Tracker.
+type TrackerOptions struct {
+	// Hostname is this node's name: endpoints on it are local, and only
+	// this Node object is tracked.
+	Hostname string
+	// Families are the IP families this node proxies, primary first.
+	Families []v1.IPFamily
+	// OnInvalid is called for every skipped part of an object, in addition
+	// to a log line. Optional.
+	OnInvalid func(*InvalidError)
+	// OnChange is called (without locks held) after every event that
+	// changed something. Optional; the proxy uses it to request a sync.
+	OnChange func()
+}
+
+// Tracker folds source events into per-family deltas. It converts each
+// object when its event arrives, so the work of a sync follows the number of
+// changed objects, not the size of the cluster. Safe for concurrent use.
+type Tracker struct {
+	opts TrackerOptions
+
+	mu     sync.Mutex
+	synced bool
+	// Converted service ports by service, and the names the consumer was
+	// last given (to emit deletions).
+	services     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort
+	sentServices map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]
+	slices       map[types.NamespacedName]map[string]*discovery.EndpointSlice
+	sentEps      map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]
+	dirtySvcs    sets.Set[types.NamespacedName]
+	dirtyEps     sets.Set[types.NamespacedName]
+	node         *Node
+	nodeDirty    bool
+	nodeDeleted  bool
+	svcEvents    int
+	epEvents     int
+	triggers     map[types.NamespacedName]time.Time
+}
+
+var _ EventHandler = (*Tracker)(nil)
+
+// NewTracker returns an empty tracker.
+func NewTracker(opts TrackerOptions) *Tracker {
+	if len(opts.Families) == 0 {
+		opts.Families = []v1.IPFamily{IPv4}
+	}
+	return &Tracker{
+		opts:         opts,
+		services:     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort{},
+		sentServices: map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]{},
+		slices:       map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
+		sentEps:      map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]{},
+		dirtySvcs:    sets.New[types.NamespacedName](),
+		dirtyEps:     sets.New[types.NamespacedName](),
+		triggers:     map[types.NamespacedName]time.Time{},
+	}
+}
+
+// Families returns the IP families tracked.
+func (t *Tracker) Families() []v1.IPFamily { return t.opts.Families }
+
+func (t *Tracker) report(errs []*InvalidError) {
+	for _, e := range errs {
+		klog.ErrorS(nil, "Skipping invalid part of object", "kind", e.Kind, "object", e.Object, "field", e.Field, "reason", e.Reason)
+		if t.opts.OnInvalid != nil {
+			t.opts.OnInvalid(e)
+		}
+	}
+}
+
+func (t *Tracker) changed() {
+	if t.opts.OnChange != nil {
+		t.opts.OnChange()
+	}
+}
+
+// ServiceUpdated implements EventHandler.
+func (t *Tracker) ServiceUpdated(svc *v1.Service) {
+	ports, errs := ConvertService(svc, t.opts.Families)
+	t.report(errs)
+	if why := SkipService(svc); why != "" {
+		klog.V(4).InfoS("Service not proxied", "service", klog.KObj(svc), "reason", why)
+	}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	t.mu.Lock()
+	if ports == nil {
+		delete(t.services, key)
+	} else {
+		t.services[key] = ports
+	}
+	t.dirtySvcs.Insert(key)
+	t.svcEvents++
+	t.mu.Unlock()
+	t.changed()
+}
+
+// ServiceDeleted implements EventHandler.
+func (t *Tracker) ServiceDeleted(svc *v1.Service) {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	t.mu.Lock()
+	delete(t.services, key)
+	t.dirtySvcs.Insert(key)
+	t.svcEvents++
+	t.mu.Unlock()
+	t.changed()
+}
+
+// EndpointSliceUpdated implements EventHandler.
+func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
+	key, ok := ServiceKeyOfSlice(s)
+	if !ok {
+		t.report([]*InvalidError{invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)})
+		return
+	}
+	t.mu.Lock()
+	if t.slices[key] == nil {
+		t.slices[key] = map[string]*discovery.EndpointSlice{}
+	}
+	t.slices[key][s.Name] = s
+	t.dirtyEps.Insert(key)
+	t.epEvents++
+	if tt, ok := TriggerTime(s); ok {
+		if old, ok := t.triggers[key]; !ok || tt.Before(old) {
+			t.triggers[key] = tt
+		}
+	}
+	t.mu.Unlock()
+	t.changed()
+}
+
+// EndpointSliceDeleted implements EventHandler.
+func (t *Tracker) EndpointSliceDeleted(s *discovery.EndpointSlice) {
+	key, ok := ServiceKeyOfSlice(s)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	delete(t.slices[key], s.Name)
+	if len(t.slices[key]) == 0 {
+		delete(t.slices, key)
+	}
+	t.dirtyEps.Insert(key)
+	t.epEvents++
+	t.mu.Unlock()
+	t.changed()
+}
+
+// NodeUpdated implements EventHandler. Other nodes are ignored.
+func (t *Tracker) NodeUpdated(n *v1.Node) {
+	if n.Name != t.opts.Hostname {
+		return
+	}
+	node, errs := ConvertNode(n)
+	t.report(errs)
+	t.mu.Lock()
+	t.node, t.nodeDirty, t.nodeDeleted = node, true, false
+	t.mu.Unlock()
+	t.changed()
+}
+
+// NodeDeleted implements EventHandler.
+func (t *Tracker) NodeDeleted(n *v1.Node) {
+	if n.Name != t.opts.Hostname {
+		return
+	}
+	t.mu.Lock()
+	t.node, t.nodeDirty, t.nodeDeleted = nil, true, true
+	t.mu.Unlock()
+	t.changed()
+}
+
+// Synced implements EventHandler.
+func (t *Tracker) Synced() {
+	t.mu.Lock()
+	t.synced = true
+	t.mu.Unlock()
+	t.changed()
+}
+
+// HasSynced reports whether the source delivered its initial state.
+func (t *Tracker) HasSynced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.synced
+}
+
+// Node returns the last known Node (nil if unknown).
+func (t *Tracker) Node() *Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.node
+}
+
+// Pending returns how many service and endpoint events wait for a Take.
+func (t *Tracker) Pending() (services, endpoints int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.svcEvents, t.epEvents
+}
+
+// Take returns everything that changed since the last Take and resets.
+func (t *Tracker) Take() *Update {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u := &Update{
+		Families:        map[v1.IPFamily]*FamilyDelta{},
+		ServiceChanges:  t.svcEvents,
+		EndpointChanges: t.epEvents,
+		TriggerTimes:    t.triggers,
+	}
+	for _, f := range t.opts.Families {
+		u.Families[f] = &FamilyDelta{Services: map[ServicePortName]*ServicePort{}, Endpoints: map[ServicePortName][]*Endpoint{}}
+	}
+	for key := range t.dirtySvcs {
+		cur := t.services[key]
+		sent := t.sentServices[key]
+		newSent := map[v1.IPFamily]sets.Set[ServicePortName]{}
+		for _, f := range t.opts.Families {
+			d := u.Families[f]
+			for name := range sent[f] {
+				if _, ok := cur[f][name]; !ok {
+					d.Services[name] = nil
+				}
+			}
+			for name, sp := range cur[f] {
+				d.Services[name] = sp
+				if newSent[f] == nil {
+					newSent[f] = sets.New[ServicePortName]()
+				}
+				newSent[f].Insert(name)
+			}
+		}
+		if len(newSent) == 0 {
+			delete(t.sentServices, key)
+		} else {
+			t.sentServices[key] = newSent
+		}
+	}
+	for key := range t.dirtyEps {
+		var list []*discovery.EndpointSlice
+		for _, s := range t.slices[key] {
+			list = append(list, s)
+		}
+		cur, errs := ConvertEndpointSlices(list, t.opts.Hostname, t.opts.Families)
+		t.report(errs)
+		sent := t.sentEps[key]
+		newSent := map[v1.IPFamily]sets.Set[ServicePortName]{}
+		for _, f := range t.opts.Families {
+			d := u.Families[f]
+			for name := range sent[f] {
+				if _, ok := cur[f][name]; !ok {
+					d.Endpoints[name] = nil
+				}
+			}
+			for name, eps := range cur[f] {
+				d.Endpoints[name] = eps
+				if newSent[f] == nil {
+					newSent[f] = sets.New[ServicePortName]()
+				}
+				newSent[f].Insert(name)
+			}
+		}
+		if len(newSent) == 0 {
+			delete(t.sentEps, key)
+		} else {
+			t.sentEps[key] = newSent
+		}
+	}
+	if t.nodeDirty {
+		u.Node, u.NodeDeleted = t.node, t.nodeDeleted
+	}
+	t.dirtySvcs = sets.New[types.NamespacedName]()
+	t.dirtyEps = sets.New[types.NamespacedName]()
+	t.nodeDirty, t.nodeDeleted = false, false
+	t.svcEvents, t.epEvents = 0, 0
+	t.triggers = map[types.NamespacedName]time.Time{}
+	return u
+}
