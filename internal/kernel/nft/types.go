@@ -1,0 +1,320 @@
+// Package nft is kproxy's narrow view of nftables: a small typed model of
+// the objects and rule statements kproxy uses, a transaction of operations
+// on them, two ways to send a transaction to the kernel (netlink, one batch
+// = one atomic transaction; and the `nft -f` text form, which is also what
+// `kproxy render` prints), and a stateful fake for tests.
+//
+// Only the statement shapes the nftables proxier needs exist here; that
+// keeps lowering to netlink expressions small and checkable.
+package nft
+
+import (
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Family is an nftables address family.
+type Family string
+
+// Families kproxy uses.
+const (
+	IPv4 Family = "ip"
+	IPv6 Family = "ip6"
+)
+
+// FamilyFor maps a Kubernetes IP family to the nftables table family.
+func FamilyFor(f v1.IPFamily) Family {
+	if f == v1.IPv6Protocol {
+		return IPv6
+	}
+	return IPv4
+}
+
+// Table is an nftables table.
+type Table struct {
+	Family  Family
+	Name    string
+	Comment string
+}
+
+// Base chain types and hooks.
+const (
+	TypeFilter = "filter"
+	TypeNAT    = "nat"
+
+	HookPrerouting  = "prerouting"
+	HookInput       = "input"
+	HookForward     = "forward"
+	HookOutput      = "output"
+	HookPostrouting = "postrouting"
+)
+
+// Standard priorities (see nft(8), "PRIORITY").
+const (
+	PriorityDstNAT = -100
+	PrioritySrcNAT = 100
+)
+
+// Chain is a regular chain (Hook == "") or a base chain.
+type Chain struct {
+	Name     string
+	Type     string // base chains only
+	Hook     string // base chains only
+	Priority int    // base chains only
+	Comment  string
+}
+
+// DataType is an nftables set key or data type.
+type DataType string
+
+// Data types kproxy uses.
+const (
+	TypeIPv4Addr    DataType = "ipv4_addr"
+	TypeIPv6Addr    DataType = "ipv6_addr"
+	TypeInetProto   DataType = "inet_proto"
+	TypeInetService DataType = "inet_service"
+	TypeVerdict     DataType = "verdict"
+)
+
+// AddrType returns the address data type of a table family.
+func AddrType(f Family) DataType {
+	if f == IPv6 {
+		return TypeIPv6Addr
+	}
+	return TypeIPv4Addr
+}
+
+// Set is a named set (Data == "") or map.
+type Set struct {
+	Name string
+	// Key is the key type; more than one entry is a concatenation.
+	Key []DataType
+	// Data is the value type of a map (TypeVerdict for a verdict map).
+	Data DataType
+	// Interval allows prefixes as keys (flags interval).
+	Interval bool
+	// Dynamic sets are updated from the packet path (flags dynamic,timeout).
+	Dynamic bool
+	Timeout time.Duration
+	Comment string
+}
+
+// IsMap reports whether the set is a map.
+func (s *Set) IsMap() bool { return s.Data != "" }
+
+// Value is one component of a set element key: an address, a prefix, a
+// protocol or a port. Exactly one field is set.
+type Value struct {
+	Addr   netip.Addr
+	Prefix netip.Prefix
+	Proto  v1.Protocol
+	Port   uint16
+}
+
+// Element is one set or map element.
+type Element struct {
+	Set string
+	Key []Value
+	// Verdict is the value of a verdict map element.
+	Verdict *Verdict
+	Comment string
+}
+
+// VerdictKind is what a verdict does.
+type VerdictKind string
+
+// Verdict kinds.
+const (
+	Accept VerdictKind = "accept"
+	Drop   VerdictKind = "drop"
+	Return VerdictKind = "return"
+	Jump   VerdictKind = "jump"
+	Goto   VerdictKind = "goto"
+	// Reject is not a verdict in the kernel but a statement; in maps it
+	// is expressed as "goto reject-chain".
+)
+
+// Verdict ends (or diverts) rule evaluation.
+type Verdict struct {
+	Kind  VerdictKind
+	Chain string // for Jump and Goto
+}
+
+// Rule is a list of statements: matches first, then actions, optionally a
+// verdict. All matches must hold for the actions to run.
+type Rule struct {
+	Chain   string
+	Stmts   []Stmt
+	Comment string
+}
+
+// Stmt is one statement of a rule. The concrete types below are all there is.
+type Stmt interface{ stmt() }
+
+// Field is a packet field usable in a concatenated map lookup.
+type Field string
+
+// Fields kproxy looks up.
+const (
+	FieldDaddr   Field = "daddr"   // ip/ip6 daddr
+	FieldSaddr   Field = "saddr"   // ip/ip6 saddr
+	FieldL4Proto Field = "l4proto" // meta l4proto
+	FieldDport   Field = "dport"   // th dport
+)
+
+// MatchCtStateNew matches "ct state new".
+type MatchCtStateNew struct{}
+
+// MatchAddr matches "ip saddr|daddr [!=] ADDR|PREFIX|{...}|@set".
+type MatchAddr struct {
+	Source   bool // saddr instead of daddr
+	Negate   bool
+	Prefixes []netip.Prefix // one address is a full-length prefix
+	Set      string         // a named set instead of Prefixes
+}
+
+// MatchL4Proto matches "meta l4proto tcp|udp|sctp".
+type MatchL4Proto struct{ Proto v1.Protocol }
+
+// MatchDport matches "tcp|udp|sctp dport N" (which implies the protocol).
+type MatchDport struct {
+	Proto v1.Protocol
+	Port  uint16
+}
+
+// MatchFibLocal matches "fib saddr|daddr type local".
+type MatchFibLocal struct{ Source bool }
+
+// MatchIifname matches "iifname [!=] NAME" ("NAME*" when Prefix).
+type MatchIifname struct {
+	Negate bool
+	Name   string
+	Prefix bool
+}
+
+// MatchMarkZero matches "meta mark & MASK == 0".
+type MatchMarkZero struct{ Mask uint32 }
+
+// SetMarkOr is "meta mark set meta mark | MASK".
+type SetMarkOr struct{ Mask uint32 }
+
+// SetMarkXor is "meta mark set meta mark ^ MASK".
+type SetMarkXor struct{ Mask uint32 }
+
+// Masquerade is "masquerade fully-random".
+type Masquerade struct{}
+
+// DNAT is "meta l4proto PROTO dnat to ADDR:PORT".
+type DNAT struct {
+	Proto v1.Protocol
+	To    netip.AddrPort
+}
+
+// UpdateSaddr is "update @SET { ip saddr }": adds or refreshes the packet's
+// source address in a dynamic set (session affinity).
+type UpdateSaddr struct{ Set string }
+
+// VmapLookup is "FIELD . FIELD ... vmap @MAP".
+type VmapLookup struct {
+	Fields []Field
+	Map    string
+}
+
+// NumgenVmap is "numgen random mod N vmap { 0 : goto C0, 1 : goto C1, ... }".
+type NumgenVmap struct{ Chains []string }
+
+// Reject is "reject" (ICMP port unreachable, TCP reset for TCP as upstream's
+// reject-chain does; the kernel's default reject for IPv4/IPv6 families).
+type Reject struct{}
+
+// Counter is "counter".
+type Counter struct{}
+
+// Verdict is also a statement (last in a rule).
+func (Verdict) stmt() {}
+
+func (MatchCtStateNew) stmt() {}
+func (MatchAddr) stmt()       {}
+func (MatchL4Proto) stmt()    {}
+func (MatchDport) stmt()      {}
+func (MatchFibLocal) stmt()   {}
+func (MatchIifname) stmt()    {}
+func (MatchMarkZero) stmt()   {}
+func (SetMarkOr) stmt()       {}
+func (SetMarkXor) stmt()      {}
+func (Masquerade) stmt()      {}
+func (DNAT) stmt()            {}
+func (UpdateSaddr) stmt()     {}
+func (VmapLookup) stmt()      {}
+func (NumgenVmap) stmt()      {}
+func (Reject) stmt()          {}
+func (Counter) stmt()         {}
+
+// OpKind is the kind of a transaction operation.
+type OpKind string
+
+// Operations. Add is idempotent (creates if missing), Create fails if it
+// exists, Flush empties a chain or set, Delete removes.
+const (
+	OpAdd    OpKind = "add"
+	OpFlush  OpKind = "flush"
+	OpDelete OpKind = "delete"
+)
+
+// Op is one operation on one object. Exactly one of the object pointers is set.
+type Op struct {
+	Kind    OpKind
+	Table   *Table
+	Chain   *Chain
+	Set     *Set
+	Element *Element
+	Rule    *Rule
+}
+
+// Transaction is an ordered list of operations on one table, applied
+// atomically: all or nothing.
+type Transaction struct {
+	Family Family
+	Table  string
+	Ops    []Op
+}
+
+// NewTransaction starts a transaction on one table.
+func NewTransaction(f Family, table string) *Transaction {
+	return &Transaction{Family: f, Table: table}
+}
+
+// Add appends "add" operations for each object given.
+func (t *Transaction) Add(objs ...any) { t.op(OpAdd, objs) }
+
+// Flush appends "flush" operations (chains, sets, the table).
+func (t *Transaction) Flush(objs ...any) { t.op(OpFlush, objs) }
+
+// Delete appends "delete" operations.
+func (t *Transaction) Delete(objs ...any) { t.op(OpDelete, objs) }
+
+func (t *Transaction) op(k OpKind, objs []any) {
+	for _, o := range objs {
+		op := Op{Kind: k}
+		switch v := o.(type) {
+		case *Table:
+			op.Table = v
+		case *Chain:
+			op.Chain = v
+		case *Set:
+			op.Set = v
+		case *Element:
+			op.Element = v
+		case *Rule:
+			op.Rule = v
+		default:
+			panic("nft: unknown object type in transaction")
+		}
+		t.Ops = append(t.Ops, op)
+	}
+}
+
+// Len is the number of operations.
+func (t *Transaction) Len() int { return len(t.Ops) }
