@@ -1,0 +1,197 @@
+// Package runner runs one sync function at a bounded frequency.
+//
+// It follows the contract of upstream kube-proxy's BoundedFrequencyRunner
+// (pkg/proxy/runner) and kube-network-policies' runner:
+//
+//   - minInterval: at least this long passes between the end of one run and
+//     the start of the next. Requests that arrive in between are coalesced
+//     into a single run when the interval has passed.
+//   - maxInterval: fn runs at least this often, even without requests, so a
+//     periodic full resync happens.
+//   - retryInterval: after fn fails, it runs again no later than this
+//     (still never earlier than minInterval allows). A successful run cancels
+//     the pending retry.
+//
+// fn never runs concurrently with itself: all runs happen on the goroutine
+// that called Run.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Runner calls fn at a bounded frequency. Create it with New and start it
+// with Run.
+type Runner struct {
+	name          string
+	fn            func() error
+	minInterval   time.Duration
+	maxInterval   time.Duration
+	retryInterval time.Duration
+	clk           clock.WithTicker
+
+	// request holds at most one pending request. Created in New (not in Run)
+	// so that a Request made before Run starts is kept, not dropped: the
+	// proxier may ask for its first sync before the loop goroutine is
+	// scheduled.
+	request chan struct{}
+
+	// waitHook, when set (tests only), is called on the Run goroutine right
+	// before it blocks, after every timer it waits on has been armed. Tests
+	// use it to step a fake clock without racing the loop.
+	waitHook func(state)
+}
+
+// state says what the loop is about to wait for. Only used by waitHook.
+type state int
+
+const (
+	// stateIdle: waiting for a request, the max interval or a retry.
+	stateIdle state = iota
+	// stateCooldown: a run just ended; waiting for minInterval to pass.
+	stateCooldown
+)
+
+func (s state) String() string {
+	switch s {
+	case stateIdle:
+		return "idle"
+	case stateCooldown:
+		return "cooldown"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// New returns a Runner for fn. name is used in logs. minInterval may be 0
+// (no rate limit). maxInterval must be positive and not smaller than
+// minInterval; retryInterval must be positive. Invalid intervals are a
+// programming error (configuration is validated before this point), so New
+// panics on them rather than run a loop with surprising timing.
+func New(name string, fn func() error, minInterval, maxInterval, retryInterval time.Duration, clk clock.WithTicker) *Runner {
+	switch {
+	case fn == nil:
+		panic(fmt.Sprintf("runner %q: fn must not be nil", name))
+	case clk == nil:
+		panic(fmt.Sprintf("runner %q: clock must not be nil", name))
+	case minInterval < 0:
+		panic(fmt.Sprintf("runner %q: minInterval (%v) must not be negative", name, minInterval))
+	case maxInterval <= 0 || maxInterval < minInterval:
+		panic(fmt.Sprintf("runner %q: maxInterval (%v) must be positive and >= minInterval (%v)", name, maxInterval, minInterval))
+	case retryInterval <= 0:
+		panic(fmt.Sprintf("runner %q: retryInterval (%v) must be positive", name, retryInterval))
+	}
+	return &Runner{
+		name:          name,
+		fn:            fn,
+		minInterval:   minInterval,
+		maxInterval:   maxInterval,
+		retryInterval: retryInterval,
+		clk:           clk,
+		request:       make(chan struct{}, 1),
+	}
+}
+
+// Request asks for a run as soon as minInterval allows. It never blocks.
+// Any number of requests made before the next run starts result in one
+// run. A request made while fn is running results in exactly one more run
+// after the current one (fn may have read its input before the change that
+// prompted the request).
+func (r *Runner) Request() {
+	select {
+	case r.request <- struct{}{}:
+	default:
+		// A request is already pending; this one is covered by it.
+	}
+}
+
+// Run runs the loop until ctx is done. It does not run fn on its own at
+// start: the first run happens on the first Request (callers request it once
+// their informers have synced) or after maxInterval. If ctx is cancelled
+// while fn runs, Run returns once fn has returned.
+func (r *Runner) Run(ctx context.Context) {
+	klog.V(3).InfoS("Starting bounded-frequency runner", "name", r.name,
+		"minInterval", r.minInterval, "maxInterval", r.maxInterval, "retryInterval", r.retryInterval)
+	defer klog.V(3).InfoS("Stopped bounded-frequency runner", "name", r.name)
+
+	maxTimer := r.clk.NewTimer(r.maxInterval)
+	defer maxTimer.Stop()
+	// The retry timer is only armed after a failure.
+	retryTimer := r.clk.NewTimer(r.retryInterval)
+	stopTimer(retryTimer)
+	defer retryTimer.Stop()
+
+	for {
+		r.hook(stateIdle)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.request:
+		case <-maxTimer.C():
+		case <-retryTimer.C():
+		}
+
+		// Whatever triggered this run, it covers the other triggers too:
+		// disarm them so that none of them causes a second, redundant run.
+		stopTimer(maxTimer)
+		stopTimer(retryTimer)
+		// A request pending now was made before fn starts, so this run
+		// covers it. A request made while fn runs stays queued.
+		select {
+		case <-r.request:
+		default:
+		}
+
+		if err := r.runOnce(); err != nil {
+			klog.ErrorS(err, "Sync failed, will retry", "name", r.name, "retryInterval", r.retryInterval)
+			retryTimer.Reset(r.retryInterval)
+		}
+		// The max interval counts from the end of this run, as upstream does.
+		maxTimer.Reset(r.maxInterval)
+
+		if r.minInterval > 0 {
+			minTimer := r.clk.NewTimer(r.minInterval)
+			r.hook(stateCooldown)
+			select {
+			case <-ctx.Done():
+				minTimer.Stop()
+				return
+			case <-minTimer.C():
+			}
+		}
+	}
+}
+
+// runOnce calls fn, turning a panic into an error: a bug in one sync must
+// not take the whole proxy down; the retry gives it another chance and the
+// error is logged with its stack-less value.
+func (r *Runner) runOnce() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sync function panicked: %v", p)
+		}
+	}()
+	return r.fn()
+}
+
+func (r *Runner) hook(s state) {
+	if r.waitHook != nil {
+		r.waitHook(s)
+	}
+}
+
+// stopTimer stops t and drops a value it may already have delivered, so that
+// a later Reset never sees a stale expiry. (Fake clock timers have a
+// buffered channel and are not drained by Stop.)
+func stopTimer(t clock.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+}

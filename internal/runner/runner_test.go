@@ -1,0 +1,389 @@
+package runner
+
+// These tests drive the runner with a fake clock and observe it through one
+// ordered stream of events:
+//
+//	"idle"      the loop is about to wait for a request, maxInterval or a retry
+//	"cooldown"  a run ended; the loop is about to wait for minInterval
+//	"run <d>"   fn started, d = fake time since the test started
+//
+// Events are emitted on the loop goroutine before it blocks, after its timers
+// are armed, so a test can step the clock right after seeing one without
+// racing the loop. Every wait is bounded by waitTimeout.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const waitTimeout = 10 * time.Second
+
+// outcome scripts one call of fn.
+type outcome struct {
+	err   error
+	panic bool
+	block bool // wait for action.release before returning
+}
+
+// action is one step of a scenario: first the requests, then the release of
+// a blocked fn, then the clock step; afterwards exactly want events follow.
+type action struct {
+	requests int
+	release  bool
+	step     time.Duration
+	want     []string
+}
+
+type scenario struct {
+	name                    string
+	min, max, retry         time.Duration
+	outcomes                []outcome // fn results in order; later calls succeed
+	requestsBeforeRun       int
+	startWant               []string // events after Run starts
+	actions                 []action
+	wantRunsAfterCancelling int // -1: don't check
+}
+
+var errSync = errors.New("sync failed")
+
+func TestRunner(t *testing.T) {
+	scenarios := []scenario{{
+		name: "min interval respected between runs",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{requests: 1, want: nil},
+			{step: 999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"idle", "run 1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// Long after the last run, a request runs at once.
+			{step: 5 * time.Second},
+			{requests: 1, want: []string{"run 7s", "cooldown"}},
+		},
+	}, {
+		name: "zero min interval runs every request at once",
+		min:  0, max: time.Hour, retry: 10 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "idle"}},
+			{requests: 1, want: []string{"run 0s", "idle"}},
+		},
+	}, {
+		name: "burst during cooldown coalesces into one run",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{requests: 50, want: nil},
+			{step: time.Second, want: []string{"idle", "run 1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "requests before Run are kept and coalesced",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		requestsBeforeRun: 5,
+		startWant:         []string{"idle", "run 0s", "cooldown"},
+		actions: []action{
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "max interval runs periodically without requests",
+		min:  time.Second, max: 10 * time.Second, retry: 5 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{step: 9999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"run 10s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 8 * time.Second, want: nil},
+			{step: time.Second, want: []string{"run 20s", "cooldown"}},
+		},
+	}, {
+		name: "max interval counts from the last run",
+		min:  time.Second, max: 10 * time.Second, retry: 5 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{step: 4 * time.Second},
+			{requests: 1, want: []string{"run 4s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// 10s after start: no periodic run, the request reset it.
+			{step: 5 * time.Second, want: nil},
+			{step: 4 * time.Second, want: []string{"run 14s", "cooldown"}},
+		},
+	}, {
+		name: "retry after failure, success stops retrying",
+		min:  time.Second, max: time.Minute, retry: 5 * time.Second,
+		outcomes:  []outcome{{err: errSync}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 3999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"run 5s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// No retry at 10s; the next run is the periodic one at 5s+1m.
+			{step: 58 * time.Second, want: nil},
+			{step: time.Second, want: []string{"run 1m5s", "cooldown"}},
+		},
+	}, {
+		name: "repeated failures keep retrying",
+		min:  time.Second, max: time.Minute, retry: 5 * time.Second,
+		outcomes:  []outcome{{err: errSync}, {err: errSync}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 4 * time.Second, want: []string{"run 5s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 4 * time.Second, want: []string{"run 10s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 10 * time.Second, want: nil},
+		},
+	}, {
+		name: "earlier request supersedes the retry",
+		min:  time.Second, max: time.Minute, retry: 5 * time.Second,
+		outcomes:  []outcome{{err: errSync}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Second},
+			{requests: 1, want: []string{"run 2s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 10 * time.Second, want: nil},
+		},
+	}, {
+		name: "retry shorter than min interval waits for min interval",
+		min:  time.Second, max: time.Minute, retry: 100 * time.Millisecond,
+		outcomes:  []outcome{{err: errSync}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: 500 * time.Millisecond, want: nil},
+			{step: 500 * time.Millisecond, want: []string{"idle", "run 1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+		},
+	}, {
+		// Retry and request are both pending when the cooldown ends: one run
+		// covers both, whichever the loop picks first.
+		name: "retry and pending request coalesce",
+		min:  time.Second, max: time.Hour, retry: time.Second,
+		outcomes:  []outcome{{err: errSync}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{requests: 1, want: nil},
+			{step: time.Second, want: []string{"idle", "run 1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "panic in fn is a failure and is retried",
+		min:  time.Second, max: time.Minute, retry: 5 * time.Second,
+		outcomes:  []outcome{{panic: true}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 4 * time.Second, want: []string{"run 5s", "cooldown"}},
+		},
+	}, {
+		name: "requests during a run lead to exactly one more run",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{block: true}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s"}},
+			{requests: 3, want: nil},
+			{release: true, want: []string{"cooldown"}},
+			{step: time.Second, want: []string{"idle", "run 1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "no request during a run, no extra run",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{block: true}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s"}},
+			{release: true, want: []string{"cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}}
+
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			runScenario(t, sc)
+		})
+	}
+}
+
+func runScenario(t *testing.T, sc scenario) {
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(start)
+	events := make(chan string, 1000)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	calls := 0
+
+	fn := func() error {
+		// Runs on the loop goroutine only; calls needs no lock.
+		o := outcome{}
+		if calls < len(sc.outcomes) {
+			o = sc.outcomes[calls]
+		}
+		calls++
+		events <- fmt.Sprintf("run %v", clk.Since(start))
+		if o.block {
+			select {
+			case <-release:
+			case <-done:
+			}
+		}
+		if o.panic {
+			panic("boom")
+		}
+		return o.err
+	}
+
+	r := New("test", fn, sc.min, sc.max, sc.retry, clk)
+	r.waitHook = func(s state) { events <- s.String() }
+
+	for i := 0; i < sc.requestsBeforeRun; i++ {
+		r.Request()
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		close(done)
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(waitTimeout):
+			t.Errorf("Run did not return after the context was cancelled")
+		}
+	})
+
+	expectEvents(t, "start", events, sc.startWant)
+	for i, a := range sc.actions {
+		for j := 0; j < a.requests; j++ {
+			r.Request()
+		}
+		if a.release {
+			release <- struct{}{}
+		}
+		if a.step > 0 {
+			clk.Step(a.step)
+		}
+		expectEvents(t, fmt.Sprintf("action %d", i), events, a.want)
+	}
+}
+
+// expectEvents waits for exactly want, then checks that nothing else is
+// queued. The loop is blocked after the last expected event, so an extra
+// event here is a real bug, not timing.
+func expectEvents(t *testing.T, what string, events <-chan string, want []string) {
+	t.Helper()
+	var got []string
+	timeout := time.After(waitTimeout)
+	for len(got) < len(want) {
+		select {
+		case e := <-events:
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("%s: timed out; got events %q, want %q", what, got, want)
+		}
+	}
+	select {
+	case e := <-events:
+		got = append(got, e)
+	default:
+	}
+	if diff := cmp.Diff(want, got, cmpEmptyIsNil); diff != "" {
+		t.Fatalf("%s: events (-want +got):\n%s", what, diff)
+	}
+}
+
+var cmpEmptyIsNil = cmp.Transformer("emptyIsNil", func(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+})
+
+func TestRunReturnsOnCancel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		min     time.Duration
+		request bool
+		want    []string
+	}{
+		{name: "while idle", min: time.Second, want: []string{"idle"}},
+		{name: "during cooldown", min: time.Second, request: true, want: []string{"idle", "run", "cooldown"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+			events := make(chan string, 100)
+			r := New("test", func() error { events <- "run"; return nil }, tc.min, time.Hour, time.Minute, clk)
+			r.waitHook = func(s state) { events <- s.String() }
+			if tc.request {
+				r.Request()
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				r.Run(ctx)
+			}()
+			expectEvents(t, "before cancel", events, tc.want)
+			cancel()
+			select {
+			case <-stopped:
+			case <-time.After(waitTimeout):
+				t.Fatal("Run did not return after cancel")
+			}
+			// The loop stopped its timers: nothing is left waiting on the clock.
+			if n := clk.Waiters(); n != 0 {
+				t.Errorf("fake clock has %d waiters after Run returned, want 0", n)
+			}
+		})
+	}
+}
+
+func TestNewRejectsInvalidIntervals(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	fn := func() error { return nil }
+	for _, tc := range []struct {
+		name            string
+		min, max, retry time.Duration
+	}{
+		{"negative min", -time.Second, time.Minute, time.Second},
+		{"zero max", 0, 0, time.Second},
+		{"max below min", time.Minute, time.Second, time.Second},
+		{"zero retry", time.Second, time.Minute, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%v, %v, %v) did not panic", tc.min, tc.max, tc.retry)
+				}
+			}()
+			New("test", fn, tc.min, tc.max, tc.retry, clk)
+		})
+	}
+}
