@@ -1,0 +1,466 @@
+// Package metrics defines kproxy's Prometheus metrics.
+//
+// The kubeproxy_* metrics keep upstream kube-proxy's names, help texts,
+// types, labels and buckets (pkg/proxy/metrics, checked against the v1.36
+// metrics reference and the v1.37 sources), so that dashboards and alerts
+// written for kube-proxy work unchanged. Upstream builds them with
+// k8s.io/component-base/metrics, which prefixes the help of every ALPHA
+// metric with "[ALPHA] "; we use plain client_golang and write that prefix
+// ourselves so the /metrics text is the same.
+//
+// kproxy's own metrics use the kproxy_ prefix.
+//
+// Label values: ip_family is "IPv4" or "IPv6" (string(v1.IPFamily)); code is
+// the HTTP status code as decimal text; table is an iptables table name;
+// traffic_policy is "internal" or "external".
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/klog/v2"
+)
+
+const (
+	kubeProxySubsystem = "kubeproxy"
+	kproxyNamespace    = "kproxy"
+
+	// alpha is the prefix component-base adds to the help of ALPHA metrics.
+	alpha = "[ALPHA] "
+)
+
+// Label names.
+const (
+	LabelIPFamily      = "ip_family"
+	LabelTable         = "table"
+	LabelTrafficPolicy = "traffic_policy"
+	LabelCode          = "code"
+	LabelProtocol      = "protocol"
+	LabelKind          = "kind"
+	LabelReason        = "reason"
+	LabelMode          = "mode"
+	LabelBackend       = "backend"
+	LabelVersion       = "version"
+)
+
+// syncBuckets are upstream's buckets for the sync duration histograms:
+// 1ms doubling up to ~16s.
+var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+// networkProgrammingBuckets are upstream's buckets for
+// network_programming_duration_seconds. Upstream merges them onto a slice
+// that already holds one zero, so the first bucket is le="0"; kept for
+// identical output.
+var networkProgrammingBuckets = mergeBuckets(
+	prometheus.LinearBuckets(0.25, 0.25, 2), // 0.25s, 0.50s
+	prometheus.LinearBuckets(1, 1, 59),      // 1s, 2s, 3s, ... 59s
+	prometheus.LinearBuckets(60, 5, 12),     // 60s, 65s, 70s, ... 115s
+	prometheus.LinearBuckets(120, 30, 7),    // 2min, 2.5min, 3min, ..., 5min
+)
+
+func mergeBuckets(parts ...[]float64) []float64 {
+	out := []float64{0}
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Upstream kube-proxy metrics.
+var (
+	// SyncProxyRulesLatency is the duration of one sync, full or partial.
+	SyncProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_duration_seconds",
+		Help:      alpha + "SyncProxyRules latency in seconds",
+		Buckets:   syncBuckets,
+	}, []string{LabelIPFamily})
+
+	// SyncFullProxyRulesLatency is the duration of one full sync.
+	SyncFullProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_full_proxy_rules_duration_seconds",
+		Help:      alpha + "SyncProxyRules latency in seconds for full resyncs",
+		Buckets:   syncBuckets,
+	}, []string{LabelIPFamily})
+
+	// SyncPartialProxyRulesLatency is the duration of one partial sync.
+	SyncPartialProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_partial_proxy_rules_duration_seconds",
+		Help:      alpha + "SyncProxyRules latency in seconds for partial resyncs",
+		Buckets:   syncBuckets,
+	}, []string{LabelIPFamily})
+
+	// SyncProxyRulesLastTimestamp is the Unix time of the last successful sync.
+	SyncProxyRulesLastTimestamp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_last_timestamp_seconds",
+		Help:      alpha + "The last time proxy rules were successfully synced",
+	}, []string{LabelIPFamily})
+
+	// SyncProxyRulesLastQueuedTimestamp is the Unix time a sync was last
+	// requested. Much larger than SyncProxyRulesLastTimestamp means a hung
+	// sync loop.
+	SyncProxyRulesLastQueuedTimestamp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_last_queued_timestamp_seconds",
+		Help:      alpha + "The last time a sync of proxy rules was queued",
+	}, []string{LabelIPFamily})
+
+	// NetworkProgrammingLatency is the time from an object change (the
+	// EndpointSlice's endpoints.kubernetes.io/last-change-trigger-time
+	// annotation) to the rules being applied. Observed once per changed
+	// object in a sync. Relies on the node and control-plane clocks agreeing.
+	NetworkProgrammingLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "network_programming_duration_seconds",
+		Help:      alpha + "In Cluster Network Programming Latency in seconds",
+		Buckets:   networkProgrammingBuckets,
+	}, []string{LabelIPFamily})
+
+	// EndpointChangesPending is the number of EndpointSlice changes not yet
+	// synced.
+	EndpointChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_endpoint_changes_pending",
+		Help:      alpha + "Pending proxy rules Endpoint changes",
+	})
+
+	// EndpointChangesTotal counts EndpointSlice changes seen.
+	EndpointChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_endpoint_changes_total",
+		Help:      alpha + "Cumulative proxy rules Endpoint changes",
+	})
+
+	// ServiceChangesPending is the number of Service changes not yet synced.
+	ServiceChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_service_changes_pending",
+		Help:      alpha + "Pending proxy rules Service changes",
+	})
+
+	// ServiceChangesTotal counts Service changes seen.
+	ServiceChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_service_changes_total",
+		Help:      alpha + "Cumulative proxy rules Service changes",
+	})
+
+	// IPTablesRestoreFailuresTotal counts failed iptables-restore runs
+	// (iptables and ipvs modes).
+	IPTablesRestoreFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_iptables_restore_failures_total",
+		Help:      alpha + "Cumulative proxy iptables restore failures",
+	}, []string{LabelIPFamily})
+
+	// IPTablesPartialRestoreFailuresTotal counts failed partial restores,
+	// each followed by a full one.
+	IPTablesPartialRestoreFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_iptables_partial_restore_failures_total",
+		Help:      alpha + "Cumulative proxy iptables partial restore failures",
+	}, []string{LabelIPFamily})
+
+	// IPTablesRulesTotal is the number of iptables rules kube-proxy owns, per
+	// table. Labels: ip_family, table.
+	IPTablesRulesTotal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_iptables_total",
+		Help:      alpha + "Total number of iptables rules owned by kube-proxy",
+	}, []string{LabelIPFamily, LabelTable})
+
+	// IPTablesRulesLastSync is the number of iptables rules written in the
+	// last sync, per table. Labels: ip_family, table.
+	IPTablesRulesLastSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_iptables_last",
+		Help:      alpha + "Number of iptables rules written by kube-proxy in last sync",
+	}, []string{LabelIPFamily, LabelTable})
+
+	// NFTablesSyncFailuresTotal counts failed nftables transactions.
+	NFTablesSyncFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_nftables_sync_failures_total",
+		Help:      alpha + "Cumulative proxy nftables sync failures",
+	}, []string{LabelIPFamily})
+
+	// NFTablesCleanupFailuresTotal counts failed deletions of stale chains.
+	NFTablesCleanupFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_nftables_cleanup_failures_total",
+		Help:      alpha + "Cumulative proxy nftables cleanup failures",
+	}, []string{LabelIPFamily})
+
+	// SyncProxyRulesNoLocalEndpointsTotal is, despite the _total suffix, a
+	// gauge (as upstream): the number of services with a Local traffic policy
+	// and no local endpoints. Labels: ip_family, traffic_policy.
+	SyncProxyRulesNoLocalEndpointsTotal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "sync_proxy_rules_no_local_endpoints_total",
+		Help:      alpha + "Number of services with a Local traffic policy and no endpoints",
+	}, []string{LabelIPFamily, LabelTrafficPolicy})
+
+	// ProxyHealthzTotal counts /healthz answers by HTTP status code.
+	ProxyHealthzTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "proxy_healthz_total",
+		Help:      alpha + "Cumulative proxy healthz HTTP status",
+	}, []string{LabelCode})
+
+	// ProxyLivezTotal counts /livez answers by HTTP status code.
+	ProxyLivezTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "proxy_livez_total",
+		Help:      alpha + "Cumulative proxy livez HTTP status",
+	}, []string{LabelCode})
+
+	// ReconcileConntrackFlowsLatency is the duration of one conntrack
+	// reconciliation (removal of stale UDP/SCTP flows).
+	ReconcileConntrackFlowsLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "conntrack_reconciler_sync_duration_seconds",
+		Help:      alpha + "ReconcileConntrackFlowsLatency latency in seconds",
+		Buckets:   syncBuckets,
+	}, []string{LabelIPFamily})
+
+	// ReconcileConntrackFlowsDeletedEntriesTotal counts conntrack flows the
+	// reconciler deleted.
+	ReconcileConntrackFlowsDeletedEntriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "conntrack_reconciler_deleted_entries_total",
+		Help:      alpha + "Cumulative conntrack flows deleted by conntrack reconciler",
+	}, []string{LabelIPFamily})
+
+	// NFTablesLocalhostNodePortListeners is the number of userspace
+	// listeners serving localhost NodePorts in nftables mode (KEP-6032,
+	// v1.37).
+	NFTablesLocalhostNodePortListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "nftables_localhost_nodeport_listeners",
+		Help:      alpha + "Number of localhost NodePort listeners",
+	}, []string{LabelIPFamily})
+
+	// NFTablesLocalhostNodePortListenerCreationFailuresTotal counts failures
+	// to bind a localhost NodePort listener (KEP-6032, v1.37).
+	NFTablesLocalhostNodePortListenerCreationFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem,
+		Name:      "nftables_localhost_nodeport_listener_creation_failures_total",
+		Help:      alpha + "Cumulative localhost NodePort listener creation failures",
+	}, []string{LabelIPFamily})
+)
+
+// Packet counters kept by the kernel and read at scrape time, as upstream's
+// custom collectors do. Each emits nothing until its reader is set.
+var (
+	// IPTablesCTStateInvalidDroppedPackets reads the nfacct counter of
+	// packets dropped because conntrack marked them INVALID (iptables mode).
+	IPTablesCTStateInvalidDroppedPackets = NewKernelPacketCounter(
+		"kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+		alpha+"packets dropped by iptables to work around conntrack problems")
+
+	// IPTablesLocalhostNodePortsAcceptedPackets reads the nfacct counter of
+	// packets accepted on localhost NodePorts (iptables mode, IPv4).
+	IPTablesLocalhostNodePortsAcceptedPackets = NewKernelPacketCounter(
+		"kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+		alpha+"Number of packets accepted on nodeports of loopback interface")
+
+	// NFTablesLocalhostNodePortRejectedPackets reads the nftables named
+	// counters of packets rejected on localhost NodePorts (nftables mode,
+	// v1.37). Labels: ip_family, protocol.
+	NFTablesLocalhostNodePortRejectedPackets = NewKernelPacketCounter(
+		"kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+		alpha+"Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running",
+		LabelIPFamily, LabelProtocol)
+)
+
+// kproxy's own metrics.
+var (
+	// InvalidObjectsTotal counts malformed parts of Service, EndpointSlice
+	// and Node objects that kproxy skipped instead of failing the sync.
+	// kind is the object kind ("Service", "EndpointSlice", "Node"); reason is
+	// a short fixed token, never free text, to keep cardinality bounded.
+	InvalidObjectsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: kproxyNamespace,
+		Name:      "invalid_objects_total",
+		Help:      "Number of malformed Service, EndpointSlice or Node parts that were skipped",
+	}, []string{LabelKind, LabelReason})
+
+	// Info is always 1; its labels say what this kproxy runs. Set it with
+	// SetInfo.
+	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "info",
+		Help:      "Information about the running kproxy: proxy mode, backend and version. Always 1.",
+	}, []string{LabelMode, LabelBackend, LabelVersion})
+)
+
+// SetInfo sets kproxy_info to 1 for these labels and drops any previous
+// series, so that only the current mode, backend and version are exported.
+func SetInfo(mode, backend, version string) {
+	Info.Reset()
+	Info.WithLabelValues(mode, backend, version).Set(1)
+}
+
+// allCollectors lists everything Register registers. Upstream registers
+// some metrics only in the mode that uses them; registering all of them is
+// equivalent on the wire, because a vector without series and a kernel
+// counter without a reader produce no output, and the unlabelled metrics
+// are the ones upstream registers in every mode.
+func allCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		SyncProxyRulesLatency,
+		SyncFullProxyRulesLatency,
+		SyncPartialProxyRulesLatency,
+		SyncProxyRulesLastTimestamp,
+		SyncProxyRulesLastQueuedTimestamp,
+		NetworkProgrammingLatency,
+		EndpointChangesPending,
+		EndpointChangesTotal,
+		ServiceChangesPending,
+		ServiceChangesTotal,
+		IPTablesRestoreFailuresTotal,
+		IPTablesPartialRestoreFailuresTotal,
+		IPTablesRulesTotal,
+		IPTablesRulesLastSync,
+		NFTablesSyncFailuresTotal,
+		NFTablesCleanupFailuresTotal,
+		SyncProxyRulesNoLocalEndpointsTotal,
+		ProxyHealthzTotal,
+		ProxyLivezTotal,
+		ReconcileConntrackFlowsLatency,
+		ReconcileConntrackFlowsDeletedEntriesTotal,
+		NFTablesLocalhostNodePortListeners,
+		NFTablesLocalhostNodePortListenerCreationFailuresTotal,
+		IPTablesCTStateInvalidDroppedPackets,
+		IPTablesLocalhostNodePortsAcceptedPackets,
+		NFTablesLocalhostNodePortRejectedPackets,
+		InvalidObjectsTotal,
+		Info,
+	}
+}
+
+// Register registers all kproxy metrics with reg. Registering twice with
+// the same registry is harmless. Any other registration error means two
+// metrics share a name, a programming error, and panics.
+func Register(reg prometheus.Registerer) {
+	registerAll(reg, allCollectors())
+}
+
+func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) && are.ExistingCollector == c {
+				continue
+			}
+			panic(fmt.Sprintf("registering kproxy metrics: %v", err))
+		}
+	}
+}
+
+// Registry is the default registry served on /metrics: Go runtime and
+// process metrics plus every kproxy metric.
+var Registry = newDefaultRegistry()
+
+func newDefaultRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	Register(reg)
+	return reg
+}
+
+// kernelReadTimeout bounds one read of kernel counters during a scrape (as
+// upstream's nft counter listing), so a stuck netlink call cannot hang
+// /metrics.
+const kernelReadTimeout = 2 * time.Second
+
+// PacketCount is one sample of a kernel packet counter: the values of the
+// counter's labels, in the order given to NewKernelPacketCounter, and the
+// packet count.
+type PacketCount struct {
+	LabelValues []string
+	Packets     uint64
+}
+
+// PacketCountReader reads kernel packet counters (nfacct objects, nftables
+// named counters). It is called on every scrape.
+type PacketCountReader func(ctx context.Context) ([]PacketCount, error)
+
+// KernelPacketCounter is a counter metric whose value lives in the kernel
+// and is read when scraped. The proxy mode that owns the kernel object
+// installs a reader with SetReader; until then it emits nothing.
+type KernelPacketCounter struct {
+	desc   *prometheus.Desc
+	labels int
+
+	mu   sync.RWMutex
+	read PacketCountReader
+}
+
+var _ prometheus.Collector = (*KernelPacketCounter)(nil)
+
+// NewKernelPacketCounter returns a KernelPacketCounter with the given full
+// metric name, help and label names.
+func NewKernelPacketCounter(name, help string, labels ...string) *KernelPacketCounter {
+	return &KernelPacketCounter{
+		desc:   prometheus.NewDesc(name, help, labels, nil),
+		labels: len(labels),
+	}
+}
+
+// SetReader installs (or, with nil, removes) the function that reads the
+// kernel counters.
+func (c *KernelPacketCounter) SetReader(read PacketCountReader) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.read = read
+}
+
+// Describe implements prometheus.Collector.
+func (c *KernelPacketCounter) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+}
+
+// Collect implements prometheus.Collector. A failed read is logged and
+// yields no sample, as upstream: a missing table (mode not in use, or not
+// yet created) must not break the whole scrape.
+func (c *KernelPacketCounter) Collect(ch chan<- prometheus.Metric) {
+	c.mu.RLock()
+	read := c.read
+	c.mu.RUnlock()
+	if read == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kernelReadTimeout)
+	defer cancel()
+	counts, err := read(ctx)
+	if err != nil {
+		klog.ErrorS(err, "Failed to read kernel packet counters", "metric", c.desc.String())
+		return
+	}
+	for _, pc := range counts {
+		if len(pc.LabelValues) != c.labels {
+			klog.ErrorS(nil, "Kernel packet counter has the wrong number of label values",
+				"metric", c.desc.String(), "labelValues", pc.LabelValues, "want", c.labels)
+			continue
+		}
+		m, err := prometheus.NewConstMetric(c.desc, prometheus.CounterValue, float64(pc.Packets), pc.LabelValues...)
+		if err != nil {
+			klog.ErrorS(err, "Failed to build kernel packet counter sample", "metric", c.desc.String())
+			continue
+		}
+		ch <- m
+	}
+}
