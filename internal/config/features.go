@@ -46,6 +46,8 @@ const (
 
 var kubeProxyFeatureGates = map[featuregate.Feature]featuregate.VersionedSpecs{
 	KubeProxyIPVS: {
+		// A gate introduced as deprecated needs its earlier (GA) state.
+		{Version: version.MustParse("1.0"), Default: true, PreRelease: featuregate.GA},
 		{Version: version.MustParse("1.37"), Default: true, PreRelease: featuregate.Deprecated},
 	},
 	KubeProxyNFTablesLocalhostNodePorts: {
