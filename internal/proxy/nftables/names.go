@@ -1,0 +1,136 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strconv"
+	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// DefaultTableName is upstream's table name in both families, so a node that
+// moves from upstream kube-proxy to kproxy takes its table over.
+const DefaultTableName = "kube-proxy"
+
+// Fixed chains. Base chains run at upstream's priorities: the filter chains
+// at dstnat-10 so that they see the original destination before DNAT
+// rewrites it, filter-output-post-dnat at dstnat+10 to see the rewritten one.
+const (
+	chainFilterPrerouting     = "filter-prerouting"
+	chainFilterInput          = "filter-input"
+	chainFilterForward        = "filter-forward"
+	chainFilterOutput         = "filter-output"
+	chainFilterOutputPostDNAT = "filter-output-post-dnat"
+	chainNATPrerouting        = "nat-prerouting"
+	chainNATOutput            = "nat-output"
+	chainNATPostrouting       = "nat-postrouting"
+
+	chainServices               = "services"
+	chainMasquerading           = "masquerading"
+	chainMarkForMasquerade      = "mark-for-masquerade"
+	chainClusterIPsCheck        = "cluster-ips-check"
+	chainFirewallCheck          = "firewall-check"
+	chainServiceEndpointsCheck  = "service-endpoints-check"
+	chainNodePortEndpointsCheck = "nodeport-endpoints-check"
+	chainReject                 = "reject-chain"
+)
+
+// Sets and maps.
+const (
+	setClusterIPs            = "cluster-ips"
+	setNodePortIPs           = "nodeport-ips"
+	mapServiceIPs            = "service-ips"
+	mapServiceNodePorts      = "service-nodeports"
+	mapNoEndpointServices    = "no-endpoint-services"
+	mapNoEndpointNodePorts   = "no-endpoint-nodeports"
+	mapFirewallIPs           = "firewall-ips"
+	prefixServiceChain       = "service-"
+	prefixExternalChain      = "external-"
+	prefixLocalChain         = "local-"
+	prefixFirewallChain      = "firewall-"
+	prefixEndpointChain      = "endpoint-"
+	prefixAffinitySet        = "affinity-"
+	maxNameLength            = 255 // NFT_NAME_MAXLEN - 1 for the NUL
+	tableComment             = "rules for kube-proxy"
+	clusterIPsComment        = "Active ClusterIPs"
+	nodePortIPsComment       = "IPs that accept NodePort traffic"
+	serviceIPsComment        = "ClusterIP, ExternalIP and LoadBalancer IP traffic"
+	serviceNodePortsComment  = "NodePort traffic"
+	noEndpointServicesComent = "vmap to drop or reject packets to services with no endpoints"
+	noEndpointNodePortsComnt = "vmap to drop or reject packets to service nodeports with no endpoints"
+	firewallIPsComment       = "destinations that are subject to LoadBalancerSourceRanges"
+)
+
+// isOurs reports whether a chain or set name is one of the per-service
+// objects kproxy creates, and so may be removed when no longer used.
+func isOurs(name string) bool {
+	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// hashOf is a short stable hash that makes names unique even after
+// truncation and regardless of characters that names cannot carry.
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+}
+
+// portBase is "ns/name/proto/port", as upstream writes it in chain names.
+func portBase(n model.ServicePortName) string {
+	return n.Namespace + "/" + n.Name + "/" + strings.ToLower(string(n.Protocol)) + "/" + n.Port
+}
+
+func limit(s string) string {
+	if len(s) > maxNameLength {
+		return s[:maxNameLength]
+	}
+	return s
+}
+
+func serviceChainName(prefix string, n model.ServicePortName) string {
+	base := portBase(n)
+	return limit(prefix + hashOf(base) + "-" + base)
+}
+
+// endpointBase is "ns/name/proto/port__IP/PORT"; nft names cannot carry ':'
+// unquoted, so IPv6 colons become dots.
+func endpointBase(n model.ServicePortName, e *model.Endpoint) string {
+	ip := strings.ReplaceAll(e.IP.String(), ":", ".")
+	return portBase(n) + "__" + ip + "/" + strconv.Itoa(int(e.Port))
+}
+
+func endpointChainName(n model.ServicePortName, e *model.Endpoint) string {
+	base := endpointBase(n, e)
+	return limit(prefixEndpointChain + hashOf(base) + "-" + base)
+}
+
+// affinitySetName includes the timeout in its hash: the kernel cannot change
+// the timeout of an existing set, so a new timeout means a new set.
+func affinitySetName(n model.ServicePortName, e *model.Endpoint, timeoutSeconds int32) string {
+	base := endpointBase(n, e)
+	return limit(prefixAffinitySet + hashOf(base+"/"+strconv.Itoa(int(timeoutSeconds))) + "-" + base)
+}
+
+// baseChains are declared as data: name, type, hook, priority, and the
+// rules they always hold.
+type baseChain struct {
+	name, typ, hook string
+	priority        int
+}
+
+var baseChains = []baseChain{
+	{chainFilterPrerouting, nft.TypeFilter, nft.HookPrerouting, nft.PriorityDstNAT - 10},
+	{chainFilterInput, nft.TypeFilter, nft.HookInput, nft.PriorityDstNAT - 10},
+	{chainFilterForward, nft.TypeFilter, nft.HookForward, nft.PriorityDstNAT - 10},
+	{chainFilterOutput, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT - 10},
+	{chainFilterOutputPostDNAT, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT + 10},
+	{chainNATPrerouting, nft.TypeNAT, nft.HookPrerouting, nft.PriorityDstNAT},
+	{chainNATOutput, nft.TypeNAT, nft.HookOutput, nft.PriorityDstNAT},
+	{chainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT},
+}

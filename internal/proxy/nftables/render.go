@@ -1,0 +1,976 @@
+package nftables
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// staleDelay is how long a flushed per-service chain or set waits before it
+// is deleted. Upstream waits too: some kernels drop a map element's
+// reference to a chain only after the transaction that removed the element
+// has been fully committed, and a delete in the same batch fails with EBUSY.
+const staleDelay = time.Second
+
+// LocalDetector tells traffic from local pods apart from other traffic, per
+// detectLocalMode. IfLocal/IfNotLocal are match statements; nil when the
+// mode has nothing to match on for this family (then no masquerade rule
+// for ClusterIP traffic is written, as upstream).
+type LocalDetector struct {
+	IfLocal    []nft.Stmt
+	IfNotLocal []nft.Stmt
+}
+
+// Implemented reports whether local traffic can be recognised.
+func (d LocalDetector) Implemented() bool { return len(d.IfNotLocal) > 0 }
+
+// Config is what shapes the rules besides the services themselves. A
+// change of Config needs a full sync.
+type Config struct {
+	Family        v1.IPFamily
+	TableName     string
+	MasqueradeBit int
+	MasqueradeAll bool
+	LocalDetector LocalDetector
+	// NodePortIPs are the addresses NodePorts accept traffic on. When
+	// NodePortAllLocal is set, every local address (except loopback)
+	// does instead, matched with "fib daddr type local".
+	NodePortIPs      []netip.Addr
+	NodePortAllLocal bool
+	// NodeIPs are this node's own addresses (to let the node reach an
+	// LB with source ranges that include it).
+	NodeIPs []netip.Addr
+	// ServiceCIDRs, when known, let traffic to unallocated cluster IPs be
+	// dropped instead of routed out.
+	ServiceCIDRs []netip.Prefix
+}
+
+func (c *Config) family() nft.Family { return nft.FamilyFor(c.Family) }
+
+func (c *Config) table() string {
+	if c.TableName == "" {
+		return DefaultTableName
+	}
+	return c.TableName
+}
+
+func (c *Config) markMask() uint32 { return 1 << uint(c.MasqueradeBit) }
+
+// Input is one sync's view of the world.
+type Input struct {
+	State    *model.State
+	NodeName string
+	Zone     string
+	// Changed are the service ports to re-render in a partial sync.
+	Changed sets.Set[model.ServicePortName]
+	// Full re-renders everything; it ignores Applied except for stale
+	// objects and needs ExistingChains/ExistingSets read from the kernel.
+	Full           bool
+	ExistingChains []string
+	ExistingSets   []string
+	Now            time.Time
+}
+
+// Applied is what the last successful sync left in the kernel. Render reads
+// it; only Plan.Commit changes it, after the kernel accepted the plan.
+type Applied struct {
+	services map[model.ServicePortName]*svcApplied
+	// owners lists, per map/set element key, the service ports that want
+	// it, in order; the first one's value is what the kernel holds. Two
+	// services claiming the same external IP and port is bad input that
+	// must not fail the whole transaction.
+	owners map[elemKey][]*ownedElem
+	// stale per-service chains and sets: flushed, to be deleted later.
+	stale map[string]staleObj
+	// healthChecked holds the service ports with a health check node
+	// port; noLocal counts Local policies without local endpoints. Both
+	// are kept up to date by Commit so that reading them costs nothing
+	// per unchanged service.
+	healthChecked map[model.ServicePortName]ServiceStats
+	noLocalInt    int
+	noLocalExt    int
+}
+
+type staleObj struct {
+	since time.Time
+	isSet bool
+}
+
+type svcApplied struct {
+	sp     *model.ServicePort
+	elems  []*ownedElem
+	chains map[string]uint64 // chain name → hash of its rules
+	sets   []string
+	// Reachable are the endpoints traffic may be sent to (conntrack).
+	reachable []*model.Endpoint
+	stats     ServiceStats
+}
+
+// ServiceStats are per-service-port figures consumers need after a sync.
+type ServiceStats struct {
+	LocalEndpoints      int
+	HealthCheckNodePort int32
+	// NoLocalInternal/External: traffic policy Local with no local
+	// endpoint (counted in sync_proxy_rules_no_local_endpoints_total).
+	NoLocalInternal, NoLocalExternal bool
+}
+
+type elemKey struct {
+	set string
+	key string
+}
+
+type ownedElem struct {
+	owner model.ServicePortName
+	key   elemKey
+	elem  *nft.Element
+}
+
+func (o *ownedElem) sameValue(p *ownedElem) bool {
+	if (o.elem.Verdict == nil) != (p.elem.Verdict == nil) {
+		return false
+	}
+	return o.elem.Verdict == nil || *o.elem.Verdict == *p.elem.Verdict
+}
+
+// StaleUDP is a service port (as it was rendered) and endpoints it lost.
+type StaleUDP struct {
+	Service   *model.ServicePort
+	Endpoints []*model.Endpoint
+}
+
+// NewApplied returns the state of a kernel kproxy has not written yet.
+func NewApplied() *Applied {
+	return &Applied{
+		services:      map[model.ServicePortName]*svcApplied{},
+		owners:        map[elemKey][]*ownedElem{},
+		stale:         map[string]staleObj{},
+		healthChecked: map[model.ServicePortName]ServiceStats{},
+	}
+}
+
+// Plan is a rendered sync: the transaction to apply and how Applied changes
+// once it is applied.
+type Plan struct {
+	Tx *nft.Transaction
+	// Conflicts lists elements a service wanted but another service held.
+	Conflicts []string
+	// StaleUDP are UDP endpoints no longer reachable through a service
+	// port: conntrack entries that DNAT to them must go once applied.
+	StaleUDP []StaleUDP
+	// NewlyServedUDP are UDP service ports that had no endpoints and now
+	// have some: conntrack entries for their IPs (cached rejects) must go.
+	NewlyServedUDP []*model.ServicePort
+
+	full     bool
+	services map[model.ServicePortName]*svcApplied // nil value: gone
+	owners   map[elemKey][]*ownedElem
+	stale    map[string]*staleObj // nil value: no longer stale
+}
+
+// Commit records the plan as applied.
+func (p *Plan) Commit(a *Applied) {
+	if p.full {
+		a.services = map[model.ServicePortName]*svcApplied{}
+		a.owners = map[elemKey][]*ownedElem{}
+		a.healthChecked = map[model.ServicePortName]ServiceStats{}
+		a.noLocalInt, a.noLocalExt = 0, 0
+	}
+	for n, s := range p.services {
+		if old, ok := a.services[n]; ok {
+			a.count(n, old.stats, -1)
+		}
+		if s == nil {
+			delete(a.services, n)
+		} else {
+			a.services[n] = s
+			a.count(n, s.stats, 1)
+		}
+	}
+	for k, o := range p.owners {
+		if len(o) == 0 {
+			delete(a.owners, k)
+		} else {
+			a.owners[k] = o
+		}
+	}
+	for n, s := range p.stale {
+		if s == nil {
+			delete(a.stale, n)
+		} else {
+			a.stale[n] = *s
+		}
+	}
+}
+
+func (a *Applied) count(n model.ServicePortName, st ServiceStats, sign int) {
+	if st.NoLocalInternal {
+		a.noLocalInt += sign
+	}
+	if st.NoLocalExternal {
+		a.noLocalExt += sign
+	}
+	if st.HealthCheckNodePort != 0 {
+		if sign > 0 {
+			a.healthChecked[n] = st
+		} else {
+			delete(a.healthChecked, n)
+		}
+	}
+}
+
+// NoLocal returns how many service ports with internal / external traffic
+// policy Local have no local endpoint.
+func (a *Applied) NoLocal() (internal, external int) { return a.noLocalInt, a.noLocalExt }
+
+// Stats returns the figures of one service port as last applied.
+func (a *Applied) Stats(n model.ServicePortName) (ServiceStats, bool) {
+	s, ok := a.services[n]
+	if !ok {
+		return ServiceStats{}, false
+	}
+	return s.stats, true
+}
+
+// HealthChecks returns, per service with a health check node port, the port
+// and the number of local endpoints (summed over the service's ports).
+func (a *Applied) HealthChecks() (ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
+	ports, local = map[types.NamespacedName]uint16{}, map[types.NamespacedName]int{}
+	for n, st := range a.healthChecked {
+		ports[n.NamespacedName] = uint16(st.HealthCheckNodePort)
+		local[n.NamespacedName] += st.LocalEndpoints
+	}
+	return ports, local
+}
+
+// renderer holds one Render call's work.
+type renderer struct {
+	cfg  *Config
+	in   *Input
+	last *Applied
+	plan *Plan
+	tx   *nft.Transaction
+	// touched element keys and their kernel value before this plan.
+	before map[elemKey]*ownedElem
+}
+
+// Render turns a sync's input and what the kernel holds into a plan. It is
+// pure: it reads no clock, runs nothing and changes neither argument.
+func Render(cfg *Config, in *Input, last *Applied) *Plan {
+	r := &renderer{
+		cfg:  cfg,
+		in:   in,
+		last: last,
+		tx:   nft.NewTransaction(cfg.family(), cfg.table()),
+		plan: &Plan{
+			full:     in.Full,
+			services: map[model.ServicePortName]*svcApplied{},
+			owners:   map[elemKey][]*ownedElem{},
+			stale:    map[string]*staleObj{},
+		},
+		before: map[elemKey]*ownedElem{},
+	}
+	r.plan.Tx = r.tx
+	if in.Full {
+		r.renderFull()
+	} else {
+		r.renderPartial()
+	}
+	r.renderStale()
+	return r.plan
+}
+
+func (r *renderer) addrType() nft.DataType { return nft.AddrType(r.cfg.family()) }
+
+func (r *renderer) sets() []*nft.Set {
+	a := r.addrType()
+	svcKey := []nft.DataType{a, nft.TypeInetProto, nft.TypeInetService}
+	npKey := []nft.DataType{nft.TypeInetProto, nft.TypeInetService}
+	return []*nft.Set{
+		{Name: setClusterIPs, Key: []nft.DataType{a}, Comment: clusterIPsComment},
+		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
+		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
+		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
+		{Name: mapNoEndpointServices, Key: svcKey, Data: nft.TypeVerdict, Comment: noEndpointServicesComent},
+		{Name: mapNoEndpointNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: noEndpointNodePortsComnt},
+		{Name: mapFirewallIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: firewallIPsComment},
+	}
+}
+
+var (
+	ctNew   = nft.MatchCtStateNew{}
+	svcKeys = []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
+	npKeys  = []nft.Field{nft.FieldL4Proto, nft.FieldDport}
+)
+
+func jump(c string) nft.Verdict  { return nft.Verdict{Kind: nft.Jump, Chain: c} }
+func gotoC(c string) nft.Verdict { return nft.Verdict{Kind: nft.Goto, Chain: c} }
+
+func (r *renderer) rule(chain string, stmts ...nft.Stmt) *nft.Rule {
+	return &nft.Rule{Chain: chain, Stmts: stmts}
+}
+
+// nodePortMatch selects packets addressed to a NodePort address.
+func (r *renderer) nodePortMatch() []nft.Stmt {
+	if r.cfg.NodePortAllLocal {
+		m := []nft.Stmt{nft.MatchFibLocal{}}
+		if r.cfg.Family == model.IPv4 {
+			// Never NodePorts on 127.0.0.0/8 in nftables mode (upstream).
+			m = append(m, nft.MatchAddr{Negate: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+		}
+		return m
+	}
+	return []nft.Stmt{nft.MatchAddr{Set: setNodePortIPs}}
+}
+
+// fixedRules are the rules of the chains that do not depend on services.
+func (r *renderer) fixedRules() map[string][]*nft.Rule {
+	mask := r.cfg.markMask()
+	rules := map[string][]*nft.Rule{
+		chainFilterPrerouting: {r.rule(chainFilterPrerouting, ctNew, jump(chainFirewallCheck))},
+		chainFilterInput: {
+			r.rule(chainFilterInput, ctNew, jump(chainNodePortEndpointsCheck)),
+			r.rule(chainFilterInput, ctNew, jump(chainServiceEndpointsCheck)),
+		},
+		chainFilterForward: {
+			r.rule(chainFilterForward, ctNew, jump(chainServiceEndpointsCheck)),
+			r.rule(chainFilterForward, ctNew, jump(chainClusterIPsCheck)),
+		},
+		chainFilterOutput: {
+			r.rule(chainFilterOutput, ctNew, jump(chainServiceEndpointsCheck)),
+			r.rule(chainFilterOutput, ctNew, jump(chainFirewallCheck)),
+		},
+		chainFilterOutputPostDNAT: {r.rule(chainFilterOutputPostDNAT, ctNew, jump(chainClusterIPsCheck))},
+		chainNATPrerouting:        {r.rule(chainNATPrerouting, jump(chainServices))},
+		chainNATOutput:            {r.rule(chainNATOutput, jump(chainServices))},
+		chainNATPostrouting:       {r.rule(chainNATPostrouting, jump(chainMasquerading))},
+		chainMasquerading: {
+			r.rule(chainMasquerading, nft.MatchMarkZero{Mask: mask}, nft.Verdict{Kind: nft.Return}),
+			// Clear the mark so that a packet re-entering the stack (e.g.
+			// through a tunnel) is not masqueraded twice.
+			r.rule(chainMasquerading, nft.SetMarkXor{Mask: mask}),
+			r.rule(chainMasquerading, nft.Masquerade{}),
+		},
+		chainMarkForMasquerade: {r.rule(chainMarkForMasquerade, nft.SetMarkOr{Mask: mask})},
+		chainFirewallCheck:     {r.rule(chainFirewallCheck, nft.VmapLookup{Fields: svcKeys, Map: mapFirewallIPs})},
+		chainServiceEndpointsCheck: {
+			r.rule(chainServiceEndpointsCheck, nft.VmapLookup{Fields: svcKeys, Map: mapNoEndpointServices}),
+		},
+		chainNodePortEndpointsCheck: {
+			r.rule(chainNodePortEndpointsCheck, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapNoEndpointNodePorts})...),
+		},
+		chainReject: {r.rule(chainReject, nft.Reject{})},
+		chainServices: {
+			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
+			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),
+		},
+	}
+	cip := []*nft.Rule{{Chain: chainClusterIPsCheck, Stmts: []nft.Stmt{nft.MatchAddr{Set: setClusterIPs}, nft.Reject{}},
+		Comment: "Reject traffic to invalid ports of ClusterIPs"}}
+	if len(r.cfg.ServiceCIDRs) > 0 {
+		cip = append(cip, &nft.Rule{Chain: chainClusterIPsCheck, Stmts: []nft.Stmt{nft.MatchAddr{Prefixes: r.cfg.ServiceCIDRs}, nft.Verdict{Kind: nft.Drop}},
+			Comment: "Drop traffic to unallocated ClusterIPs"})
+	}
+	rules[chainClusterIPsCheck] = cip
+	return rules
+}
+
+// fixedChainOrder puts chains that others jump to first.
+var fixedChainOrder = []string{
+	chainReject, chainMarkForMasquerade, chainMasquerading, chainFirewallCheck, chainServiceEndpointsCheck,
+	chainNodePortEndpointsCheck, chainClusterIPsCheck, chainServices,
+}
+
+func (r *renderer) renderFull() {
+	tx := r.tx
+	tx.Add(&nft.Table{Family: r.cfg.family(), Name: r.cfg.table(), Comment: tableComment})
+	// Sets and maps are flushed and refilled: after a failure or at start
+	// we cannot trust that what we think is there is there.
+	for _, s := range r.sets() {
+		tx.Add(s)
+		tx.Flush(s)
+	}
+	fixed := r.fixedRules()
+	for _, name := range fixedChainOrder {
+		c := &nft.Chain{Name: name}
+		tx.Add(c)
+		tx.Flush(c)
+	}
+	for _, b := range baseChains {
+		c := &nft.Chain{Name: b.name, Type: b.typ, Hook: b.hook, Priority: b.priority}
+		tx.Add(c)
+		tx.Flush(c)
+	}
+	// Rules after all chains exist: the kernel refuses a jump to a chain
+	// that is not there yet.
+	for _, name := range fixedChainOrder {
+		tx.Add(toAny(fixed[name])...)
+	}
+	for _, b := range baseChains {
+		tx.Add(toAny(fixed[b.name])...)
+	}
+	for _, ip := range r.cfg.NodePortIPs {
+		tx.Add(&nft.Element{Set: setNodePortIPs, Key: []nft.Value{{Addr: ip}}})
+	}
+
+	names := r.in.State.SortedNames()
+	active := sets.New[string]()
+	for _, n := range names {
+		s := r.renderService(n, nil)
+		for c := range s.chains {
+			active.Insert(c)
+		}
+		active.Insert(s.sets...)
+	}
+	// Anything of ours in the kernel that no service uses any more (left by
+	// a previous run, or by a failed sync) becomes stale.
+	for _, c := range r.in.ExistingChains {
+		if isOurs(c) && !active.Has(c) {
+			r.markStale(c, false)
+		}
+	}
+	for _, s := range r.in.ExistingSets {
+		if isOurs(s) && !active.Has(s) {
+			r.markStale(s, true)
+		}
+	}
+	for name, st := range r.last.stale {
+		if active.Has(name) {
+			r.plan.stale[name] = nil
+		} else if _, marked := r.plan.stale[name]; !marked {
+			// Known stale from before but not listed: already gone.
+			if !slices.Contains(r.in.ExistingChains, name) && !slices.Contains(r.in.ExistingSets, name) {
+				r.plan.stale[name] = nil
+			} else {
+				s := st
+				r.plan.stale[name] = &s
+			}
+		}
+	}
+	r.flushElements()
+}
+
+func toAny[T any](xs []*T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+func (r *renderer) renderPartial() {
+	names := r.in.Changed.UnsortedList()
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	for _, n := range names {
+		old := r.last.services[n]
+		if _, ok := r.in.State.Services[n]; !ok {
+			r.removeService(n, old)
+			continue
+		}
+		r.renderService(n, old)
+	}
+	r.flushElements()
+}
+
+// markStale flushes a per-service object now and schedules its deletion.
+func (r *renderer) markStale(name string, isSet bool) {
+	if _, already := r.last.stale[name]; already {
+		return
+	}
+	if isSet {
+		r.tx.Flush(&nft.Set{Name: name})
+	} else {
+		r.tx.Flush(&nft.Chain{Name: name})
+	}
+	r.plan.stale[name] = &staleObj{since: r.in.Now, isSet: isSet}
+}
+
+// renderStale deletes per-service objects flushed at least staleDelay ago.
+func (r *renderer) renderStale() {
+	var names []string
+	for name, st := range r.last.stale {
+		if p, ok := r.plan.stale[name]; ok && p == nil {
+			continue // revived or gone
+		}
+		if r.in.Now.Sub(st.since) >= staleDelay {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	// Chains first: a chain may reference a set, never the other way round.
+	for _, isSet := range []bool{false, true} {
+		for _, name := range names {
+			st := r.last.stale[name]
+			if st.isSet != isSet {
+				continue
+			}
+			if isSet {
+				r.tx.Delete(&nft.Set{Name: name})
+			} else {
+				r.tx.Delete(&nft.Chain{Name: name})
+			}
+			r.plan.stale[name] = nil
+		}
+	}
+}
+
+func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
+	r.plan.services[n] = nil
+	if old == nil {
+		return
+	}
+	for _, e := range old.elems {
+		r.releaseElem(e)
+	}
+	for c := range old.chains {
+		r.markStale(c, false)
+	}
+	for _, s := range old.sets {
+		r.markStale(s, true)
+	}
+	if n.Protocol == model.UDP && len(old.reachable) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+	}
+}
+
+// owners returns the current owner list of a key, as changed by this plan.
+func (r *renderer) ownersOf(k elemKey) []*ownedElem {
+	if o, ok := r.plan.owners[k]; ok {
+		return o
+	}
+	if r.in.Full {
+		return nil
+	}
+	return r.last.owners[k]
+}
+
+func (r *renderer) noteBefore(k elemKey) {
+	if _, ok := r.before[k]; ok {
+		return
+	}
+	var cur *ownedElem
+	if o := r.ownersOf(k); len(o) > 0 {
+		cur = o[0]
+	}
+	r.before[k] = cur
+}
+
+func (r *renderer) releaseElem(e *ownedElem) {
+	r.noteBefore(e.key)
+	owners := r.ownersOf(e.key)
+	out := make([]*ownedElem, 0, len(owners))
+	for _, o := range owners {
+		if o.owner != e.owner {
+			out = append(out, o)
+		}
+	}
+	r.plan.owners[e.key] = out
+}
+
+// claimElem records that e's owner wants e. An owner that already held the
+// key keeps its place in the queue, so an unrelated change of the first
+// owner never hands the key to another service.
+func (r *renderer) claimElem(e *ownedElem) {
+	r.noteBefore(e.key)
+	owners := slices.Clone(r.ownersOf(e.key))
+	if i := slices.IndexFunc(owners, func(o *ownedElem) bool { return o.owner == e.owner }); i >= 0 {
+		owners[i] = e
+		r.plan.owners[e.key] = owners
+		return
+	}
+	owners = append(owners, e)
+	r.plan.owners[e.key] = owners
+	if len(owners) > 1 {
+		r.plan.Conflicts = append(r.plan.Conflicts, fmt.Sprintf("%s wants %s { %s } which %s already has", e.owner, e.key.set, e.key.key, owners[0].owner))
+	}
+}
+
+// flushElements emits, for every element key touched, the difference
+// between what the kernel held and what the first owner now wants.
+func (r *renderer) flushElements() {
+	keys := make([]elemKey, 0, len(r.before))
+	for k := range r.before {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b elemKey) int {
+		if c := strings.Compare(a.set, b.set); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	// Deletes first, then adds: a key whose value changes is deleted and
+	// re-added in the same transaction.
+	var adds []*nft.Element
+	for _, k := range keys {
+		before := r.before[k]
+		var after *ownedElem
+		if o := r.ownersOf(k); len(o) > 0 {
+			after = o[0]
+		}
+		switch {
+		case before == nil && after == nil:
+		case before == nil:
+			adds = append(adds, after.elem)
+		case after == nil:
+			r.tx.Delete(before.elem)
+		case !before.sameValue(after):
+			r.tx.Delete(before.elem)
+			adds = append(adds, after.elem)
+		case before.elem.Comment != after.elem.Comment:
+			// Same value, other owner: nothing the kernel cares about.
+		}
+	}
+	for _, e := range adds {
+		r.tx.Add(e)
+	}
+}
+
+func keyString(vals []nft.Value) string {
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		parts[i] = v.String()
+	}
+	return strings.Join(parts, " . ")
+}
+
+// serviceRender collects one service port's desired objects.
+type serviceRender struct {
+	name   model.ServicePortName
+	elems  []*ownedElem
+	chains map[string][]*nft.Rule
+	order  []string
+	sets   []*nft.Set
+}
+
+func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value) {
+	e := &nft.Element{Set: set, Key: key, Verdict: verdict, Comment: s.name.String()}
+	s.elems = append(s.elems, &ownedElem{owner: s.name, key: elemKey{set, keyString(key)}, elem: e})
+}
+
+func (s *serviceRender) chain(name string) {
+	if _, ok := s.chains[name]; !ok {
+		s.chains[name] = nil
+		s.order = append(s.order, name)
+	}
+}
+
+func (s *serviceRender) rule(chain string, comment string, stmts ...nft.Stmt) {
+	s.chain(chain)
+	s.chains[chain] = append(s.chains[chain], &nft.Rule{Chain: chain, Stmts: stmts, Comment: comment})
+}
+
+func hashRules(rules []*nft.Rule, tx *nft.Transaction) uint64 {
+	h := fnv.New64a()
+	t := nft.Transaction{Family: tx.Family, Table: tx.Table}
+	for _, r := range rules {
+		t.Ops = append(t.Ops[:0], nft.Op{Kind: nft.OpAdd, Rule: r})
+		h.Write([]byte(t.String()))
+	}
+	return h.Sum64()
+}
+
+// renderService renders one service port and emits what differs from old
+// (nil: render everything). It returns what will be applied.
+func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcApplied {
+	sp := r.in.State.Services[n]
+	eps := r.in.State.Endpoints[n]
+	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
+	s := r.describe(sp, sel)
+
+	applied := &svcApplied{sp: sp, chains: map[string]uint64{}, elems: s.elems, reachable: sel.AllReachable}
+	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
+	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
+		applied.stats.NoLocalInternal = true
+	}
+	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() && sel.HasAny && len(sel.Local) == 0 {
+		applied.stats.NoLocalExternal = true
+	}
+
+	// Sets before chains (rules reference them), chains before rules
+	// (rules jump between them), rules, then elements (they goto chains).
+	for _, set := range s.sets {
+		applied.sets = append(applied.sets, set.Name)
+		if old == nil || !slices.Contains(old.sets, set.Name) || r.isStale(set.Name) {
+			r.tx.Add(set)
+		}
+		if r.isStale(set.Name) {
+			r.plan.stale[set.Name] = nil
+		}
+	}
+	type pending struct {
+		name  string
+		rules []*nft.Rule
+	}
+	var writes []pending
+	for _, c := range s.order {
+		h := hashRules(s.chains[c], r.tx)
+		applied.chains[c] = h
+		stale := r.isStale(c)
+		if stale {
+			r.plan.stale[c] = nil
+		}
+		if old != nil && !stale {
+			if oh, ok := old.chains[c]; ok && oh == h {
+				continue // unchanged: no kernel work
+			}
+		}
+		ch := &nft.Chain{Name: c}
+		r.tx.Add(ch)
+		if (old != nil && old.chains[c] != 0) || stale || r.in.Full {
+			r.tx.Flush(ch)
+		}
+		writes = append(writes, pending{c, s.chains[c]})
+	}
+	for _, w := range writes {
+		r.tx.Add(toAny(w.rules)...)
+	}
+	if old != nil {
+		for c := range old.chains {
+			if _, ok := applied.chains[c]; !ok {
+				r.markStale(c, false)
+			}
+		}
+		for _, set := range old.sets {
+			if !slices.Contains(applied.sets, set) {
+				r.markStale(set, true)
+			}
+		}
+		wanted := sets.New[elemKey]()
+		for _, e := range s.elems {
+			wanted.Insert(e.key)
+		}
+		for _, e := range old.elems {
+			if !wanted.Has(e.key) {
+				r.releaseElem(e)
+			}
+		}
+		if n.Protocol == model.UDP {
+			var removed []*model.Endpoint
+			for _, e := range old.reachable {
+				if !slices.ContainsFunc(sel.AllReachable, func(x *model.Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {
+					removed = append(removed, e)
+				}
+			}
+			if len(removed) > 0 {
+				r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, removed})
+			}
+			if len(old.reachable) == 0 && len(sel.AllReachable) > 0 {
+				r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
+			}
+		}
+	} else if n.Protocol == model.UDP && len(sel.AllReachable) > 0 && !r.in.Full {
+		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
+	}
+	for _, e := range s.elems {
+		r.claimElem(e)
+	}
+	r.plan.services[n] = applied
+	return applied
+}
+
+func (r *renderer) isStale(name string) bool {
+	if p, ok := r.plan.stale[name]; ok {
+		return p != nil
+	}
+	_, ok := r.last.stale[name]
+	return ok
+}
+
+// describe decides a service port's chains, rules and elements, following
+// upstream's nftables proxier so that behaviour matches it exactly.
+func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
+	n := sp.Name
+	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}}
+	proto := sp.Protocol
+	port := uint16(sp.Port)
+	ipProto := nft.Value{Proto: proto}
+	svcPort := nft.Value{Port: port}
+
+	clusterChain := serviceChainName(prefixServiceChain, n)
+	localChain := serviceChainName(prefixLocalChain, n)
+	externalChain := serviceChainName(prefixExternalChain, n)
+	firewallChain := serviceChainName(prefixFirewallChain, n)
+
+	hasEndpoints := sel.HasAny
+	usesCluster := len(sel.Cluster) > 0 && sp.UsesClusterEndpoints()
+	usesLocal := len(sel.Local) > 0 && sp.UsesLocalEndpoints()
+
+	internalChain, hasInternal := clusterChain, hasEndpoints
+	if sp.InternalPolicyLocal {
+		internalChain = localChain
+		hasInternal = hasInternal && len(sel.Local) > 0
+	}
+	externalPolicyChain, hasExternal := clusterChain, hasEndpoints
+	if sp.ExternalPolicyLocal {
+		externalPolicyChain = localChain
+		hasExternal = hasExternal && len(sel.Local) > 0
+	}
+	usesExternalChain := hasEndpoints && sp.ExternallyAccessible()
+
+	rejectV := &nft.Verdict{Kind: nft.Goto, Chain: chainReject}
+	dropV := &nft.Verdict{Kind: nft.Drop}
+	var internalFilter, externalFilter *nft.Verdict
+	if !hasEndpoints {
+		internalFilter, externalFilter = rejectV, rejectV
+	} else {
+		if !hasInternal {
+			internalFilter = dropV
+		}
+		if !hasExternal {
+			externalFilter = dropV
+		}
+	}
+
+	// Endpoint chains exist first so that policy chains can goto them.
+	for _, e := range sel.AllReachable {
+		s.chain(endpointChainName(n, e))
+	}
+	if usesCluster {
+		s.chain(clusterChain)
+	}
+	if usesLocal {
+		s.chain(localChain)
+	}
+	if usesExternalChain {
+		s.chain(externalChain)
+	}
+
+	s.elem(setClusterIPs, nil, nft.Value{Addr: sp.ClusterIP})
+	if hasInternal {
+		s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: internalChain}, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
+	} else {
+		s.elem(mapNoEndpointServices, internalFilter, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
+	}
+	for _, ip := range sp.ExternalIPs {
+		if hasEndpoints {
+			s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, nft.Value{Addr: ip}, ipProto, svcPort)
+		}
+		if !hasExternal {
+			s.elem(mapNoEndpointServices, externalFilter, nft.Value{Addr: ip}, ipProto, svcPort)
+		}
+	}
+
+	vips := sp.LoadBalancerVIPs()
+	usesFirewall := len(vips) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	if usesFirewall {
+		sources := slices.Clone(sp.LoadBalancerSourceRanges)
+		// A node reaching its own LB VIP (often a local address) loops
+		// back with the VIP as source: allow that when the node itself is
+		// inside the ranges.
+		allowNode := false
+		for _, p := range sp.LoadBalancerSourceRanges {
+			for _, ip := range r.cfg.NodeIPs {
+				if p.Contains(ip) {
+					allowNode = true
+				}
+			}
+		}
+		if allowNode {
+			for _, ip := range vips {
+				sources = append(sources, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+		s.rule(firewallChain, "", nft.MatchAddr{Source: true, Negate: true, Prefixes: sources}, nft.Verdict{Kind: nft.Drop})
+	}
+	for _, ip := range vips {
+		if hasEndpoints {
+			s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, nft.Value{Addr: ip}, ipProto, svcPort)
+		}
+		if usesFirewall {
+			s.elem(mapFirewallIPs, &nft.Verdict{Kind: nft.Goto, Chain: firewallChain}, nft.Value{Addr: ip}, ipProto, svcPort)
+		}
+		if !hasExternal {
+			s.elem(mapNoEndpointServices, externalFilter, nft.Value{Addr: ip}, ipProto, svcPort)
+		}
+	}
+	if sp.NodePort != 0 {
+		np := nft.Value{Port: uint16(sp.NodePort)}
+		if hasEndpoints {
+			// NodePorts are not subject to loadBalancerSourceRanges.
+			s.elem(mapServiceNodePorts, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, ipProto, np)
+		}
+		if !hasExternal {
+			s.elem(mapNoEndpointNodePorts, externalFilter, ipProto, np)
+		}
+	}
+
+	masq := jump(chainMarkForMasquerade)
+	if hasInternal {
+		dst := []nft.Stmt{nft.MatchAddr{Prefixes: []netip.Prefix{netip.PrefixFrom(sp.ClusterIP, sp.ClusterIP.BitLen())}}, nft.MatchDport{Proto: proto, Port: port}}
+		if r.cfg.MasqueradeAll {
+			s.rule(internalChain, "", append(dst, masq)...)
+		} else if r.cfg.LocalDetector.Implemented() {
+			// Off-cluster traffic to a cluster IP (a static route to the
+			// service range via some node) may leave the node again.
+			stmts := append(slices.Clone(dst), r.cfg.LocalDetector.IfNotLocal...)
+			s.rule(internalChain, "", append(stmts, masq)...)
+		}
+	}
+	if usesExternalChain {
+		if !sp.ExternalPolicyLocal {
+			// Endpoints may be on other nodes: masquerade to get replies back.
+			s.rule(externalChain, "", masq)
+		} else {
+			if r.cfg.LocalDetector.Implemented() {
+				// Pod traffic to an external destination is treated as if
+				// it went out to the LB and came back: policy Cluster.
+				s.rule(externalChain, "short-circuit pod traffic", append(slices.Clone(r.cfg.LocalDetector.IfLocal), gotoC(clusterChain))...)
+			}
+			s.rule(externalChain, "masquerade local traffic", nft.MatchFibLocal{Source: true}, masq)
+			s.rule(externalChain, "short-circuit local traffic", nft.MatchFibLocal{Source: true}, gotoC(clusterChain))
+		}
+		if hasExternal {
+			s.rule(externalChain, "", gotoC(externalPolicyChain))
+		}
+	}
+	if sp.SessionAffinity() {
+		for _, e := range sel.AllReachable {
+			s.sets = append(s.sets, &nft.Set{
+				Name:    affinitySetName(n, e, sp.StickyMaxAgeSeconds),
+				Key:     []nft.DataType{r.addrType()},
+				Dynamic: true,
+				Timeout: time.Duration(sp.StickyMaxAgeSeconds) * time.Second,
+			})
+		}
+	}
+	if usesCluster {
+		r.endpointDispatch(s, sp, clusterChain, sel.Cluster)
+	}
+	if usesLocal {
+		r.endpointDispatch(s, sp, localChain, sel.Local)
+	}
+	for _, e := range sel.AllReachable {
+		c := endpointChainName(n, e)
+		// Hairpin: a pod reaching itself through its service must be
+		// masqueraded or it would answer itself directly.
+		s.rule(c, "", nft.MatchAddr{Source: true, Prefixes: []netip.Prefix{netip.PrefixFrom(e.IP, e.IP.BitLen())}}, masq)
+		if sp.SessionAffinity() {
+			s.rule(c, "", nft.UpdateSaddr{Set: affinitySetName(n, e, sp.StickyMaxAgeSeconds)})
+		}
+		s.rule(c, "", nft.DNAT{Proto: proto, To: e.AddrPort()})
+	}
+	return s
+}
+
+func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint) {
+	if sp.SessionAffinity() {
+		for _, e := range eps {
+			s.rule(chain, "", nft.MatchAddr{Source: true, Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)}, gotoC(endpointChainName(sp.Name, e)))
+		}
+	}
+	targets := make([]string, len(eps))
+	for i, e := range eps {
+		targets[i] = endpointChainName(sp.Name, e)
+	}
+	s.rule(chain, "", nft.NumgenVmap{Chains: targets})
+}

@@ -1,0 +1,252 @@
+// Package proxy runs the sync loop shared by every mode: it takes what the
+// change tracker collected, folds it into each IP family's State, decides
+// between a partial and a full sync, hands the work to the mode's Backend,
+// and reports the outcome to metrics and the health server.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// Request is one sync's work for one IP family.
+type Request struct {
+	State *model.State
+	// Changed are the service ports whose service or endpoints changed
+	// since the last successful sync of this family.
+	Changed sets.Set[model.ServicePortName]
+	Node    *model.Node
+	// Full asks the backend to rewrite everything.
+	Full bool
+	Now  time.Time
+}
+
+// Result is what a backend reports after a successful sync.
+type Result struct {
+	// HealthCheckPorts and LocalEndpoints feed the health check node
+	// port server (services with externalTrafficPolicy: Local).
+	HealthCheckPorts map[types.NamespacedName]uint16
+	LocalEndpoints   map[types.NamespacedName]int
+	// NoLocalEndpoints counts services whose Local policy has no local
+	// endpoint, by traffic policy ("internal", "external").
+	NoLocalEndpoints map[string]int
+}
+
+// Backend programs one IP family of one mode.
+type Backend interface {
+	Sync(ctx context.Context, req *Request) (*Result, error)
+}
+
+// HealthReporter is the part of the proxy health server the loop drives.
+type HealthReporter interface {
+	QueuedUpdate(v1.IPFamily)
+	Updated(v1.IPFamily)
+}
+
+// ServiceHealth is the part of the health check node port server the loop drives.
+type ServiceHealth interface {
+	SyncServices(map[types.NamespacedName]uint16) error
+	SyncEndpoints(map[types.NamespacedName]int) error
+}
+
+// Options configure a Loop.
+type Options struct {
+	Tracker  *model.Tracker
+	Backends map[v1.IPFamily]Backend
+	// SyncPeriod: a full sync runs at least this often.
+	SyncPeriod time.Duration
+	Clock      clock.PassiveClock
+	Health     HealthReporter // optional
+	Services   ServiceHealth  // optional
+}
+
+// Loop is the level-triggered sync: every call of Sync reconciles the
+// kernel with everything the tracker has seen.
+type Loop struct {
+	opts Options
+
+	mu       sync.Mutex
+	states   map[v1.IPFamily]*model.State
+	pending  map[v1.IPFamily]sets.Set[model.ServicePortName]
+	needFull map[v1.IPFamily]bool
+	lastFull map[v1.IPFamily]time.Time
+	node     *model.Node
+	// triggers: per family, the trigger times of changes not yet applied.
+	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
+}
+
+// New creates a loop; the first sync of each family is full.
+func New(opts Options) *Loop {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	l := &Loop{
+		opts:     opts,
+		states:   map[v1.IPFamily]*model.State{},
+		pending:  map[v1.IPFamily]sets.Set[model.ServicePortName]{},
+		needFull: map[v1.IPFamily]bool{},
+		lastFull: map[v1.IPFamily]time.Time{},
+		triggers: map[v1.IPFamily]map[types.NamespacedName]time.Time{},
+	}
+	for f := range opts.Backends {
+		l.states[f] = model.NewState(f)
+		l.pending[f] = sets.New[model.ServicePortName]()
+		l.needFull[f] = true
+		l.triggers[f] = map[types.NamespacedName]time.Time{}
+	}
+	return l
+}
+
+// QueuedUpdate tells the health server that work is waiting; wire it to the
+// tracker's OnChange together with the runner's Request.
+func (l *Loop) QueuedUpdate() {
+	for f := range l.opts.Backends {
+		if l.opts.Health != nil {
+			l.opts.Health.QueuedUpdate(f)
+		}
+		metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(string(f)).SetToCurrentTime()
+	}
+	svc, eps := l.opts.Tracker.Pending()
+	metrics.ServiceChangesPending.Set(float64(svc))
+	metrics.EndpointChangesPending.Set(float64(eps))
+}
+
+// State returns a copy of one family's current state (for debugging and tests).
+func (l *Loop) State(f v1.IPFamily) *model.State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.states[f]; ok {
+		return s.Clone()
+	}
+	return nil
+}
+
+// Sync runs one sync of every family. It never panics on bad input: a
+// failing family is retried in full at the next sync while the others go on.
+func (l *Loop) Sync(ctx context.Context) error {
+	if !l.opts.Tracker.HasSynced() {
+		klog.V(2).InfoS("Not syncing: sources have not synced yet")
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	u := l.opts.Tracker.Take()
+	metrics.ServiceChangesTotal.Add(float64(u.ServiceChanges))
+	metrics.EndpointChangesTotal.Add(float64(u.EndpointChanges))
+	metrics.ServiceChangesPending.Set(0)
+	metrics.EndpointChangesPending.Set(0)
+	if u.Node != nil || u.NodeDeleted {
+		if nodeNeedsFull(l.node, u.Node) {
+			klog.V(2).InfoS("Node changed in a way that affects rules; next sync is full")
+			for f := range l.needFull {
+				l.needFull[f] = true
+			}
+		}
+		l.node = u.Node
+	}
+	for f, st := range l.states {
+		l.pending[f].Insert(st.Apply(u.Families[f]).UnsortedList()...)
+	}
+	for f := range l.triggers {
+		for svc, t := range u.TriggerTimes {
+			if old, ok := l.triggers[f][svc]; !ok || t.Before(old) {
+				l.triggers[f][svc] = t
+			}
+		}
+	}
+
+	var errs []error
+	for f, b := range l.opts.Backends {
+		now := l.opts.Clock.Now()
+		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.opts.SyncPeriod
+		if !full && l.pending[f].Len() == 0 {
+			if l.opts.Health != nil {
+				l.opts.Health.Updated(f)
+			}
+			l.observeTriggers(f)
+			continue
+		}
+		req := &Request{State: l.states[f], Changed: l.pending[f], Node: l.node, Full: full, Now: now}
+		start := l.opts.Clock.Now()
+		res, err := b.Sync(ctx, req)
+		elapsed := l.opts.Clock.Since(start).Seconds()
+		fam := string(f)
+		metrics.SyncProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
+		if full {
+			metrics.SyncFullProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
+		} else {
+			metrics.SyncPartialProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
+		}
+		if err != nil {
+			// Keep the pending set: nothing of it is known to be applied.
+			klog.ErrorS(err, "Sync failed; the next sync will be full", "ipFamily", f, "full", full)
+			l.needFull[f] = true
+			errs = append(errs, fmt.Errorf("%s sync: %w", f, err))
+			continue
+		}
+		klog.V(2).InfoS("Synced", "ipFamily", f, "full", full, "changedServicePorts", l.pending[f].Len(), "seconds", elapsed)
+		l.pending[f] = sets.New[model.ServicePortName]()
+		l.needFull[f] = false
+		if full {
+			l.lastFull[f] = now
+		}
+		metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
+		if l.opts.Health != nil {
+			l.opts.Health.Updated(f)
+		}
+		l.observeTriggers(f)
+		if res != nil {
+			for policy, n := range res.NoLocalEndpoints {
+				metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(policy, fam).Set(float64(n))
+			}
+			// Health check ports are per service, not per family; the
+			// primary family's backend is authoritative.
+			if l.opts.Services != nil && f == l.opts.Tracker.Families()[0] {
+				if err := l.opts.Services.SyncServices(res.HealthCheckPorts); err != nil {
+					klog.ErrorS(err, "Failed to sync health check node ports")
+				}
+				if err := l.opts.Services.SyncEndpoints(res.LocalEndpoints); err != nil {
+					klog.ErrorS(err, "Failed to sync health check endpoint counts")
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// observeTriggers records network programming latency for every change
+// this family has now applied.
+func (l *Loop) observeTriggers(f v1.IPFamily) {
+	done := l.opts.Clock.Now()
+	for svc, t := range l.triggers[f] {
+		metrics.NetworkProgrammingLatency.WithLabelValues(string(f)).Observe(done.Sub(t).Seconds())
+		delete(l.triggers[f], svc)
+	}
+}
+
+// nodeNeedsFull reports whether a node change affects rules of every
+// service: topology labels, pod CIDRs (NodeCIDR local detection) or addresses.
+func nodeNeedsFull(old, cur *model.Node) bool {
+	if old == nil || cur == nil {
+		return old != cur
+	}
+	return !maps.Equal(old.Labels, cur.Labels) || fmt.Sprint(old.PodCIDRs) != fmt.Sprint(cur.PodCIDRs) ||
+		fmt.Sprint(old.Addresses) != fmt.Sprint(cur.Addresses)
+}

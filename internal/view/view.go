@@ -1,0 +1,241 @@
+// Package view turns the model into what `kproxy render` prints when it
+// shows the model rather than rules: each service port, its addresses, the
+// endpoints chosen for this node and why others were left out.
+package view
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// Snapshot is the whole view for one node.
+type Snapshot struct {
+	Node     string         `json:"node"`
+	Zone     string         `json:"zone,omitempty"`
+	Families []FamilyView   `json:"families"`
+	Skipped  []SkippedEntry `json:"skipped,omitempty"`
+}
+
+// SkippedEntry is an object or part of one that was left out, and why.
+type SkippedEntry struct {
+	Object string `json:"object"`
+	Reason string `json:"reason"`
+}
+
+// FamilyView is one IP family.
+type FamilyView struct {
+	Family   v1.IPFamily   `json:"family"`
+	Services []ServiceView `json:"services"`
+}
+
+// ServiceView is one service port.
+type ServiceView struct {
+	Name                     string         `json:"name"`
+	Type                     v1.ServiceType `json:"type"`
+	ClusterIP                string         `json:"clusterIP"`
+	Port                     int32          `json:"port"`
+	Protocol                 v1.Protocol    `json:"protocol"`
+	NodePort                 int32          `json:"nodePort,omitempty"`
+	ExternalIPs              []string       `json:"externalIPs,omitempty"`
+	LoadBalancerVIPs         []string       `json:"loadBalancerVIPs,omitempty"`
+	LoadBalancerProxyIPs     []string       `json:"loadBalancerProxyIPs,omitempty"`
+	LoadBalancerSourceRanges []string       `json:"loadBalancerSourceRanges,omitempty"`
+	SessionAffinitySeconds   int32          `json:"sessionAffinitySeconds,omitempty"`
+	ExternalTrafficPolicy    string         `json:"externalTrafficPolicy,omitempty"`
+	InternalTrafficPolicy    string         `json:"internalTrafficPolicy"`
+	HealthCheckNodePort      int32          `json:"healthCheckNodePort,omitempty"`
+	Topology                 string         `json:"topology,omitempty"`
+	// Cluster / Local are the endpoints used for each traffic policy.
+	Cluster  []string       `json:"clusterEndpoints,omitempty"`
+	Local    []string       `json:"localEndpoints,omitempty"`
+	Fallback string         `json:"fallback,omitempty"`
+	Excluded []ExcludedView `json:"excluded,omitempty"`
+	// Verdict says in one phrase what traffic meets.
+	Verdict string `json:"verdict"`
+}
+
+// ExcludedView is an endpoint left out, and why.
+type ExcludedView struct {
+	Endpoint string `json:"endpoint"`
+	Reason   string `json:"reason"`
+}
+
+// Build assembles the view of the given states for a node.
+func Build(states []*model.State, node *model.Node, nodeName string) *Snapshot {
+	s := &Snapshot{Node: nodeName, Zone: node.Zone()}
+	for _, st := range states {
+		fv := FamilyView{Family: st.Family}
+		for _, n := range st.SortedNames() {
+			fv.Services = append(fv.Services, service(st.Services[n], st.Endpoints[n], nodeName, node.Zone()))
+		}
+		s.Families = append(s.Families, fv)
+	}
+	return s
+}
+
+func strs[T fmt.Stringer](xs []T) []string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, x.String())
+	}
+	return out
+}
+
+func service(sp *model.ServicePort, eps []*model.Endpoint, nodeName, zone string) ServiceView {
+	sel := model.SelectEndpoints(sp, eps, nodeName, zone)
+	v := ServiceView{
+		Name:                     sp.Name.String(),
+		Type:                     sp.Type,
+		ClusterIP:                sp.ClusterIP.String(),
+		Port:                     sp.Port,
+		Protocol:                 sp.Protocol,
+		NodePort:                 sp.NodePort,
+		ExternalIPs:              strs(sp.ExternalIPs),
+		LoadBalancerVIPs:         strs(sp.LoadBalancerVIPs()),
+		LoadBalancerSourceRanges: strs(sp.LoadBalancerSourceRanges),
+		SessionAffinitySeconds:   sp.StickyMaxAgeSeconds,
+		InternalTrafficPolicy:    "Cluster",
+		HealthCheckNodePort:      sp.HealthCheckNodePort,
+		Topology:                 sel.Topology,
+		Cluster:                  strs(sel.Cluster),
+		Local:                    strs(sel.Local),
+	}
+	for _, in := range sp.LoadBalancerIngress {
+		if in.Proxy {
+			v.LoadBalancerProxyIPs = append(v.LoadBalancerProxyIPs, in.IP.String())
+		}
+	}
+	if sp.ExternallyAccessible() {
+		v.ExternalTrafficPolicy = "Cluster"
+		if sp.ExternalPolicyLocal {
+			v.ExternalTrafficPolicy = "Local"
+		}
+	}
+	if sp.InternalPolicyLocal {
+		v.InternalTrafficPolicy = "Local"
+	}
+	switch {
+	case sel.ClusterFallback && sel.LocalFallback:
+		v.Fallback = "no ready endpoints: using serving terminating ones"
+	case sel.ClusterFallback:
+		v.Fallback = "no ready endpoints: cluster traffic uses serving terminating ones"
+	case sel.LocalFallback:
+		v.Fallback = "no ready local endpoints: local traffic uses serving terminating ones"
+	}
+	for _, e := range eps {
+		if why, ok := sel.Excluded[e]; ok {
+			v.Excluded = append(v.Excluded, ExcludedView{Endpoint: e.String(), Reason: why})
+		}
+	}
+	v.Verdict = verdict(sp, sel)
+	return v
+}
+
+func verdict(sp *model.ServicePort, sel model.Selection) string {
+	switch {
+	case !sel.HasAny:
+		return "reject: no endpoints"
+	case sp.InternalPolicyLocal && len(sel.Local) == 0:
+		return "drop internal traffic: no local endpoints"
+	case sp.ExternalPolicyLocal && len(sel.Local) == 0:
+		return "drop external traffic: no local endpoints"
+	}
+	return fmt.Sprintf("load-balance over %d endpoint(s)", len(sel.AllReachable))
+}
+
+// WriteTable prints the view as aligned text for humans.
+func WriteTable(w io.Writer, s *Snapshot) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "# node %s", s.Node)
+	if s.Zone != "" {
+		fmt.Fprintf(tw, " (zone %s)", s.Zone)
+	}
+	fmt.Fprintln(tw)
+	for _, f := range s.Families {
+		fmt.Fprintf(tw, "\n## %s\n", f.Family)
+		fmt.Fprintln(tw, "SERVICE PORT\tTYPE\tADDRESSES\tPOLICY\tENDPOINTS FOR THIS NODE\tVERDICT")
+		for _, sv := range f.Services {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sv.Name, sv.Type, addresses(sv), policy(sv), endpoints(sv), sv.Verdict)
+			for _, ex := range sv.Excluded {
+				fmt.Fprintf(tw, "\t\t\t\t  - %s left out: %s\t\n", ex.Endpoint, ex.Reason)
+			}
+			if sv.Fallback != "" {
+				fmt.Fprintf(tw, "\t\t\t\t  ! %s\t\n", sv.Fallback)
+			}
+		}
+	}
+	if len(s.Skipped) > 0 {
+		fmt.Fprintln(tw, "\n## skipped")
+		for _, sk := range s.Skipped {
+			fmt.Fprintf(tw, "%s\t%s\n", sk.Object, sk.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func hostPort(ip string, port int32) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	return netip.AddrPortFrom(a, uint16(port)).String()
+}
+
+func addresses(sv ServiceView) string {
+	parts := []string{hostPort(sv.ClusterIP, sv.Port) + "/" + strings.ToLower(string(sv.Protocol))}
+	if sv.NodePort != 0 {
+		parts = append(parts, fmt.Sprintf("nodePort %d", sv.NodePort))
+	}
+	for _, ip := range sv.ExternalIPs {
+		parts = append(parts, "ext "+ip)
+	}
+	for _, ip := range sv.LoadBalancerVIPs {
+		parts = append(parts, "lb "+ip)
+	}
+	for _, ip := range sv.LoadBalancerProxyIPs {
+		parts = append(parts, "lb "+ip+" (ipMode Proxy: not captured)")
+	}
+	if len(sv.LoadBalancerSourceRanges) > 0 {
+		parts = append(parts, "from "+strings.Join(sv.LoadBalancerSourceRanges, ","))
+	}
+	if sv.HealthCheckNodePort != 0 {
+		parts = append(parts, fmt.Sprintf("health %d", sv.HealthCheckNodePort))
+	}
+	return strings.Join(parts, " ")
+}
+
+func policy(sv ServiceView) string {
+	p := "int=" + sv.InternalTrafficPolicy
+	if sv.ExternalTrafficPolicy != "" {
+		p += " ext=" + sv.ExternalTrafficPolicy
+	}
+	if sv.SessionAffinitySeconds > 0 {
+		p += fmt.Sprintf(" affinity=%ds", sv.SessionAffinitySeconds)
+	}
+	if sv.Topology != "" {
+		p += " topology=" + sv.Topology
+	}
+	return p
+}
+
+func endpoints(sv ServiceView) string {
+	var parts []string
+	if len(sv.Cluster) > 0 {
+		parts = append(parts, "cluster: "+strings.Join(sv.Cluster, ","))
+	}
+	if len(sv.Local) > 0 && !slices.Equal(sv.Local, sv.Cluster) {
+		parts = append(parts, "local: "+strings.Join(sv.Local, ","))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
