@@ -1,0 +1,252 @@
+// Package apiserver is the source that watches the Kubernetes API server, as
+// upstream kube-proxy does: shared informers for Services, EndpointSlices and
+// this node's Node object.
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/source"
+)
+
+// The list options upstream kube-proxy uses (cmd/kube-proxy/app/server.go).
+// The API server applies them, so objects meant for another proxy, headless
+// services and other nodes never reach us. They are also checked again on
+// our side (see the want* functions): a client that ignores selectors (the
+// fake clientset does) or an object that stops matching must not slip in.
+var (
+	// Services handed to another proxy carry this label; headless
+	// services have no cluster IP to program.
+	serviceLabelSelector = mustSelector(model.LabelServiceProxyName)
+	serviceFieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
+	// Upstream filters slices only on the headless label. The proxy-name
+	// label is not filtered here: the Tracker ignores slices whose Service
+	// it does not know.
+	sliceLabelSelector = mustSelector(model.LabelHeadless)
+)
+
+func mustSelector(noSuchLabel string) string {
+	req, err := labels.NewRequirement(noSuchLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*req).String()
+}
+
+func nodeFieldSelector(hostname string) string {
+	return fields.OneTermEqualSelector("metadata.name", hostname).String()
+}
+
+type apiSource struct {
+	client   kubernetes.Interface
+	hostname string
+	resync   time.Duration
+}
+
+// New returns a Source that watches client. hostname is this node's name:
+// only that Node object is watched. resync is the informers' resync period
+// (the config's configSyncPeriod; 0 disables resyncs): every resync
+// re-delivers every object as an update, as upstream does, so a state that
+// went wrong downstream is repaired.
+func New(client kubernetes.Interface, hostname string, resync time.Duration) source.Source {
+	return &apiSource{client: client, hostname: hostname, resync: resync}
+}
+
+// Run implements source.Source.
+func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
+	if s.hostname == "" {
+		return errors.New("apiserver source: empty hostname")
+	}
+	sh := &serialHandler{h: h}
+
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = serviceLabelSelector
+			o.FieldSelector = serviceFieldSelector
+		}))
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = sliceLabelSelector
+		}))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = nodeFieldSelector(s.hostname)
+		}))
+	factories := []informers.SharedInformerFactory{svcFactory, sliceFactory, nodeFactory}
+
+	// Handlers are registered before the informers start so that no
+	// initial object is missed, and the registrations (not the informers)
+	// are what we wait for: an informer has synced when its store is full,
+	// a registration only once its handler has been given every object of
+	// the initial list.
+	var regs []cache.ResourceEventHandlerRegistration
+	add := func(inf cache.SharedIndexInformer, hf cache.ResourceEventHandlerFuncs) error {
+		reg, err := inf.AddEventHandler(hf)
+		if err != nil {
+			return err
+		}
+		regs = append(regs, reg)
+		return nil
+	}
+	errs := []error{
+		add(svcFactory.Core().V1().Services().Informer(), handlerFuncs(wantService, sh.ServiceUpdated, sh.ServiceDeleted)),
+		add(sliceFactory.Discovery().V1().EndpointSlices().Informer(), handlerFuncs(wantSlice, sh.EndpointSliceUpdated, sh.EndpointSliceDeleted)),
+		add(nodeFactory.Core().V1().Nodes().Informer(), handlerFuncs(s.wantNode, sh.NodeUpdated, sh.NodeDeleted)),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("apiserver source: adding event handlers: %w", err)
+	}
+
+	// The informers stop with ctx; Shutdown then waits for their
+	// goroutines, and the handler is closed so that nothing is delivered
+	// after Run returns.
+	defer func() {
+		sh.close()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+
+	klog.InfoS("Waiting for Services, EndpointSlices and Node to sync", "node", s.hostname)
+	synced := make([]cache.InformerSynced, len(regs))
+	for i, r := range regs {
+		synced[i] = r.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("apiserver source: caches did not sync: %w", context.Cause(ctx))
+	}
+	klog.InfoS("Services, EndpointSlices and Node synced", "node", s.hostname)
+	sh.Synced()
+	<-ctx.Done()
+	return nil
+}
+
+func wantService(svc *v1.Service) bool {
+	_, other := svc.Labels[model.LabelServiceProxyName]
+	return !other && svc.Spec.ClusterIP != v1.ClusterIPNone
+}
+
+func wantSlice(s *discovery.EndpointSlice) bool {
+	_, headless := s.Labels[model.LabelHeadless]
+	return !headless
+}
+
+func (s *apiSource) wantNode(n *v1.Node) bool { return n.Name == s.hostname }
+
+// handlerFuncs adapts typed callbacks to an informer handler. An object that
+// does not match want is not delivered; one that stops matching is delivered
+// as deleted, as the API server's own selector filtering would.
+func handlerFuncs[T interface {
+	*v1.Service | *discovery.EndpointSlice | *v1.Node
+}](want func(T) bool, updated, deleted func(T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok && want(o) {
+				updated(o)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok := newObj.(T)
+			if !ok {
+				return
+			}
+			if want(o) {
+				updated(o)
+				return
+			}
+			if old, ok := oldObj.(T); ok && want(old) {
+				deleted(old)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			// When the watch missed the deletion, the informer hands
+			// over the last state it knew, wrapped in a tombstone.
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			o, ok := obj.(T)
+			if !ok {
+				klog.ErrorS(nil, "Unexpected object in delete event", "type", fmt.Sprintf("%T", obj))
+				return
+			}
+			if want(o) {
+				deleted(o)
+			}
+		},
+	}
+}
+
+// serialHandler serializes calls from the three informers' goroutines, so a
+// handler sees one ordered stream, and drops calls once closed.
+type serialHandler struct {
+	mu     sync.Mutex
+	h      model.EventHandler
+	closed bool
+}
+
+func (s *serialHandler) do(f func(model.EventHandler)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		f(s.h)
+	}
+}
+
+func (s *serialHandler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+func (s *serialHandler) ServiceUpdated(o *v1.Service) {
+	klog.V(5).InfoS("Service updated", "service", klog.KObj(o), "resourceVersion", o.ResourceVersion)
+	s.do(func(h model.EventHandler) { h.ServiceUpdated(o) })
+}
+
+func (s *serialHandler) ServiceDeleted(o *v1.Service) {
+	klog.V(5).InfoS("Service deleted", "service", klog.KObj(o))
+	s.do(func(h model.EventHandler) { h.ServiceDeleted(o) })
+}
+
+func (s *serialHandler) EndpointSliceUpdated(o *discovery.EndpointSlice) {
+	klog.V(5).InfoS("EndpointSlice updated", "endpointSlice", klog.KObj(o), "resourceVersion", o.ResourceVersion)
+	s.do(func(h model.EventHandler) { h.EndpointSliceUpdated(o) })
+}
+
+func (s *serialHandler) EndpointSliceDeleted(o *discovery.EndpointSlice) {
+	klog.V(5).InfoS("EndpointSlice deleted", "endpointSlice", klog.KObj(o))
+	s.do(func(h model.EventHandler) { h.EndpointSliceDeleted(o) })
+}
+
+func (s *serialHandler) NodeUpdated(o *v1.Node) {
+	klog.V(5).InfoS("Node updated", "node", klog.KObj(o), "resourceVersion", o.ResourceVersion)
+	s.do(func(h model.EventHandler) { h.NodeUpdated(o) })
+}
+
+func (s *serialHandler) NodeDeleted(o *v1.Node) {
+	klog.V(5).InfoS("Node deleted", "node", klog.KObj(o))
+	s.do(func(h model.EventHandler) { h.NodeDeleted(o) })
+}
+
+func (s *serialHandler) Synced() {
+	s.do(func(h model.EventHandler) { h.Synced() })
+}
