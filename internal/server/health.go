@@ -1,0 +1,211 @@
+// Package server holds kproxy's HTTP servers: the proxy health server
+// (/healthz, /livez), the metrics server (/metrics, /proxyMode, /configz,
+// /healthz, pprof) and the per-service health check node ports used by load
+// balancers for externalTrafficPolicy: Local.
+//
+// Wire formats follow upstream kube-proxy v1.37 (cmd/kube-proxy/app/server.go
+// and pkg/proxy/healthcheck), so probes, load balancers and scrapers written
+// for kube-proxy keep working.
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kproxy/kproxy/internal/metrics"
+)
+
+// ToBeDeletedTaint is the taint the Cluster Autoscaler puts on a node it is
+// about to delete. Load balancers should stop sending new connections to
+// such a node, so /healthz reports it unhealthy.
+const ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// ProxierHealth is the health of the proxier of one IP family.
+type ProxierHealth struct {
+	LastUpdated time.Time `json:"lastUpdated"`
+	Healthy     bool      `json:"healthy"`
+}
+
+// HealthStatus is what /healthz and /livez answer, field for field as
+// upstream's ProxyHealth. Times marshal as RFC 3339 with nanoseconds.
+type HealthStatus struct {
+	// LastUpdated is the most recent successful sync of any IP family. The
+	// handlers replace it with CurrentTime when healthy, as upstream does
+	// for compatibility with old clients that read it as "loop is alive".
+	LastUpdated time.Time `json:"lastUpdated"`
+	CurrentTime time.Time `json:"currentTime"`
+	// NodeEligible is only set in /healthz answers.
+	NodeEligible *bool `json:"nodeEligible,omitempty"`
+	// Healthy is true when every IP family's proxier is healthy.
+	Healthy bool `json:"healthy"`
+	// Status is the health of each IP family that has synced at least once.
+	Status map[v1.IPFamily]ProxierHealth `json:"status,omitempty"`
+}
+
+// ProxyHealth tracks whether the proxy applies the changes it receives in
+// time, and whether this node should receive load-balancer traffic.
+//
+// A proxier is unhealthy when an update was queued (QueuedUpdate) and not
+// applied (Updated) within healthTimeout; upstream passes 2 × syncPeriod.
+// As upstream, an IP family that has never completed a sync counts as
+// starting up and healthy: a long first sync must not get the pod killed
+// by a liveness probe on /livez.
+type ProxyHealth struct {
+	clk           clock.PassiveClock
+	healthTimeout time.Duration
+
+	mu sync.RWMutex
+	// lastUpdated is the time of the last successful sync per IP family.
+	lastUpdated map[v1.IPFamily]time.Time
+	// oldestPending is the time of the oldest update queued since the last
+	// successful sync, per IP family.
+	oldestPending map[v1.IPFamily]time.Time
+	nodeEligible  bool
+}
+
+// NewProxyHealth returns a ProxyHealth with the given timeout. clk is the
+// source of "now" (a fake clock in tests).
+func NewProxyHealth(healthTimeout time.Duration, clk clock.PassiveClock) *ProxyHealth {
+	return &ProxyHealth{
+		clk:           clk,
+		healthTimeout: healthTimeout,
+		lastUpdated:   map[v1.IPFamily]time.Time{},
+		oldestPending: map[v1.IPFamily]time.Time{},
+		// Eligible until a Node event says otherwise: the node is not known
+		// yet while kproxy starts.
+		nodeEligible: true,
+	}
+}
+
+// QueuedUpdate records that the proxier of family received a change it has
+// not applied yet. Only the oldest pending change counts.
+func (h *ProxyHealth) QueuedUpdate(family v1.IPFamily) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, pending := h.oldestPending[family]; !pending {
+		h.oldestPending[family] = h.clk.Now()
+	}
+}
+
+// Updated records that the proxier of family successfully applied all
+// changes it had.
+func (h *ProxyHealth) Updated(family v1.IPFamily) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.oldestPending, family)
+	h.lastUpdated[family] = h.clk.Now()
+}
+
+// SyncNode updates node eligibility from this node's Node object. A node
+// that is being deleted, tainted ToBeDeletedByClusterAutoscaler, or gone
+// (nil) is not eligible for load-balancer traffic.
+func (h *ProxyHealth) SyncNode(node *v1.Node) {
+	eligible := nodeEligible(node)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if eligible != h.nodeEligible {
+		klog.InfoS("Node eligibility for load balancer traffic changed", "eligible", eligible)
+	}
+	h.nodeEligible = eligible
+}
+
+func nodeEligible(node *v1.Node) bool {
+	if node == nil || !node.DeletionTimestamp.IsZero() {
+		return false
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == ToBeDeletedTaint {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeEligible reports whether the node should receive load-balancer
+// traffic.
+func (h *ProxyHealth) NodeEligible() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.nodeEligible
+}
+
+// Health returns the proxy's health, ignoring node eligibility (as /livez).
+func (h *ProxyHealth) Health() HealthStatus {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	now := h.clk.Now()
+	st := HealthStatus{
+		CurrentTime: now,
+		Healthy:     true,
+		Status:      make(map[v1.IPFamily]ProxierHealth, len(h.lastUpdated)),
+	}
+	for family, last := range h.lastUpdated {
+		if last.After(st.LastUpdated) {
+			st.LastUpdated = last
+		}
+		healthy := true
+		if queued, pending := h.oldestPending[family]; pending && now.Sub(queued) >= h.healthTimeout {
+			healthy = false
+			st.Healthy = false
+		}
+		st.Status[family] = ProxierHealth{LastUpdated: last, Healthy: healthy}
+	}
+	return st
+}
+
+// IsHealthy is Health().Healthy.
+func (h *ProxyHealth) IsHealthy() bool {
+	return h.Health().Healthy
+}
+
+// HealthzHandler answers /healthz: healthy and node eligible → 200, else
+// 503. Load balancers for externalTrafficPolicy: Cluster probe this.
+func (h *ProxyHealth) HealthzHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st := h.Health()
+		eligible := h.NodeEligible()
+		st.NodeEligible = &eligible
+		h.write(w, st, st.Healthy && eligible, metrics.ProxyHealthzTotal)
+	})
+}
+
+// LivezHandler answers /livez: proxy healthy → 200, else 503. Node
+// eligibility does not matter: a node being drained still needs a working
+// proxy.
+func (h *ProxyHealth) LivezHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st := h.Health()
+		h.write(w, st, st.Healthy, metrics.ProxyLivezTotal)
+	})
+}
+
+// write sends st as JSON with 200 or 503, counting the answer in counter by
+// status code.
+func (h *ProxyHealth) write(w http.ResponseWriter, st HealthStatus, healthy bool, counter *prometheus.CounterVec) {
+	code := http.StatusOK
+	if healthy {
+		// Upstream compatibility: a healthy answer reports lastUpdated as
+		// now, the meaning it had when it was the sync loop's heartbeat.
+		st.LastUpdated = h.clk.Now()
+	} else {
+		code = http.StatusServiceUnavailable
+	}
+	body, err := json.Marshal(st)
+	if err != nil {
+		// Cannot happen with these types; answer the status anyway.
+		klog.ErrorS(err, "Failed to encode health status")
+	}
+	counter.WithLabelValues(strconv.Itoa(code)).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
