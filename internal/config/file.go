@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -49,9 +50,19 @@ func loadConfigFile(path string) (*v1alpha1.KubeProxyConfiguration, []error, err
 // decodeConfig decodes data and returns, separately, the strict decoding
 // problems (unknown or duplicate fields) that upstream tolerates.
 func decodeConfig(data []byte) (*v1alpha1.KubeProxyConfiguration, []error, error) {
-	js, err := yaml.YAMLToJSON(data)
+	var strictErrs []error
+	// The YAML-to-JSON step is where duplicate keys are seen: the strict
+	// conversion rejects them, the lenient one keeps the last value.
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		dups := duplicateKeyErrors(err)
+		if len(dups) == 0 {
+			return nil, nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		}
+		strictErrs = append(strictErrs, dups...)
+		if js, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		}
 	}
 	// Check the type before the fields, so that a file of another kind gets
 	// a clear error rather than a list of "unknown fields".
@@ -77,11 +88,33 @@ func decodeConfig(data []byte) (*v1alpha1.KubeProxyConfiguration, []error, error
 	// UnmarshalStrict stores everything it can decode and reports the
 	// strict-mode problems separately, which is exactly the lenient
 	// fallback upstream does in a second pass.
-	strictErrs, err := sigsjson.UnmarshalStrict(js, c)
+	fieldErrs, err := sigsjson.UnmarshalStrict(js, c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decoding: %w", err)
 	}
-	return c, strictErrs, nil
+	return c, append(strictErrs, fieldErrs...), nil
+}
+
+// duplicateKeyErrors turns the YAML parser's report of duplicate keys
+// ("yaml: unmarshal errors:" then one `line N: key "x" already set in map`
+// per duplicate) into `duplicate field "x" (line N)` errors. It returns
+// nothing when err is about anything else.
+func duplicateKeyErrors(err error) []error {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) < 2 || lines[0] != "yaml: unmarshal errors:" {
+		return nil
+	}
+	var dups []error
+	for _, line := range lines[1:] {
+		pos, rest, ok := strings.Cut(strings.TrimSpace(line), ": key ")
+		quoted, ok2 := strings.CutSuffix(rest, " already set in map")
+		key, uerr := strconv.Unquote(quoted)
+		if !ok || !ok2 || uerr != nil {
+			return nil
+		}
+		dups = append(dups, fmt.Errorf("duplicate field %q (%s)", key, pos))
+	}
+	return dups
 }
 
 // strictErrorFields extracts the quoted field paths from sigs.k8s.io/json
