@@ -1,0 +1,152 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ParseError is a problem in the ruleset text, or an operation the kernel
+// would refuse (a rule in a missing chain, deleting a referenced chain...).
+type ParseError struct {
+	Line int    // 1-based line number in the text given to ParseNFT or Apply
+	Text string // that line, trimmed
+	Err  error
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("line %d: %v: %q", e.Line, e.Err, e.Text)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// token is one word of a line. Quoted strings keep their unquoted value and
+// are flagged so that a comment "{" is never taken for a brace.
+type token struct {
+	s      string
+	quoted bool
+}
+
+// tokenize splits one line. Braces, semicolons and commas are tokens of
+// their own even when glued to a word ("accept;", "dynamic,timeout", "a,"):
+// no name or value kproxy writes contains them. Colons are not split: they
+// occur inside IPv6 addresses and "addr:port", and the ':' of map elements is
+// always surrounded by spaces, in text.go's output and in nft's own. A '#'
+// outside quotes starts a comment (nft -a prints "# handle N").
+func tokenize(line string) ([]token, error) {
+	var toks []token
+	i := 0
+	for i < len(line) {
+		c := line[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\r':
+			i++
+		case c == '#':
+			return toks, nil
+		case c == '{' || c == '}' || c == ';' || c == ',':
+			toks = append(toks, token{s: string(c)})
+			i++
+		case c == '"':
+			q, err := strconv.QuotedPrefix(line[i:])
+			if err != nil {
+				return nil, errors.New("unterminated or invalid quoted string")
+			}
+			s, err := strconv.Unquote(q)
+			if err != nil {
+				return nil, fmt.Errorf("invalid quoted string %s", q)
+			}
+			toks = append(toks, token{s: s, quoted: true})
+			i += len(q)
+		default:
+			j := i
+			for j < len(line) && !strings.ContainsRune(" \t\r#{};,\"", rune(line[j])) {
+				j++
+			}
+			toks = append(toks, token{s: line[i:j]})
+			i = j
+		}
+	}
+	return toks, nil
+}
+
+// cursor walks the tokens of one line.
+type cursor struct {
+	toks []token
+	pos  int
+}
+
+func (c *cursor) done() bool { return c.pos >= len(c.toks) }
+
+// peek returns the next bare word, or "" at the end or before a quoted string.
+func (c *cursor) peek() string {
+	if c.done() || c.toks[c.pos].quoted {
+		return ""
+	}
+	return c.toks[c.pos].s
+}
+
+// peekAt is peek n tokens ahead.
+func (c *cursor) peekAt(n int) string {
+	if c.pos+n >= len(c.toks) || c.toks[c.pos+n].quoted {
+		return ""
+	}
+	return c.toks[c.pos+n].s
+}
+
+// word consumes a bare word.
+func (c *cursor) word(what string) (string, error) {
+	if c.done() {
+		return "", fmt.Errorf("expected %s, found end of line", what)
+	}
+	t := c.toks[c.pos]
+	if t.quoted {
+		return "", fmt.Errorf("expected %s, found quoted string %q", what, t.s)
+	}
+	c.pos++
+	return t.s, nil
+}
+
+// quoted consumes a quoted string (or a bare word: nft accepts both for
+// comments and interface names).
+func (c *cursor) quoted(what string) (string, error) {
+	if c.done() {
+		return "", fmt.Errorf("expected %s, found end of line", what)
+	}
+	t := c.toks[c.pos]
+	if !t.quoted && strings.ContainsAny(t.s, "{};,") {
+		return "", fmt.Errorf("expected %s, found %q", what, t.s)
+	}
+	c.pos++
+	return t.s, nil
+}
+
+// expect consumes one of the given words.
+func (c *cursor) expect(words ...string) (string, error) {
+	w, err := c.word(strings.Join(words, " or "))
+	if err != nil {
+		return "", err
+	}
+	for _, x := range words {
+		if w == x {
+			return w, nil
+		}
+	}
+	return "", fmt.Errorf("expected %s, found %q", strings.Join(words, " or "), w)
+}
+
+// accept consumes the next word if it is w.
+func (c *cursor) accept(w string) bool {
+	if c.peek() == w {
+		c.pos++
+		return true
+	}
+	return false
+}
+
+func (c *cursor) end() error {
+	if !c.done() {
+		return fmt.Errorf("unexpected %q", c.toks[c.pos].s)
+	}
+	return nil
+}

@@ -1,0 +1,492 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+)
+
+// parseRule reads the statements of a rule and its trailing comment: every
+// shape text.go prints, plus the small variations `nft list` prints for
+// them ("counter packets N bytes M", "== 0x00000000", "reject with ...").
+func parseRule(c *cursor, f nft.Family) ([]nft.Stmt, string, error) {
+	var stmts []nft.Stmt
+	comment := ""
+	final := false // a verdict was seen: only a comment may follow
+	for !c.done() {
+		if c.toks[c.pos].quoted {
+			return nil, "", fmt.Errorf("unexpected quoted string %q", c.toks[c.pos].s)
+		}
+		w := c.peek()
+		if w == "comment" {
+			c.pos++
+			s, err := c.quoted("comment")
+			if err != nil {
+				return nil, "", err
+			}
+			comment = s
+			if err := c.end(); err != nil {
+				return nil, "", fmt.Errorf("after comment: %w", err)
+			}
+			break
+		}
+		if final {
+			return nil, "", fmt.Errorf("statement %q after a verdict", w)
+		}
+		s, err := parseStmt(c, f)
+		if err != nil {
+			return nil, "", err
+		}
+		switch s.(type) {
+		case nft.Verdict, nft.NumgenVmap, nft.Reject:
+			final = true
+		}
+		stmts = append(stmts, s)
+	}
+	if len(stmts) == 0 {
+		return nil, "", errors.New("rule without statements")
+	}
+	return stmts, comment, nil
+}
+
+func addrKeyword(f nft.Family) string {
+	if f == nft.IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
+	w, _ := c.word("statement")
+	switch w {
+	case "ct":
+		if _, err := c.expect("state"); err != nil {
+			return nil, err
+		}
+		if _, err := c.expect("new"); err != nil {
+			return nil, fmt.Errorf("only ct state new is supported: %w", err)
+		}
+		return nft.MatchCtStateNew{}, nil
+	case "ip", "ip6":
+		if w != addrKeyword(f) {
+			return nil, fmt.Errorf("%q match in a table of family %s", w, f)
+		}
+		fl, err := c.expect("saddr", "daddr")
+		if err != nil {
+			return nil, err
+		}
+		field := nft.FieldDaddr
+		if fl == "saddr" {
+			field = nft.FieldSaddr
+		}
+		if p := c.peek(); p == "." || p == "vmap" {
+			return parseVmap(c, f, field)
+		}
+		return parseAddrMatch(c, f, field == nft.FieldSaddr)
+	case "meta":
+		k, err := c.expect("l4proto", "mark", "iifname")
+		if err != nil {
+			return nil, err
+		}
+		switch k {
+		case "l4proto":
+			if p := c.peek(); p == "." || p == "vmap" {
+				return parseVmap(c, f, nft.FieldL4Proto)
+			}
+			pw, err := c.word("protocol")
+			if err != nil {
+				return nil, err
+			}
+			proto, err := parseProto(pw)
+			if err != nil {
+				return nil, err
+			}
+			if !c.accept("dnat") {
+				return nft.MatchL4Proto{Proto: proto}, nil
+			}
+			return parseDNAT(c, f, proto)
+		case "mark":
+			return parseMark(c)
+		default:
+			return parseIifname(c)
+		}
+	case "iifname":
+		return parseIifname(c)
+	case "th":
+		if _, err := c.expect("dport"); err != nil {
+			return nil, err
+		}
+		if p := c.peek(); p != "." && p != "vmap" {
+			return nil, errors.New("th dport is only supported as a map lookup key")
+		}
+		return parseVmap(c, f, nft.FieldDport)
+	case "tcp", "udp", "sctp":
+		if _, err := c.expect("dport"); err != nil {
+			return nil, err
+		}
+		pw, err := c.word("port")
+		if err != nil {
+			return nil, err
+		}
+		port, err := parsePort(pw)
+		if err != nil {
+			return nil, err
+		}
+		proto, _ := parseProto(w)
+		return nft.MatchDport{Proto: proto, Port: port}, nil
+	case "fib":
+		dir, err := c.expect("saddr", "daddr")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.expect("type"); err != nil {
+			return nil, err
+		}
+		if _, err := c.expect("local"); err != nil {
+			return nil, fmt.Errorf("only fib ... type local is supported: %w", err)
+		}
+		return nft.MatchFibLocal{Source: dir == "saddr"}, nil
+	case "masquerade":
+		// text.go always writes fully-random; a bare masquerade has the
+		// same effect on where the packet goes.
+		c.accept("fully-random")
+		return nft.Masquerade{}, nil
+	case "update":
+		return parseUpdate(c, f)
+	case "numgen":
+		return parseNumgen(c)
+	case "reject":
+		if c.accept("with") {
+			// "with tcp reset", "with icmp [type] port-unreachable",
+			// "with icmpv6 ...", "with icmpx ...": all reject the packet.
+			kind, err := c.expect("tcp", "icmp", "icmpv6", "icmpx")
+			if err != nil {
+				return nil, err
+			}
+			if kind == "tcp" {
+				if _, err := c.expect("reset"); err != nil {
+					return nil, err
+				}
+			} else {
+				c.accept("type")
+				if _, err := c.word("icmp code"); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return nft.Reject{}, nil
+	case "counter":
+		if c.accept("packets") {
+			for i, what := range []string{"packet count", "bytes", "byte count"} {
+				x, err := c.word(what)
+				if err != nil {
+					return nil, err
+				}
+				if i == 1 {
+					if x != "bytes" {
+						return nil, fmt.Errorf("expected bytes, found %q", x)
+					}
+				} else if _, err := strconv.ParseUint(x, 10, 64); err != nil {
+					return nil, fmt.Errorf("invalid %s %q", what, x)
+				}
+			}
+		}
+		return nft.Counter{}, nil
+	case "accept", "drop", "return", "jump", "goto":
+		c.pos--
+		return parseVerdict(c)
+	}
+	return nil, fmt.Errorf("unsupported statement %q", w)
+}
+
+// parseVmap reads the rest of "FIELD [. FIELD]... vmap @MAP", the first
+// field already consumed.
+func parseVmap(c *cursor, f nft.Family, first nft.Field) (nft.Stmt, error) {
+	fields := []nft.Field{first}
+	for c.accept(".") {
+		w, err := c.word("lookup field")
+		if err != nil {
+			return nil, err
+		}
+		var fl nft.Field
+		switch w {
+		case addrKeyword(f):
+			x, err := c.expect("saddr", "daddr")
+			if err != nil {
+				return nil, err
+			}
+			fl = nft.Field(x)
+		case "meta":
+			if _, err := c.expect("l4proto"); err != nil {
+				return nil, err
+			}
+			fl = nft.FieldL4Proto
+		case "th":
+			if _, err := c.expect("dport"); err != nil {
+				return nil, err
+			}
+			fl = nft.FieldDport
+		default:
+			return nil, fmt.Errorf("unsupported lookup field %q", w)
+		}
+		fields = append(fields, fl)
+	}
+	if _, err := c.expect("vmap"); err != nil {
+		return nil, err
+	}
+	m, err := c.word("@map")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(m, "@") || len(m) == 1 {
+		return nil, fmt.Errorf("only named verdict maps (@name) are supported, found %q", m)
+	}
+	return nft.VmapLookup{Fields: fields, Map: m[1:]}, nil
+}
+
+// parseAddrMatch reads "[!=] ADDR|PREFIX|{ A, B/n }|@SET".
+func parseAddrMatch(c *cursor, f nft.Family, source bool) (nft.Stmt, error) {
+	m := nft.MatchAddr{Source: source}
+	if c.accept("!=") {
+		m.Negate = true
+	} else {
+		c.accept("==")
+	}
+	w, err := c.word("address, prefix, { list } or @set")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.HasPrefix(w, "@") && len(w) > 1:
+		m.Set = w[1:]
+		return m, nil
+	case w == "{":
+		for {
+			x, err := c.word("address or prefix")
+			if err != nil {
+				return nil, err
+			}
+			p, err := familyPrefix(f, x)
+			if err != nil {
+				return nil, err
+			}
+			m.Prefixes = append(m.Prefixes, p)
+			if !c.accept(",") {
+				break
+			}
+			if c.peek() == "}" {
+				break
+			}
+		}
+		if _, err := c.expect("}"); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	p, err := familyPrefix(f, w)
+	if err != nil {
+		return nil, err
+	}
+	m.Prefixes = []netip.Prefix{p}
+	return m, nil
+}
+
+func familyPrefix(f nft.Family, w string) (netip.Prefix, error) {
+	p, err := parsePrefix(w)
+	if err != nil {
+		return p, err
+	}
+	if p.Addr().Is4() != (f == nft.IPv4) {
+		return p, fmt.Errorf("address %s in a table of family %s", w, f)
+	}
+	return p, nil
+}
+
+// parseMark reads the rest of "meta mark & MASK == 0" or "meta mark set meta
+// mark |/^ MASK".
+func parseMark(c *cursor) (nft.Stmt, error) {
+	op, err := c.expect("&", "set")
+	if err != nil {
+		return nil, err
+	}
+	if op == "&" {
+		mask, err := parseMask(c)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.expect("=="); err != nil {
+			return nil, err
+		}
+		v, err := parseMask(c)
+		if err != nil {
+			return nil, err
+		}
+		if v != 0 {
+			return nil, errors.New("only meta mark & MASK == 0 is supported")
+		}
+		return nft.MatchMarkZero{Mask: mask}, nil
+	}
+	if _, err := c.expect("meta"); err != nil {
+		return nil, err
+	}
+	if _, err := c.expect("mark"); err != nil {
+		return nil, err
+	}
+	bop, err := c.expect("|", "^", "or", "xor")
+	if err != nil {
+		return nil, err
+	}
+	mask, err := parseMask(c)
+	if err != nil {
+		return nil, err
+	}
+	if bop == "|" || bop == "or" {
+		return nft.SetMarkOr{Mask: mask}, nil
+	}
+	return nft.SetMarkXor{Mask: mask}, nil
+}
+
+func parseMask(c *cursor) (uint32, error) {
+	w, err := c.word("mark value")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(w, 0, 32)
+	if err != nil {
+		return 0, fmt.Errorf("invalid mark value %q", w)
+	}
+	return uint32(n), nil
+}
+
+func parseIifname(c *cursor) (nft.Stmt, error) {
+	m := nft.MatchIifname{}
+	if c.accept("!=") {
+		m.Negate = true
+	}
+	name, err := c.quoted("interface name")
+	if err != nil {
+		return nil, err
+	}
+	// A trailing '*' is nft's interface wildcard (it escapes a literal one
+	// as "\*", which kproxy never writes).
+	if strings.HasSuffix(name, "*") {
+		m.Prefix = true
+		name = strings.TrimSuffix(name, "*")
+	}
+	if name == "" && !m.Prefix {
+		return nil, errors.New("empty interface name")
+	}
+	m.Name = name
+	return m, nil
+}
+
+// parseDNAT reads the rest of "meta l4proto P dnat [ip|ip6] to ADDR:PORT".
+func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
+	if p := c.peek(); p == "ip" || p == "ip6" {
+		if p != addrKeyword(f) {
+			return nil, fmt.Errorf("dnat %s in a table of family %s", p, f)
+		}
+		c.pos++
+	}
+	if _, err := c.expect("to"); err != nil {
+		return nil, err
+	}
+	w, err := c.word("address:port")
+	if err != nil {
+		return nil, err
+	}
+	ap, err := netip.ParseAddrPort(w)
+	if err != nil {
+		return nil, fmt.Errorf("invalid dnat destination %q (want addr:port or [addr6]:port)", w)
+	}
+	if ap.Addr().Is4() != (f == nft.IPv4) || ap.Addr().Zone() != "" {
+		return nil, fmt.Errorf("dnat destination %s in a table of family %s", w, f)
+	}
+	return nft.DNAT{Proto: proto, To: ap}, nil
+}
+
+// parseUpdate reads the rest of "update @SET { ip saddr }".
+func parseUpdate(c *cursor, f nft.Family) (nft.Stmt, error) {
+	w, err := c.word("@set")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(w, "@") || len(w) == 1 {
+		return nil, fmt.Errorf("expected @set, found %q", w)
+	}
+	for _, want := range []string{"{", addrKeyword(f), "saddr"} {
+		if _, err := c.expect(want); err != nil {
+			return nil, fmt.Errorf("only update @set { %s saddr } is supported: %w", addrKeyword(f), err)
+		}
+	}
+	// nft list prints the element timeout of the update when the set has
+	// none; kproxy's sets carry it, so nothing else may follow.
+	if _, err := c.expect("}"); err != nil {
+		return nil, err
+	}
+	return nft.UpdateSaddr{Set: w[1:]}, nil
+}
+
+// parseNumgen reads the rest of "numgen random mod N vmap { 0 : goto C0, ... }".
+func parseNumgen(c *cursor) (nft.Stmt, error) {
+	if _, err := c.expect("random"); err != nil {
+		return nil, err
+	}
+	if _, err := c.expect("mod"); err != nil {
+		return nil, err
+	}
+	nw, err := c.word("modulus")
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(nw)
+	if err != nil || n < 1 || n > 1<<20 {
+		return nil, fmt.Errorf("invalid numgen modulus %q", nw)
+	}
+	for _, want := range []string{"vmap", "{"} {
+		if _, err := c.expect(want); err != nil {
+			return nil, err
+		}
+	}
+	chains := make([]string, n)
+	for {
+		iw, err := c.word("index")
+		if err != nil {
+			return nil, err
+		}
+		i, err := strconv.Atoi(iw)
+		if err != nil || i < 0 || i >= n {
+			return nil, fmt.Errorf("numgen index %q out of 0..%d", iw, n-1)
+		}
+		if chains[i] != "" {
+			return nil, fmt.Errorf("numgen index %d given twice", i)
+		}
+		if _, err := c.expect(":"); err != nil {
+			return nil, err
+		}
+		if _, err := c.expect("goto"); err != nil {
+			return nil, fmt.Errorf("numgen branches must goto a chain: %w", err)
+		}
+		if chains[i], err = c.word("chain name"); err != nil {
+			return nil, err
+		}
+		if !c.accept(",") || c.peek() == "}" {
+			break
+		}
+	}
+	if _, err := c.expect("}"); err != nil {
+		return nil, err
+	}
+	for i, ch := range chains {
+		if ch == "" {
+			return nil, fmt.Errorf("numgen index %d has no branch", i)
+		}
+	}
+	return nft.NumgenVmap{Chains: chains}, nil
+}
