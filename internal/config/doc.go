@@ -18,10 +18,10 @@
 //     names every such ignored flag, because upstream drops them silently.
 //   - Exceptions that still win over the file:
 //     --hostname-override (trimmed, lower-cased; all-blank is an error), and
-//     the logging flags -v, --vmodule, --logging-format and
-//     --log-flush-frequency (a changed flag overrides the file's logging
-//     value; --vmodule entries are put in front of the file's entries so they
-//     win).
+//     the logging flags -v, --vmodule, --logging-format,
+//     --log-flush-frequency and --log-{text,json}-{split-stream,
+//     info-buffer-size}: a changed flag overrides the file's logging value;
+//     --vmodule entries are put in front of the file's entries so they win.
 //   - Flags that are not configuration fields apply in both cases: --master,
 //     --cleanup, --init-only, --write-config-to.
 //   - The deprecated --healthz-port and --metrics-port only apply without
@@ -41,6 +41,16 @@
 // An empty mode stays empty in the effective configuration (so a defaulted
 // mode can be told apart from an explicit one); EffectiveMode maps it to
 // "iptables", the Linux default in v1.37.
+//
+// # Using it
+//
+//	o := config.NewOptions()
+//	o.AddFlags(cmd.Flags())
+//	config.AddKlogFlags(cmd.Flags())
+//	// after parsing:
+//	err := o.Complete(cmd.Flags(), os.Getenv) // then o.Validate()
+//	for _, w := range o.Warnings() { klog.InfoS("Configuration warning", "warning", w) }
+//	config.ApplyLogging(o.Config) // verbosity/vmodule from a config file
 //
 // The IPTABLES_MODE environment variable ("", "legacy" or "nft", as in the
 // k3s/RKE2 images) picks the iptables backend; it is read by Options.Complete.
