@@ -93,9 +93,10 @@ func (n ServicePortName) Compare(o ServicePortName) int {
 // LoadBalancerIngress is one address of status.loadBalancer.ingress.
 type LoadBalancerIngress struct {
 	IP netip.Addr
-	// Proxy is true for ipMode: Proxy: the load balancer forwards to the
-	// node with its own address as destination, so the node must not
-	// short-circuit the LB IP itself.
+	// Proxy is true for ipMode: Proxy, and for any other mode than VIP
+	// (unset means VIP), as upstream's IsVIPMode: the load balancer
+	// forwards to the node with its own address as destination, so the
+	// node must not short-circuit the LB IP itself.
 	Proxy bool
 }
 
@@ -147,8 +148,11 @@ func (p *ServicePort) ExternallyAccessible() bool {
 }
 
 // UsesClusterEndpoints is true when some traffic goes to endpoints on any node.
+// An externally accessible port needs them even when both traffic policies
+// are Local: traffic from pods on this node to a node port, external IP or
+// LB VIP is short-circuited to all endpoints, as upstream does.
 func (p *ServicePort) UsesClusterEndpoints() bool {
-	return !p.InternalPolicyLocal || (p.ExternallyAccessible() && !p.ExternalPolicyLocal)
+	return !p.InternalPolicyLocal || p.ExternallyAccessible()
 }
 
 // UsesLocalEndpoints is true when some traffic goes only to this node's endpoints.
