@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	netutils "k8s.io/utils/net"
 )
 
 // SkipService reports why a Service is not proxied at all, or "" when it is.
@@ -20,6 +22,11 @@ import (
 func SkipService(svc *v1.Service) string {
 	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
 		return "label " + LabelServiceProxyName + " hands it to another proxy"
+	}
+	// Upstream's informers select only objects without this label, Services
+	// as well as EndpointSlices.
+	if _, ok := svc.Labels[LabelHeadless]; ok {
+		return "label " + LabelHeadless
 	}
 	if svc.Spec.Type == v1.ServiceTypeExternalName {
 		return "type ExternalName"
@@ -62,7 +69,11 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 	for i, s := range ipStrings {
 		a, err := parseAddr(s)
 		if err != nil {
-			bad(field+"["+strconv.Itoa(i)+"]", "invalid IP %q", s)
+			f := field
+			if len(svc.Spec.ClusterIPs) > 0 {
+				f += "[" + strconv.Itoa(i) + "]"
+			}
+			bad(f, "invalid IP %q", s)
 			return nil, errs
 		}
 		f := FamilyOf(a)
@@ -75,6 +86,9 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 
 	externalIPs := map[v1.IPFamily][]netip.Addr{}
 	for i, s := range svc.Spec.ExternalIPs {
+		if strings.TrimSpace(s) == "" {
+			continue // not validated by the API server; upstream ignores these quietly
+		}
 		a, err := parseAddr(s)
 		if err != nil {
 			bad("spec.externalIPs["+strconv.Itoa(i)+"]", "invalid IP %q, ignored", s)
@@ -82,32 +96,33 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 		}
 		externalIPs[FamilyOf(a)] = append(externalIPs[FamilyOf(a)], a)
 	}
+	// Like upstream, the load balancer status and source ranges are read
+	// whatever the service type (the status may lag a change of type).
 	ingress := map[v1.IPFamily][]LoadBalancerIngress{}
-	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-		for i, in := range svc.Status.LoadBalancer.Ingress {
-			if in.IP == "" {
-				continue // hostname-only ingress: nothing to program
-			}
-			a, err := parseAddr(in.IP)
-			if err != nil {
-				bad("status.loadBalancer.ingress["+strconv.Itoa(i)+"].ip", "invalid IP %q, ignored", in.IP)
-				continue
-			}
-			proxy := in.IPMode != nil && *in.IPMode == v1.LoadBalancerIPModeProxy
-			ingress[FamilyOf(a)] = append(ingress[FamilyOf(a)], LoadBalancerIngress{IP: a, Proxy: proxy})
+	for i, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP == "" {
+			continue // hostname-only ingress: nothing to program
 		}
+		a, err := parseAddr(in.IP)
+		if err != nil {
+			bad("status.loadBalancer.ingress["+strconv.Itoa(i)+"].ip", "invalid IP %q, ignored", in.IP)
+			continue
+		}
+		// Only an unset mode or VIP is a VIP (upstream's IsVIPMode).
+		proxy := in.IPMode != nil && *in.IPMode != v1.LoadBalancerIPModeVIP
+		ingress[FamilyOf(a)] = append(ingress[FamilyOf(a)], LoadBalancerIngress{IP: a, Proxy: proxy})
 	}
 	ranges := map[v1.IPFamily][]netip.Prefix{}
-	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-		for i, s := range svc.Spec.LoadBalancerSourceRanges {
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				bad("spec.loadBalancerSourceRanges["+strconv.Itoa(i)+"]", "invalid CIDR %q, ignored", s)
-				continue
-			}
-			p = p.Masked()
-			ranges[FamilyOf(p.Addr())] = append(ranges[FamilyOf(p.Addr())], p)
+	for i, s := range svc.Spec.LoadBalancerSourceRanges {
+		if strings.TrimSpace(s) == "" {
+			continue // as upstream
 		}
+		p, err := parsePrefix(s)
+		if err != nil {
+			bad("spec.loadBalancerSourceRanges["+strconv.Itoa(i)+"]", "invalid CIDR %q, ignored", s)
+			continue
+		}
+		ranges[FamilyOf(p.Addr())] = append(ranges[FamilyOf(p.Addr())], p)
 	}
 
 	var sticky int32
@@ -196,17 +211,45 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 	return out, errs
 }
 
-var errZone = errors.New("address with a zone")
+var (
+	errZone   = errors.New("address with a zone")
+	errNotIP  = errors.New("not an IP address")
+	errMapped = errors.New("IPv4-mapped IPv6 prefix")
+)
 
+// parseAddr parses an IP as upstream does: IPv4 octets may have leading
+// zeros (read as decimal), which older API servers accepted and stored but
+// Go's parsers reject since Go 1.17.
 func parseAddr(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	if a.Zone() != "" {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "%") {
 		return netip.Addr{}, errZone
 	}
+	ip := netutils.ParseIPSloppy(s)
+	if ip == nil {
+		return netip.Addr{}, errNotIP
+	}
+	a, _ := netip.AddrFromSlice(ip)
 	return a.Unmap(), nil
+}
+
+// parsePrefix parses a CIDR the same way, with the host bits masked.
+func parsePrefix(s string) (netip.Prefix, error) {
+	_, n, err := netutils.ParseCIDRSloppy(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a, _ := netip.AddrFromSlice(n.IP)
+	if a.Is4In6() {
+		// Its family would be ambiguous; the API server rejects these.
+		return netip.Prefix{}, errMapped
+	}
+	ones, _ := n.Mask.Size()
+	p := netip.PrefixFrom(a, ones)
+	if !p.IsValid() {
+		return netip.Prefix{}, fmt.Errorf("invalid prefix %q", s)
+	}
+	return p, nil
 }
 
 // ServiceKeyOfSlice returns the Service an EndpointSlice belongs to.
@@ -227,7 +270,7 @@ func TriggerTime(s *discovery.EndpointSlice) (time.Time, bool) {
 
 // ConvertEndpointSlices merges all slices of one Service into endpoints per
 // family and service port. Endpoints are deduplicated by address and port
-// (a ready copy wins) and sorted. hostname is this node's name.
+// (see betterDuplicate) and sorted. hostname is this node's name.
 func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname string, families []v1.IPFamily) (map[v1.IPFamily]map[ServicePortName][]*Endpoint, []*InvalidError) {
 	var errs []*InvalidError
 	// Deterministic order: a duplicate is resolved the same way every time.
@@ -270,6 +313,12 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 		var ports []portOf
 		for i, p := range s.Ports {
 			pf := "ports[" + strconv.Itoa(i) + "]"
+			// The API allows a nil name; upstream skips such a port (an
+			// unnamed port has the name "").
+			if p.Name == nil {
+				bad(pf+".name", "missing, port skipped")
+				continue
+			}
 			if p.Port == nil {
 				bad(pf+".port", "missing, port skipped")
 				continue
@@ -286,11 +335,7 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 				bad(pf+".protocol", "unknown protocol %q, port skipped", proto)
 				continue
 			}
-			name := ""
-			if p.Name != nil {
-				name = *p.Name
-			}
-			ports = append(ports, portOf{ServicePortName{NamespacedName: svcKey, Port: name, Protocol: proto}, *p.Port})
+			ports = append(ports, portOf{ServicePortName{NamespacedName: svcKey, Port: *p.Name, Protocol: proto}, *p.Port})
 		}
 		for i, ep := range s.Endpoints {
 			ef := "endpoints[" + strconv.Itoa(i) + "]"
@@ -308,11 +353,10 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 				bad(ef+".addresses[0]", "%s address %s in a slice of type %s, endpoint skipped", FamilyOf(a), a, s.AddressType)
 				continue
 			}
+			// The API says nil ready and nil serving both mean true; upstream
+			// reads them so (serving does not follow an explicit ready=false).
 			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			serving := ready
-			if ep.Conditions.Serving != nil {
-				serving = *ep.Conditions.Serving
-			}
+			serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
 			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			var node, zone string
 			if ep.NodeName != nil {
@@ -351,10 +395,8 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 					b = &bucket{byAddr: map[netip.AddrPort]*Endpoint{}}
 					buckets[fam][p.name] = b
 				}
-				if old, dup := b.byAddr[e.AddrPort()]; dup {
-					if old.Ready || !e.Ready {
-						continue
-					}
+				if old, dup := b.byAddr[e.AddrPort()]; dup && !betterDuplicate(e, old) {
+					continue
 				}
 				b.byAddr[e.AddrPort()] = e
 			}
@@ -375,6 +417,19 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 	return out, errs
 }
 
+// betterDuplicate tells whether e should replace old, an endpoint with the
+// same address and port from an earlier slice. As upstream, a copy that is
+// not terminating wins over a terminating one: the pod network may have
+// given the IP of a terminating pod to a new pod. Beyond that (where
+// upstream's choice depends on map order) a ready copy wins, then the
+// earlier slice by name.
+func betterDuplicate(e, old *Endpoint) bool {
+	if e.Terminating != old.Terminating {
+		return !e.Terminating
+	}
+	return e.Ready && !old.Ready
+}
+
 // ConvertNode turns a Node object into what the proxy needs.
 func ConvertNode(n *v1.Node) (*Node, []*InvalidError) {
 	var errs []*InvalidError
@@ -384,12 +439,12 @@ func ConvertNode(n *v1.Node) (*Node, []*InvalidError) {
 		cidrs = []string{n.Spec.PodCIDR}
 	}
 	for i, c := range cidrs {
-		p, err := netip.ParsePrefix(c)
+		p, err := parsePrefix(c)
 		if err != nil {
 			errs = append(errs, invalid("Node", n.Name, "spec.podCIDRs["+strconv.Itoa(i)+"]", "invalid CIDR %q, ignored", c))
 			continue
 		}
-		node.PodCIDRs = append(node.PodCIDRs, p.Masked())
+		node.PodCIDRs = append(node.PodCIDRs, p)
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
