@@ -65,8 +65,8 @@ type TrackerOptions struct {
 	Hostname string
 	// Families are the IP families this node proxies, primary first.
 	Families []v1.IPFamily
-	// OnInvalid is called for every skipped part of an object, in addition
-	// to a log line. Optional.
+	// OnInvalid is called (without locks held) for every skipped part of
+	// an object, in addition to a log line. Optional.
 	OnInvalid func(*InvalidError)
 	// OnChange is called (without locks held) after every event that
 	// changed something. Optional; the proxy uses it to request a sync.
@@ -95,6 +95,10 @@ type Tracker struct {
 	svcEvents    int
 	epEvents     int
 	triggers     map[types.NamespacedName]time.Time
+	// start is when the tracker was made: older trigger times describe
+	// changes made before the proxy ran and are not measured (as upstream),
+	// or the first sync would report hours of latency.
+	start time.Time
 }
 
 var _ EventHandler = (*Tracker)(nil)
@@ -113,6 +117,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		dirtySvcs:    sets.New[types.NamespacedName](),
 		dirtyEps:     sets.New[types.NamespacedName](),
 		triggers:     map[types.NamespacedName]time.Time{},
+		start:        time.Now(),
 	}
 }
 
@@ -167,19 +172,35 @@ func (t *Tracker) ServiceDeleted(svc *v1.Service) {
 
 // EndpointSliceUpdated implements EventHandler.
 func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
+	if !proxiedAddressType(s) {
+		return
+	}
 	key, ok := ServiceKeyOfSlice(s)
 	if !ok {
 		t.report([]*InvalidError{invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)})
 		return
 	}
 	t.mu.Lock()
+	if why := skipSlice(s); why != "" {
+		// Upstream's informers list only slices without these labels: to
+		// them a slice that gains one is deleted.
+		if _, known := t.slices[key][s.Name]; !known {
+			t.mu.Unlock()
+			klog.V(4).InfoS("EndpointSlice not proxied", "endpointSlice", klog.KObj(s), "reason", why)
+			return
+		}
+		t.deleteSliceLocked(key, s.Name)
+		t.mu.Unlock()
+		t.changed()
+		return
+	}
 	if t.slices[key] == nil {
 		t.slices[key] = map[string]*discovery.EndpointSlice{}
 	}
 	t.slices[key][s.Name] = s
 	t.dirtyEps.Insert(key)
 	t.epEvents++
-	if tt, ok := TriggerTime(s); ok {
+	if tt, ok := TriggerTime(s); ok && tt.After(t.start) {
 		if old, ok := t.triggers[key]; !ok || tt.Before(old) {
 			t.triggers[key] = tt
 		}
@@ -190,19 +211,48 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 
 // EndpointSliceDeleted implements EventHandler.
 func (t *Tracker) EndpointSliceDeleted(s *discovery.EndpointSlice) {
+	if !proxiedAddressType(s) {
+		return
+	}
 	key, ok := ServiceKeyOfSlice(s)
 	if !ok {
 		return
 	}
 	t.mu.Lock()
-	delete(t.slices[key], s.Name)
+	t.deleteSliceLocked(key, s.Name)
+	t.mu.Unlock()
+	t.changed()
+}
+
+func (t *Tracker) deleteSliceLocked(key types.NamespacedName, name string) {
+	delete(t.slices[key], name)
 	if len(t.slices[key]) == 0 {
 		delete(t.slices, key)
 	}
 	t.dirtyEps.Insert(key)
 	t.epEvents++
-	t.mu.Unlock()
-	t.changed()
+	// A deleted slice's trigger time says when it was last written, not
+	// when it was deleted; upstream stops measuring the service then.
+	delete(t.triggers, key)
+}
+
+// proxiedAddressType tells whether a slice can hold proxied endpoints;
+// upstream ignores FQDN (and unknown) slices before counting them.
+func proxiedAddressType(s *discovery.EndpointSlice) bool {
+	return s.AddressType == discovery.AddressTypeIPv4 || s.AddressType == discovery.AddressTypeIPv6
+}
+
+// skipSlice reports why a slice is not proxied, or "". The labels are those
+// that upstream's informers select against: the EndpointSlice controller
+// copies a Service's labels to its slices and marks headless services'.
+func skipSlice(s *discovery.EndpointSlice) string {
+	if _, ok := s.Labels[LabelServiceProxyName]; ok {
+		return "label " + LabelServiceProxyName + " hands it to another proxy"
+	}
+	if _, ok := s.Labels[LabelHeadless]; ok {
+		return "label " + LabelHeadless
+	}
+	return ""
 }
 
 // NodeUpdated implements EventHandler. Other nodes are ignored.
@@ -260,8 +310,16 @@ func (t *Tracker) Pending() (services, endpoints int) {
 
 // Take returns everything that changed since the last Take and resets.
 func (t *Tracker) Take() *Update {
+	u, errs := t.take()
+	// Reported without the lock, so that OnInvalid may call the tracker.
+	t.report(errs)
+	return u
+}
+
+func (t *Tracker) take() (*Update, []*InvalidError) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var errs []*InvalidError
 	u := &Update{
 		Families:        map[v1.IPFamily]*FamilyDelta{},
 		ServiceChanges:  t.svcEvents,
@@ -301,8 +359,8 @@ func (t *Tracker) Take() *Update {
 		for _, s := range t.slices[key] {
 			list = append(list, s)
 		}
-		cur, errs := ConvertEndpointSlices(list, t.opts.Hostname, t.opts.Families)
-		t.report(errs)
+		cur, cerrs := ConvertEndpointSlices(list, t.opts.Hostname, t.opts.Families)
+		errs = append(errs, cerrs...)
 		sent := t.sentEps[key]
 		newSent := map[v1.IPFamily]sets.Set[ServicePortName]{}
 		for _, f := range t.opts.Families {
@@ -334,5 +392,5 @@ func (t *Tracker) Take() *Update {
 	t.nodeDirty, t.nodeDeleted = false, false
 	t.svcEvents, t.epEvents = 0, 0
 	t.triggers = map[types.NamespacedName]time.Time{}
-	return u
+	return u, errs
 }
