@@ -1,0 +1,7 @@
+//go:build !unix
+
+package file
+
+import "os"
+
+func inodeOf(os.FileInfo) uint64 { return 0 }

@@ -1,0 +1,255 @@
+package file
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/source"
+)
+
+const (
+	// defaultPoll is how often files are checked (size, time, inode)
+	// even without a notification: a watch can be lost (inotify limits,
+	// a symlink whose target changes elsewhere, network file systems).
+	defaultPoll = 3 * time.Second
+	// defaultDebounce is the quiet time after the last notification
+	// before reading: an editor or `kubectl ... > file` makes several
+	// changes (truncate, write, rename) for one save.
+	defaultDebounce = 200 * time.Millisecond
+)
+
+type fileSource struct {
+	path     string
+	poll     time.Duration
+	debounce time.Duration
+}
+
+// New returns a Source that reads path (a file or a directory, see Load)
+// and then watches it: on a change it reads everything again and delivers
+// only the differences to the previous state (objects added or changed as
+// updates, objects gone as deletions). Objects are compared by kind,
+// namespace and name, and then by content (resourceVersion included).
+//
+// Changes are noticed through inotify on the directory that holds the file
+// (editors and ConfigMap volumes replace files by renaming, which a watch
+// on the file itself would not follow) and, as a fallback, by checking the
+// files every few seconds. A file that cannot be read, or one that had
+// objects and is now empty (as while `kubectl get ... > file` runs), does
+// not delete anything at once: the read is retried, and an empty file is
+// taken as empty only when it still is one poll interval later.
+//
+// Run fails if path cannot be read at start; objects that cannot be used
+// are logged and skipped, as in Parse.
+func New(path string) source.Source {
+	return &fileSource{path: path, poll: defaultPoll, debounce: defaultDebounce}
+}
+
+// state is what the handler was last given.
+type state struct {
+	services map[objectKey]*v1.Service
+	slices   map[objectKey]*discovery.EndpointSlice
+	nodes    map[objectKey]*v1.Node
+	origin   map[objectKey]string
+}
+
+func newState(o *Objects, origin map[objectKey]string) *state {
+	s := &state{
+		services: map[objectKey]*v1.Service{},
+		slices:   map[objectKey]*discovery.EndpointSlice{},
+		nodes:    map[objectKey]*v1.Node{},
+		origin:   origin,
+	}
+	for _, x := range o.Services {
+		s.services[objectKey{"Service", x.Namespace, x.Name}] = x
+	}
+	for _, x := range o.EndpointSlices {
+		s.slices[objectKey{"EndpointSlice", x.Namespace, x.Name}] = x
+	}
+	for _, x := range o.Nodes {
+		s.nodes[objectKey{"Node", "", x.Name}] = x
+	}
+	return s
+}
+
+// Run implements source.Source.
+func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
+	if _, err := filesOf(s.path); err != nil {
+		return fmt.Errorf("file source: %w", err)
+	}
+	dir := s.path
+	if st, err := os.Stat(s.path); err == nil && !st.IsDir() {
+		dir = filepath.Dir(s.path)
+	}
+
+	// Watch before the first read, so that a change made while reading is
+	// not missed.
+	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		klog.ErrorS(err, "Cannot watch files, polling only", "path", s.path, "interval", s.poll)
+	} else {
+		defer w.Close()
+		if err := w.Add(dir); err != nil {
+			klog.ErrorS(err, "Cannot watch directory, polling only", "directory", dir, "interval", s.poll)
+		} else {
+			events, watchErrs = w.Events, w.Errors
+		}
+	}
+
+	stamp := stampOf(s.path)
+	objs, errs, res := load(s.path)
+	cur := newState(objs, res.origin)
+	klog.InfoS("Read objects from files", "path", s.path, "services", len(objs.Services),
+		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
+	objs.Feed(h)
+
+	var (
+		debounce = time.NewTimer(0)
+		poll     = time.NewTicker(s.poll)
+		// emptySince is when a file that had objects was first seen
+		// empty; zero when none is.
+		emptySince time.Time
+	)
+	<-debounce.C
+	defer debounce.Stop()
+	defer poll.Stop()
+
+	reload := func(why string) {
+		now := time.Now()
+		newStamp := stampOf(s.path)
+		objs, errs, res := load(s.path)
+		if res.unreadable {
+			klog.V(2).InfoS("Cannot read all files, keeping the previous state until the next change", "path", s.path, "trigger", why)
+			return
+		}
+		if f := emptiedFile(cur, res); f != "" {
+			if emptySince.IsZero() {
+				emptySince = now
+			}
+			if now.Sub(emptySince) < s.poll {
+				klog.V(2).InfoS("File is empty, waiting for it to be written", "file", f)
+				return
+			}
+		}
+		emptySince = time.Time{}
+		stamp = newStamp
+		next := newState(objs, res.origin)
+		n := deliverDiff(cur, next, h)
+		cur = next
+		klog.V(2).InfoS("Reread object files", "path", s.path, "trigger", why, "changes", n, "errors", len(errs))
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			klog.V(5).InfoS("File event", "event", ev.String())
+			debounce.Reset(s.debounce)
+		case err, ok := <-watchErrs:
+			if !ok {
+				watchErrs = nil
+				continue
+			}
+			// Typically a queue overflow: events were lost, so read.
+			klog.ErrorS(err, "File watch error", "path", s.path)
+			debounce.Reset(s.debounce)
+		case <-debounce.C:
+			reload("change notification")
+		case <-poll.C:
+			if !emptySince.IsZero() || !slices.Equal(stamp, stampOf(s.path)) {
+				reload("poll")
+			}
+		}
+	}
+}
+
+// emptiedFile returns a file that is empty now but gave objects last time.
+func emptiedFile(cur *state, res loadResult) string {
+	for _, f := range res.empty {
+		for _, from := range cur.origin {
+			if from == f {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+// deliverDiff gives h what changed from cur to next and returns how many
+// events it sent. Updates come before deletions, and nodes, services and
+// slices in that order (the reverse for deletions), each sorted by key, so
+// that the same change always gives the same events.
+func deliverDiff(cur, next *state, h model.EventHandler) int {
+	n := 0
+	n += updates(cur.nodes, next.nodes, h.NodeUpdated)
+	n += updates(cur.services, next.services, h.ServiceUpdated)
+	n += updates(cur.slices, next.slices, h.EndpointSliceUpdated)
+	n += deletions(cur.slices, next.slices, h.EndpointSliceDeleted)
+	n += deletions(cur.services, next.services, h.ServiceDeleted)
+	n += deletions(cur.nodes, next.nodes, h.NodeDeleted)
+	return n
+}
+
+func updates[T any](cur, next map[objectKey]T, f func(T)) int {
+	n := 0
+	for _, k := range sortedKeys(next) {
+		if old, ok := cur[k]; ok && equality.Semantic.DeepEqual(old, next[k]) {
+			continue
+		}
+		f(next[k])
+		n++
+	}
+	return n
+}
+
+func deletions[T any](cur, next map[objectKey]T, f func(T)) int {
+	n := 0
+	for _, k := range sortedKeys(cur) {
+		if _, ok := next[k]; !ok {
+			f(cur[k])
+			n++
+		}
+	}
+	return n
+}
+
+// fileStamp identifies one version of a file without reading it.
+type fileStamp struct {
+	name  string
+	size  int64
+	mtime int64 // nanoseconds
+	inode uint64
+}
+
+// stampOf stamps the files Load would read; an unreadable path gives nil.
+func stampOf(path string) []fileStamp {
+	files, err := filesOf(path)
+	if err != nil {
+		return nil
+	}
+	out := make([]fileStamp, 0, len(files))
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			continue
+		}
+		out = append(out, fileStamp{name: f, size: st.Size(), mtime: st.ModTime().UnixNano(), inode: inodeOf(st)})
+	}
+	return out
+}
