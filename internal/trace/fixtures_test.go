@@ -91,3 +91,54 @@ func pkt(proto v1.Protocol, src, dst string, iif string) Packet {
 }
 
 func join(parts ...string) string { return strings.Join(parts, "") }
+
+// svcB is ns/b with no endpoints: tcp 80 is rejected, udp 53 dropped.
+const svcB = `add element ip kube-proxy no-endpoint-services { 10.96.0.20 . tcp . 80 comment "ns/b:http has no endpoints" : goto reject-chain }
+add element ip kube-proxy no-endpoint-services { 10.96.0.20 . udp . 53 comment "ns/b:dns has no endpoints" : drop }
+add element ip kube-proxy no-endpoint-nodeports { tcp . 30020 : goto reject-chain }
+`
+
+// svcC is ns/c tcp 443 on 10.96.0.30 with ClientIP session affinity and
+// two endpoints.
+const svcC = `add chain ip kube-proxy service-CCCC-ns/c/tcp/https
+add chain ip kube-proxy endpoint-C1-ns/c/tcp/https__10.180.2.5/443
+add chain ip kube-proxy endpoint-C2-ns/c/tcp/https__10.180.3.5/443
+add set ip kube-proxy affinity-C1-ns/c/tcp/https__10.180.2.5/443 { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add set ip kube-proxy affinity-C2-ns/c/tcp/https__10.180.3.5/443 { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add element ip kube-proxy service-ips { 10.96.0.30 . tcp . 443 : goto service-CCCC-ns/c/tcp/https }
+add rule ip kube-proxy service-CCCC-ns/c/tcp/https ip saddr @affinity-C1-ns/c/tcp/https__10.180.2.5/443 goto endpoint-C1-ns/c/tcp/https__10.180.2.5/443
+add rule ip kube-proxy service-CCCC-ns/c/tcp/https ip saddr @affinity-C2-ns/c/tcp/https__10.180.3.5/443 goto endpoint-C2-ns/c/tcp/https__10.180.3.5/443
+add rule ip kube-proxy service-CCCC-ns/c/tcp/https numgen random mod 2 vmap { 0 : goto endpoint-C1-ns/c/tcp/https__10.180.2.5/443, 1 : goto endpoint-C2-ns/c/tcp/https__10.180.3.5/443 }
+add rule ip kube-proxy endpoint-C1-ns/c/tcp/https__10.180.2.5/443 update @affinity-C1-ns/c/tcp/https__10.180.2.5/443 { ip saddr }
+add rule ip kube-proxy endpoint-C1-ns/c/tcp/https__10.180.2.5/443 meta l4proto tcp dnat to 10.180.2.5:443
+add rule ip kube-proxy endpoint-C2-ns/c/tcp/https__10.180.3.5/443 update @affinity-C2-ns/c/tcp/https__10.180.3.5/443 { ip saddr }
+add rule ip kube-proxy endpoint-C2-ns/c/tcp/https__10.180.3.5/443 meta l4proto tcp dnat to 10.180.3.5:443
+`
+
+// baseV6 is a small ip6 table: ClusterIP dispatch on a concatenated key,
+// masquerade for off-cluster sources, two endpoints.
+const baseV6 = `add table ip6 kube-proxy
+add chain ip6 kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip6 kube-proxy nat-output { type nat hook output priority -100 ; }
+add chain ip6 kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }
+add chain ip6 kube-proxy services
+add chain ip6 kube-proxy masquerading
+add chain ip6 kube-proxy mark-for-masquerade
+add chain ip6 kube-proxy service-D-ns/d/udp/dns
+add chain ip6 kube-proxy endpoint-D1-ns/d/udp/dns__fd00.180..1/53
+add chain ip6 kube-proxy endpoint-D2-ns/d/udp/dns__fd00.180..2/53
+add map ip6 kube-proxy service-ips { type ipv6_addr . inet_proto . inet_service : verdict ; }
+add element ip6 kube-proxy service-ips { fd00:96::a . udp . 53 : goto service-D-ns/d/udp/dns }
+add rule ip6 kube-proxy nat-prerouting jump services
+add rule ip6 kube-proxy nat-output jump services
+add rule ip6 kube-proxy nat-postrouting jump masquerading
+add rule ip6 kube-proxy masquerading meta mark & 0x00004000 == 0 return
+add rule ip6 kube-proxy masquerading meta mark set meta mark ^ 0x00004000
+add rule ip6 kube-proxy masquerading masquerade fully-random
+add rule ip6 kube-proxy mark-for-masquerade meta mark set meta mark | 0x00004000
+add rule ip6 kube-proxy services ip6 daddr . meta l4proto . th dport vmap @service-ips
+add rule ip6 kube-proxy service-D-ns/d/udp/dns ip6 daddr fd00:96::a udp dport 53 ip6 saddr != fd00:180::/64 jump mark-for-masquerade
+add rule ip6 kube-proxy service-D-ns/d/udp/dns numgen random mod 2 vmap { 0 : goto endpoint-D1-ns/d/udp/dns__fd00.180..1/53, 1 : goto endpoint-D2-ns/d/udp/dns__fd00.180..2/53 }
+add rule ip6 kube-proxy endpoint-D1-ns/d/udp/dns__fd00.180..1/53 meta l4proto udp dnat to [fd00:180::1]:53
+add rule ip6 kube-proxy endpoint-D2-ns/d/udp/dns__fd00.180..2/53 meta l4proto udp dnat to [fd00:180::2]:53
+`
