@@ -351,9 +351,9 @@ func TestParseBad(t *testing.T) {
 			"duplicate Service demo/good, already read at list.yaml: document 1, items[0]",
 		},
 	}, {
-		name: "document that is not a mapping, then a good one",
-		file: "scalar.yaml",
-		data: "just a string\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n",
+		name:     "document that is not a mapping, then a good one",
+		file:     "scalar.yaml",
+		data:     "just a string\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n",
 		wantErrs: []DocumentError{{File: "scalar.yaml", Document: 1, Item: -1, Line: 1}},
 		wantMsgs: []string{"not an object"},
 		wantObjs: []string{"Node node-a"},

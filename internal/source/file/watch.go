@@ -179,11 +179,12 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 	}
 }
 
-// emptiedFile returns a file that is empty now but gave objects last time.
+// emptiedFile returns a file that is empty now but gave objects last time
+// that are now nowhere (an object moved to another file does not count).
 func emptiedFile(cur *state, res loadResult) string {
 	for _, f := range res.empty {
-		for _, from := range cur.origin {
-			if from == f {
+		for key, from := range cur.origin {
+			if _, still := res.origin[key]; from == f && !still {
 				return f
 			}
 		}
