@@ -10,12 +10,17 @@ import (
 // ParseError is a problem in the ruleset text, or an operation the kernel
 // would refuse (a rule in a missing chain, deleting a referenced chain...).
 type ParseError struct {
-	Line int    // 1-based line number in the text given to ParseNFT or Apply
+	// Line is the 1-based line number in the text given to ParseNFT or
+	// Apply; 0 when the problem lies in what an earlier Apply added.
+	Line int
 	Text string // that line, trimmed
 	Err  error
 }
 
 func (e *ParseError) Error() string {
+	if e.Line == 0 {
+		return e.Err.Error()
+	}
 	return fmt.Sprintf("line %d: %v: %q", e.Line, e.Err, e.Text)
 }
 

@@ -197,7 +197,7 @@ func (t *table) nestedSet(lines []string, start int, isMap bool) (int, error) {
 				kind = "map"
 			}
 			if err := t.setOp("add", isMap, &cursor{toks: body}, start+1); err != nil {
-				return fail(start, fmt.Errorf("%s %s (lines %d-%d): %w", kind, toks0(body), start+1, i+1, err))
+				return fail(start, fmt.Errorf("%s %s (lines %d-%d): %w", kind, body[0].s, start+1, i+1, err))
 			}
 			return i, nil
 		}
@@ -208,5 +208,3 @@ func (t *table) nestedSet(lines []string, start int, isMap bool) (int, error) {
 	}
 	return fail(start, errors.New("set block is not closed"))
 }
-
-func toks0(t []token) string { return t[0].s }

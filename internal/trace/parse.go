@@ -35,6 +35,10 @@ func ParseNFT(text string) (*Ruleset, error) {
 // unchanged. Line numbers in errors count from the start of text.
 func (r *Ruleset) Apply(text string) error {
 	work := r.clone()
+	work.gen++
+	for _, t := range work.tables {
+		t.gen = work.gen
+	}
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		raw := strings.TrimSpace(lines[i])
@@ -60,7 +64,9 @@ func (r *Ruleset) Apply(text string) error {
 	}
 	for _, t := range work.tables {
 		if err := t.validate(); err != nil {
-			err.Text = strings.TrimSpace(lines[err.Line-1])
+			if err.Line > 0 {
+				err.Text = strings.TrimSpace(lines[err.Line-1])
+			}
 			return err
 		}
 	}
@@ -121,6 +127,7 @@ func (r *Ruleset) tableOp(verb string, f nft.Family, name string, t *table, c *c
 		}
 		if t == nil {
 			t = newTable(f, name)
+			t.gen = r.gen
 			r.tables = append(r.tables, t)
 		}
 		if c.accept("{") {
@@ -130,11 +137,10 @@ func (r *Ruleset) tableOp(verb string, f nft.Family, name string, t *table, c *c
 					s, err := c.quoted("comment")
 					t.comment = s
 					return err
-				case "flags":
-					_, err := c.word("flags")
-					return err
 				}
-				return fmt.Errorf("unknown table attribute %q", key)
+				// Flags (dormant, owner...) change whether and for whom the
+				// table runs: refuse them rather than trace something else.
+				return fmt.Errorf("unsupported table attribute %q", key)
 			}); err != nil {
 				return err
 			}
@@ -388,7 +394,7 @@ func parseDuration(s string) (time.Duration, error) {
 
 // parseSetSpec parses "{ type K [. K]... [: verdict] ; flags ... ; timeout
 // T ; comment C ; elements = { ... } }".
-func parseSetSpec(c *cursor, s *set, isMap bool, line int) error {
+func parseSetSpec(c *cursor, s *set, isMap bool, at origin) error {
 	var elems []*element
 	err := parseBlock(c, func(c *cursor, key string) error {
 		switch key {
@@ -462,7 +468,7 @@ func parseSetSpec(c *cursor, s *set, isMap bool, line int) error {
 				return err
 			}
 			var err error
-			elems, err = parseElements(c, s, true, line)
+			elems, err = parseElements(c, s, true, at)
 			return err
 		}
 		return fmt.Errorf("unknown set attribute %q", key)
@@ -500,7 +506,7 @@ func (t *table) setOp(verb string, isMap bool, c *cursor, line int) error {
 		if _, err := c.expect("{"); err != nil {
 			return err
 		}
-		if err := parseSetSpec(c, spec, isMap, line); err != nil {
+		if err := parseSetSpec(c, spec, isMap, origin{line, t.gen}); err != nil {
 			return err
 		}
 		if err := c.end(); err != nil {
@@ -559,7 +565,7 @@ func (t *table) elementOp(verb string, c *cursor, line int) error {
 	if _, err := c.expect("{"); err != nil {
 		return err
 	}
-	elems, err := parseElements(c, s, verb != "delete", line)
+	elems, err := parseElements(c, s, verb != "delete", origin{line, t.gen})
 	if err != nil {
 		return err
 	}
@@ -592,13 +598,13 @@ func (s *set) lookupExact(key []nft.Value) bool {
 // parseElements reads "KEY [timeout T] [expires T] [comment C] [: VERDICT]
 // [, ...] }" after the opening brace. For adds, map elements need a verdict;
 // deletes name keys only.
-func parseElements(c *cursor, s *set, add bool, line int) ([]*element, error) {
+func parseElements(c *cursor, s *set, add bool, at origin) ([]*element, error) {
 	var out []*element
 	for {
 		if c.accept("}") {
 			return out, nil
 		}
-		e := &element{line: line}
+		e := &element{line: at.line, gen: at.gen}
 		for i, dt := range s.def.Key {
 			if i > 0 {
 				if _, err := c.expect("."); err != nil {
@@ -772,10 +778,10 @@ func (t *table) ruleOp(verb string, c *cursor, line int) error {
 	switch verb {
 	case "add", "create":
 		t.handle++
-		ch.rules = append(ch.rules, &rule{handle: t.handle, stmts: stmts, comment: comment, line: line})
+		ch.rules = append(ch.rules, &rule{handle: t.handle, stmts: stmts, comment: comment, line: line, gen: t.gen})
 	case "insert":
 		t.handle++
-		ch.rules = append([]*rule{{handle: t.handle, stmts: stmts, comment: comment, line: line}}, ch.rules...)
+		ch.rules = append([]*rule{{handle: t.handle, stmts: stmts, comment: comment, line: line, gen: t.gen}}, ch.rules...)
 	case "flush":
 		return errors.New("flush rule is not an operation (flush the chain)")
 	default:

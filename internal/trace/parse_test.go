@@ -24,6 +24,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown verb", "list table ip t", 1, `expected add or insert`},
 		{"unknown object", "add flowtable ip t f", 1, `expected table or chain`},
 		{"unsupported family", "add table inet t", 1, `unsupported family "inet"`},
+		{"table flags", "add table ip t { flags dormant ; }", 1, `unsupported table attribute "flags"`},
 		{"unknown statement", head + "add rule ip t c log prefix \"x\"", 3, `unsupported statement "log"`},
 		{"unknown statement after blank lines", head + "\n\n  \nadd rule ip t c tcp dport 80 limit rate 1/second drop", 6, `unsupported statement "limit"`},
 		{"ct state other than new", head + "add rule ip t c ct state established accept", 3, "only ct state new"},

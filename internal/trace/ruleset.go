@@ -12,8 +12,12 @@ import (
 // Ruleset is the state of the nftables tables of families ip and ip6 after
 // a sequence of transactions. Build one with ParseNFT, change it with Apply
 // or Remember, walk packets through it with Trace.
+//
+// Trace only reads the ruleset, so traces may run concurrently; Apply and
+// Remember must not run concurrently with anything else.
 type Ruleset struct {
 	tables []*table
+	gen    int // counts Apply calls, to tell this text's lines from older ones
 }
 
 type table struct {
@@ -25,6 +29,7 @@ type table struct {
 	sets    map[string]*set
 	sorder  []string // set names in creation order
 	handle  int      // last rule handle given out
+	gen     int      // the Apply call in progress
 }
 
 type chain struct {
@@ -41,6 +46,7 @@ type rule struct {
 	stmts   []nft.Stmt
 	comment string
 	line    int
+	gen     int // the Apply call that added it
 }
 
 type set struct {
@@ -55,6 +61,7 @@ type element struct {
 	verdict *nft.Verdict
 	comment string
 	line    int
+	gen     int
 }
 
 // keyString is the canonical text of a key, as text.go prints it.
@@ -83,7 +90,7 @@ func (r *Ruleset) table(f nft.Family, name string) *table {
 // and drop it on error: rules and elements are never modified in place, so
 // they are shared.
 func (r *Ruleset) clone() *Ruleset {
-	n := &Ruleset{tables: make([]*table, 0, len(r.tables))}
+	n := &Ruleset{tables: make([]*table, 0, len(r.tables)), gen: r.gen}
 	for _, t := range r.tables {
 		nt := *t
 		nt.chains = make(map[string]*chain, len(t.chains))
@@ -242,10 +249,15 @@ func (t *table) setUsers(name string) string {
 // validate checks what the kernel checks when a transaction commits: every
 // chain and set a rule or map element names exists and has the right shape.
 func (t *table) validate() *ParseError {
-	fail := func(line int, format string, args ...any) *ParseError {
-		return &ParseError{Line: line, Err: fmt.Errorf(format, args...)}
+	fail := func(at origin, format string, args ...any) *ParseError {
+		err := fmt.Errorf(format, args...)
+		if at.gen != t.gen {
+			// Added by an earlier text: its line number means nothing here.
+			return &ParseError{Err: fmt.Errorf("%w (from line %d of an earlier text)", err, at.line)}
+		}
+		return &ParseError{Line: at.line, Err: err}
 	}
-	checkChain := func(line int, name string) *ParseError {
+	checkChain := func(line origin, name string) *ParseError {
 		c := t.chains[name]
 		if c == nil {
 			return fail(line, "no chain %q in table %s %s", name, t.family, t.name)
@@ -260,7 +272,7 @@ func (t *table) validate() *ParseError {
 			for _, st := range r.stmts {
 				cs, _ := stmtRefs(st)
 				for _, c := range cs {
-					if err := checkChain(r.line, c); err != nil {
+					if err := checkChain(origin{r.line, r.gen}, c); err != nil {
 						return err
 					}
 				}
@@ -268,28 +280,28 @@ func (t *table) validate() *ParseError {
 				case nft.VmapLookup:
 					m := t.sets[st.Map]
 					if m == nil {
-						return fail(r.line, "no map %q in table %s %s", st.Map, t.family, t.name)
+						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
 					}
 					if m.def.Data != nft.TypeVerdict {
-						return fail(r.line, "%q is not a verdict map", st.Map)
+						return fail(origin{r.line, r.gen}, "%q is not a verdict map", st.Map)
 					}
 					if len(m.def.Key) != len(st.Fields) {
-						return fail(r.line, "map %q has %d key fields, lookup gives %d", st.Map, len(m.def.Key), len(st.Fields))
+						return fail(origin{r.line, r.gen}, "map %q has %d key fields, lookup gives %d", st.Map, len(m.def.Key), len(st.Fields))
 					}
 					for i, f := range st.Fields {
 						if want := fieldType(t.family, f); m.def.Key[i] != want {
-							return fail(r.line, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.def.Key[i], want)
+							return fail(origin{r.line, r.gen}, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.def.Key[i], want)
 						}
 					}
 				case nft.MatchAddr:
 					if st.Set == "" {
 						continue
 					}
-					if err := t.checkAddrSet(r.line, st.Set, false); err != nil {
+					if err := t.checkAddrSet(origin{r.line, r.gen}, st.Set, false, fail); err != nil {
 						return err
 					}
 				case nft.UpdateSaddr:
-					if err := t.checkAddrSet(r.line, st.Set, true); err != nil {
+					if err := t.checkAddrSet(origin{r.line, r.gen}, st.Set, true, fail); err != nil {
 						return err
 					}
 				}
@@ -299,7 +311,7 @@ func (t *table) validate() *ParseError {
 	for _, sn := range t.sorder {
 		for _, e := range t.sets[sn].elems {
 			if e.verdict != nil && (e.verdict.Kind == nft.Jump || e.verdict.Kind == nft.Goto) {
-				if err := checkChain(e.line, e.verdict.Chain); err != nil {
+				if err := checkChain(origin{e.line, e.gen}, e.verdict.Chain); err != nil {
 					return err
 				}
 			}
@@ -308,21 +320,24 @@ func (t *table) validate() *ParseError {
 	return nil
 }
 
-func (t *table) checkAddrSet(line int, name string, dynamic bool) *ParseError {
+func (t *table) checkAddrSet(at origin, name string, dynamic bool, fail func(origin, string, ...any) *ParseError) *ParseError {
 	s := t.sets[name]
 	switch {
 	case s == nil:
-		return &ParseError{Line: line, Err: fmt.Errorf("no set %q in table %s %s", name, t.family, t.name)}
+		return fail(at, "no set %q in table %s %s", name, t.family, t.name)
 	case s.def.IsMap():
-		return &ParseError{Line: line, Err: fmt.Errorf("%q is a map, not a set", name)}
+		return fail(at, "%q is a map, not a set", name)
 	case len(s.def.Key) != 1 || s.def.Key[0] != nft.AddrType(t.family):
-		return &ParseError{Line: line, Err: fmt.Errorf("set %q does not hold %s", name, nft.AddrType(t.family))}
+		return fail(at, "set %q does not hold %s", name, nft.AddrType(t.family))
 	case dynamic && !s.def.Dynamic:
 		// The kernel only lets the packet path add to sets flagged dynamic.
-		return &ParseError{Line: line, Err: fmt.Errorf("set %q is updated from the packet path but not flagged dynamic", name)}
+		return fail(at, "set %q is updated from the packet path but not flagged dynamic", name)
 	}
 	return nil
 }
+
+// origin is where a rule or element came from.
+type origin struct{ line, gen int }
 
 func fieldType(f nft.Family, fl nft.Field) nft.DataType {
 	switch fl {
