@@ -91,14 +91,6 @@ func (c *cursor) peek() string {
 	return c.toks[c.pos].s
 }
 
-// peekAt is peek n tokens ahead.
-func (c *cursor) peekAt(n int) string {
-	if c.pos+n >= len(c.toks) || c.toks[c.pos+n].quoted {
-		return ""
-	}
-	return c.toks[c.pos+n].s
-}
-
 // word consumes a bare word.
 func (c *cursor) word(what string) (string, error) {
 	if c.done() {

@@ -67,6 +67,13 @@ func TestParseErrors(t *testing.T) {
 		{"delete a missing handle", head + "delete rule ip t c handle 7", 3, "no rule with handle 7"},
 		{"flush a missing chain", head + "flush chain ip t nope", 3, `no chain "nope"`},
 		{"create an existing chain", head + "create chain ip t c", 3, `chain "c" exists`},
+		{"create an existing element", head + "add set ip t s { type ipv4_addr ; }\nadd element ip t s { 10.0.0.1 }\ncreate element ip t s { 10.0.0.1 }", 5, "element 10.0.0.1 exists"},
+		{"set redefined with another type", head + "add set ip t s { type ipv4_addr ; }\nadd set ip t s { type ipv6_addr ; }", 4, "different type or flags"},
+		{"address match on a map", head + "add map ip t m { type ipv4_addr : verdict ; }\nadd rule ip t c ip saddr @m drop", 4, `"m" is a map, not a set`},
+		{"address match on a set of ports", head + "add set ip t s { type inet_service ; }\nadd rule ip t c ip saddr @s drop", 4, `set "s" does not hold ipv4_addr`},
+		{"numgen index given twice", head + "add chain ip t a\nadd rule ip t c numgen random mod 2 vmap { 0 : goto a, 0 : goto a }", 4, "numgen index 0 given twice"},
+		{"lookup on an unsupported field", head + "add rule ip t c ip daddr . tcp dport vmap @m", 3, `unsupported lookup field "tcp"`},
+		{"update keyed on the destination", head + "add rule ip t c update @s { ip daddr }", 3, "only update @set { ip saddr }"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseNFT(tc.text)

@@ -650,6 +650,13 @@ func TestTraceErrors(t *testing.T) {
 		limit:   true,
 		wantErr: "more than 1000 rule evaluations",
 	}, {
+		name: "numgen inside numgen beyond the outcome bound",
+		rules: tHead + "add chain ip t base { type filter hook prerouting priority 0 ; }\nadd chain ip t x\nadd chain ip t y\n" +
+			"add rule ip t base numgen random mod 101 vmap { " + branches(101, "x") + " }\n" +
+			"add rule ip t x numgen random mod 101 vmap { " + branches(101, "y") + " }\n",
+		limit:   true,
+		wantErr: "more than 10000 outcomes",
+	}, {
 		name:    "dnat in a filter chain",
 		rules:   tHead + "add chain ip t f { type filter hook prerouting priority 0 ; }\nadd rule ip t f meta l4proto tcp dnat to 10.1.0.1:80\n",
 		wantErr: "NAT statement reached from filter chain f",
@@ -696,6 +703,14 @@ func TestTraceErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+func branches(n int, chain string) string {
+	var b []string
+	for i := range n {
+		b = append(b, fmt.Sprintf("%d : goto %s", i, chain))
+	}
+	return strings.Join(b, ", ")
 }
 
 func TestResultHelpers(t *testing.T) {
