@@ -590,7 +590,9 @@ func (r *renderer) claimElem(e *ownedElem) {
 	}
 	owners = append(owners, e)
 	r.plan.owners[e.key] = owners
-	if len(owners) > 1 {
+	// Ports of one service share their cluster IP; anything else shared
+	// between two services is a conflict.
+	if len(owners) > 1 && owners[0].owner.NamespacedName != e.owner.NamespacedName {
 		r.plan.Conflicts = append(r.plan.Conflicts, fmt.Sprintf("%s wants %s { %s } which %s already has", e.owner, e.key.set, e.key.key, owners[0].owner))
 	}
 }

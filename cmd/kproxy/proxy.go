@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
+	"k8s.io/utils/clock"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/runner"
+	"github.com/kproxy/kproxy/internal/server"
+	"github.com/kproxy/kproxy/internal/source"
+	"github.com/kproxy/kproxy/internal/source/apiserver"
+	"github.com/kproxy/kproxy/internal/source/file"
+)
+
+// hostname returns the node name kproxy acts for.
+func hostname(c *v1alpha1.KubeProxyConfiguration) (string, error) {
+	if c.HostnameOverride != "" {
+		return c.HostnameOverride, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("reading the hostname (set --hostname-override): %w", err)
+	}
+	return strings.ToLower(strings.TrimSpace(h)), nil
+}
+
+// ipv6Available reports whether this network namespace has IPv6 at all.
+func ipv6Available() bool {
+	_, err := os.Stat("/proc/net/if_inet6")
+	return err == nil
+}
+
+// families lists the IP families to proxy, primary first: both when the
+// namespace has IPv6, as upstream does. The primary family follows the first
+// cluster CIDR (IPv4 when none is given).
+func families(c *v1alpha1.KubeProxyConfiguration, v6 bool) []v1.IPFamily {
+	if !v6 {
+		return []v1.IPFamily{model.IPv4}
+	}
+	if cidrs := clusterCIDRs(c); len(cidrs) > 0 && model.FamilyOf(cidrs[0].Addr()) == model.IPv6 {
+		return []v1.IPFamily{model.IPv6, model.IPv4}
+	}
+	return []v1.IPFamily{model.IPv4, model.IPv6}
+}
+
+func clusterCIDRs(c *v1alpha1.KubeProxyConfiguration) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range strings.Split(c.ClusterCIDR, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if model.FamilyOf(p.Addr()) == f {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// nftablesOptions derives one family's nftables settings from the config.
+func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables.Options {
+	o := nftables.Options{
+		Family:              f,
+		TableName:           nftables.DefaultTableName,
+		MasqueradeBit:       int(config.MasqueradeBit(c)),
+		MasqueradeAll:       config.MasqueradeAll(c),
+		DetectLocalMode:     string(c.DetectLocalMode),
+		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
+		BridgeInterface:     c.DetectLocal.BridgeInterface,
+		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
+		NodePortAddresses:   c.NodePortAddresses,
+	}
+	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
+		o.NodeIPs = []netip.Addr{ip}
+	}
+	return o
+}
+
+// localAddrs lists this network namespace's interface addresses.
+func localAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// nodeHealth forwards this node's object to the health server as well.
+type nodeHealth struct {
+	model.EventHandler
+	health *server.ProxyHealth
+	name   string
+}
+
+func (n nodeHealth) NodeUpdated(node *v1.Node) {
+	if node.Name == n.name {
+		n.health.SyncNode(node)
+	}
+	n.EventHandler.NodeUpdated(node)
+}
+
+func (n nodeHealth) NodeDeleted(node *v1.Node) {
+	if node.Name == n.name {
+		n.health.SyncNode(nil)
+	}
+	n.EventHandler.NodeDeleted(node)
+}
+
+var _ model.EventHandler = nodeHealth{}
+
+// runProxy runs the proxy until ctx ends.
+func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
+	c := o.Config
+	mode := config.EffectiveMode(c)
+	node, err := hostname(c)
+	if err != nil {
+		return err
+	}
+	if o.CleanupAndExit {
+		return cleanup(ctx)
+	}
+	if mode != "nftables" {
+		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables", mode)}
+	}
+	fams := families(c, ipv6Available())
+	klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName)
+	metrics.SetInfo(mode, "nftables", version)
+
+	syncPeriod, minSyncPeriod := config.SyncPeriods(c)
+	clk := clock.RealClock{}
+	health := server.NewProxyHealth(2*syncPeriod, clk)
+
+	backends := map[v1.IPFamily]proxy.Backend{}
+	for _, f := range fams {
+		iface, err := nft.NewNetlink()
+		if err != nil {
+			return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
+		}
+		backends[f] = nftables.NewProxier(nftablesOptions(c, f), iface, conntrack.Netlink{}, localAddrs)
+	}
+
+	var loop *proxy.Loop
+	var run *runner.Runner
+	tracker := model.NewTracker(model.TrackerOptions{
+		Hostname: node,
+		Families: fams,
+		OnInvalid: func(e *model.InvalidError) {
+			metrics.InvalidObjectsTotal.WithLabelValues(e.Kind, "invalid").Inc()
+		},
+		OnChange: func() {
+			if loop != nil {
+				loop.QueuedUpdate()
+				run.Request()
+			}
+		},
+	})
+	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
+	defer svcHealth.Close()
+	loop = proxy.New(proxy.Options{
+		Tracker:    tracker,
+		Backends:   backends,
+		SyncPeriod: syncPeriod,
+		Clock:      clk,
+		Health:     health,
+		Services:   svcHealth,
+	})
+	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
+
+	src, err := newSource(o, fromFile, node)
+	if err != nil {
+		return err
+	}
+
+	errc := make(chan error, 3)
+	go func() {
+		errc <- server.NewHealthzServer(server.HealthzServerConfig{
+			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
+		}).Run(ctx)
+	}()
+	go func() {
+		errc <- server.NewMetricsServer(server.MetricsServerConfig{
+			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
+			ProxyMode: func() string { return mode }, Configz: func() any { return c },
+			EnableProfiling: c.EnableProfiling, Clock: clk,
+		}).Run(ctx)
+	}()
+	go func() {
+		errc <- src.Run(ctx, nodeHealth{EventHandler: tracker, health: health, name: node})
+	}()
+	go run.Run(ctx)
+
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Shutting down; rules stay in place")
+		return nil
+	case err := <-errc:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// retryInterval: a failed sync is retried soon, but not in a hot loop.
+func retryInterval(syncPeriod time.Duration) time.Duration {
+	return min(5*time.Second, syncPeriod)
+}
+
+func newSource(o *config.Options, fromFile, node string) (source.Source, error) {
+	if fromFile != "" {
+		klog.InfoS("Reading cluster state from a file instead of the API server", "path", fromFile)
+		return file.New(fromFile), nil
+	}
+	client, err := apiserver.NewClient(o.Kubeconfig, o.Master, o.Config.ClientConnection)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), nil
+}
+
+// cleanup removes kproxy's nftables tables in both families.
+func cleanup(ctx context.Context) error {
+	iface, err := nft.NewNetlink()
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	var errs []error
+	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
+		exists, err := iface.TableExists(ctx, f, nftables.DefaultTableName)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if exists {
+			if err := iface.DeleteTable(ctx, f, nftables.DefaultTableName); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			klog.InfoS("Deleted nftables table", "family", f, "table", nftables.DefaultTableName)
+		}
+	}
+	return errors.Join(errs...)
+}

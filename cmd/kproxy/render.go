@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/source/file"
+	"github.com/kproxy/kproxy/internal/view"
+)
+
+type renderFlags struct {
+	file   string
+	output string
+}
+
+func newRenderCommand() *cobra.Command {
+	o := config.NewOptions()
+	var rf renderFlags
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Show what kproxy does for a snapshot of a cluster (no root, no cluster needed)",
+		Long: `render reads a snapshot of Services, EndpointSlices and Nodes (-f FILE or
+DIRECTORY as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them; the
+built-in example when -f is not given), applies the same model and endpoint
+selection as the proxy for the node named by --hostname-override, and prints
+either the model (-o table|yaml|json: every service port, its addresses, the
+endpoints chosen for this node and why others were left out) or, with
+--proxy-mode, the exact rules the proxy would write on a fresh node
+(nftables: the 'nft -f' transaction).
+
+It accepts the proxy's flags and --config, since they shape the result.`,
+		Example: `  kproxy render                                # the built-in example, as a table
+  kproxy render --proxy-mode nftables          # the nftables rules for node-a
+  kproxy render -f cluster.yaml --hostname-override worker-1 -o yaml`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := completeOptions(cmd, o); err != nil {
+				return err
+			}
+			rulesWanted := cmd.Flags().Changed("proxy-mode") || (o.ConfigFile != "" && o.Config.Mode != "")
+			if cmd.Flags().Changed("output") {
+				rulesWanted = false
+			}
+			return render(cmd.OutOrStdout(), cmd.ErrOrStderr(), o, rf, rulesWanted)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	fs := cmd.Flags()
+	o.AddFlags(fs)
+	config.AddKlogFlags(fs)
+	fs.StringVarP(&rf.file, "filename", "f", "", "Snapshot file or directory (YAML/JSON, kubectl's List format works). Default: the built-in example.")
+	fs.StringVarP(&rf.output, "output", "o", "table", "Model output format: table, yaml or json. Ignored when --proxy-mode asks for rules.")
+	return cmd
+}
+
+// defaultExampleNode is the example's node that render shows by default.
+const defaultExampleNode = "node-a"
+
+func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool) error {
+	var objs *file.Objects
+	var errs []error
+	if rf.file == "" {
+		objs = example.Objects()
+		if o.Config.ClusterCIDR == "" {
+			// The example's pods live in these; without them nothing
+			// would count as pod traffic.
+			o.Config.ClusterCIDR = strings.Join(example.ClusterCIDRs, ",")
+		}
+	} else {
+		objs, errs = file.Load(rf.file)
+	}
+	for _, err := range errs {
+		fmt.Fprintln(errOut, "warning:", err)
+	}
+	if objs == nil {
+		return fmt.Errorf("no usable objects in %s", rf.file)
+	}
+	nodeName := o.Config.HostnameOverride
+	if nodeName == "" {
+		if rf.file == "" {
+			nodeName = defaultExampleNode
+		} else if len(objs.Nodes) == 1 {
+			nodeName = objs.Nodes[0].Name
+		} else {
+			return usageError{fmt.Errorf("--hostname-override is required: the snapshot has %d nodes", len(objs.Nodes))}
+		}
+	}
+	fams := []v1.IPFamily{model.IPv4, model.IPv6}
+	var skipped []view.SkippedEntry
+	tracker := model.NewTracker(model.TrackerOptions{
+		Hostname: nodeName,
+		Families: fams,
+		OnInvalid: func(e *model.InvalidError) {
+			skipped = append(skipped, view.SkippedEntry{Object: e.Kind + " " + e.Object, Reason: e.Field + ": " + e.Reason})
+		},
+	})
+	objs.Feed(tracker)
+	for _, s := range objs.Services {
+		if why := model.SkipService(s); why != "" {
+			skipped = append(skipped, view.SkippedEntry{Object: "Service " + s.Namespace + "/" + s.Name, Reason: why})
+		}
+	}
+	u := tracker.Take()
+	var states []*model.State
+	for _, f := range fams {
+		st := model.NewState(f)
+		st.Apply(u.Families[f])
+		states = append(states, st)
+	}
+	node := tracker.Node()
+	if node == nil {
+		fmt.Fprintf(errOut, "warning: node %q is not in the snapshot: no zone, pod CIDRs or addresses known\n", nodeName)
+	}
+
+	if rules {
+		mode := config.EffectiveMode(o.Config)
+		if mode != "nftables" {
+			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables, or -o table|yaml|json for the model", mode)}
+		}
+		return renderNFTables(out, o, states, node, nodeName)
+	}
+
+	snap := view.Build(states, node, nodeName)
+	snap.Skipped = skipped
+	switch strings.ToLower(rf.output) {
+	case "table", "":
+		return view.WriteTable(out, snap)
+	case "yaml":
+		b, err := yaml.Marshal(snap)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(b)
+		return err
+	case "json":
+		b, err := yaml.Marshal(snap)
+		if err != nil {
+			return err
+		}
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(out, string(j))
+		return err
+	default:
+		return usageError{fmt.Errorf("unknown output format %q: use table, yaml or json", rf.output)}
+	}
+}
+
+// renderNFTables prints the transactions a fresh node would get at its
+// first (full) sync, one per family, in 'nft -f' syntax.
+func renderNFTables(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
+	for _, st := range states {
+		opts := nftablesOptions(o.Config, st.Family)
+		cfg := opts.RenderConfig(node, nil)
+		in := &nftables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+		plan := nftables.Render(cfg, in, nftables.NewApplied())
+		fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
+		for _, c := range plan.Conflicts {
+			fmt.Fprintf(out, "# conflict: %s\n", c)
+		}
+		if _, err := io.WriteString(out, plan.Tx.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+// Proxier is the nftables backend of one IP family.
+type Proxier struct {
+	opts      Options
+	nft       nft.Interface
+	conntrack conntrack.Interface
+	// localAddrs reads the host's addresses (for CIDR nodePortAddresses).
+	localAddrs func() ([]netip.Addr, error)
+	applied    *Applied
+	cfg        *Config
+}
+
+var _ proxy.Backend = (*Proxier)(nil)
+
+// NewProxier returns a proxier; ct and localAddrs may be nil.
+func NewProxier(opts Options, nftIface nft.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
+	return &Proxier{opts: opts, nft: nftIface, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+}
+
+// Sync implements proxy.Backend.
+func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	fam, table := nft.FamilyFor(p.opts.Family), p.table()
+	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full, Now: req.Now}
+	if req.Node != nil {
+		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
+	}
+	if req.Full || p.cfg == nil {
+		in.Full = true
+		var addrs []netip.Addr
+		if p.localAddrs != nil {
+			var err error
+			if addrs, err = p.localAddrs(); err != nil {
+				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
+			}
+		}
+		p.cfg = p.opts.RenderConfig(req.Node, addrs)
+		// Read the kernel before rendering: which of our chains and sets
+		// exist (left by a previous run or a failed sync).
+		exists, err := p.nft.TableExists(ctx, fam, table)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			if in.ExistingChains, err = p.nft.ListChains(ctx, fam, table); err != nil {
+				return nil, err
+			}
+			if in.ExistingSets, err = p.nft.ListSets(ctx, fam, table); err != nil {
+				return nil, err
+			}
+		}
+	}
+	plan := Render(p.cfg, in, p.applied)
+	for _, c := range plan.Conflicts {
+		klog.ErrorS(nil, "Conflicting services; the first one keeps the address", "conflict", c)
+		metrics.InvalidObjectsTotal.WithLabelValues("Service", "conflict").Inc()
+	}
+	if plan.Tx.Len() > 0 {
+		start := time.Now()
+		if err := p.nft.Apply(ctx, plan.Tx); err != nil {
+			metrics.NFTablesSyncFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+			// Whatever we knew of the kernel may be wrong now.
+			p.cfg = nil
+			return nil, fmt.Errorf("applying nftables transaction (%d operations) to table %s %s: %w", plan.Tx.Len(), fam, table, err)
+		}
+		klog.V(3).InfoS("Applied nftables transaction", "ipFamily", p.opts.Family, "operations", plan.Tx.Len(), "full", in.Full, "seconds", time.Since(start).Seconds())
+	}
+	plan.Commit(p.applied)
+	p.clearConntrack(plan)
+	return p.result(), nil
+}
+
+func (p *Proxier) table() string {
+	if p.opts.TableName == "" {
+		return DefaultTableName
+	}
+	return p.opts.TableName
+}
+
+func (p *Proxier) result() *proxy.Result {
+	ports, local := p.applied.HealthChecks()
+	internal, external := p.applied.NoLocal()
+	return &proxy.Result{
+		HealthCheckPorts: ports,
+		LocalEndpoints:   local,
+		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
+	}
+}
+
+// clearConntrack removes UDP entries that would keep sending packets to
+// endpoints that are gone, or keep rejecting a service that now has endpoints.
+func (p *Proxier) clearConntrack(plan *Plan) {
+	if p.conntrack == nil {
+		return
+	}
+	var filters []conntrack.Filter
+	for _, st := range plan.StaleUDP {
+		sp := st.Service
+		for _, e := range st.Endpoints {
+			for _, ip := range serviceIPs(sp) {
+				filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port), ReplySrc: e.IP})
+			}
+			if sp.NodePort != 0 {
+				filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort), ReplySrc: e.IP})
+			}
+		}
+	}
+	for _, sp := range plan.NewlyServedUDP {
+		for _, ip := range serviceIPs(sp) {
+			filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port)})
+		}
+		if sp.NodePort != 0 {
+			filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort)})
+		}
+	}
+	if len(filters) == 0 {
+		return
+	}
+	start := time.Now()
+	n, err := p.conntrack.DeleteUDP(p.opts.Family == model.IPv6, filters)
+	metrics.ReconcileConntrackFlowsLatency.WithLabelValues(string(p.opts.Family)).Observe(time.Since(start).Seconds())
+	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(p.opts.Family)).Add(float64(n))
+	if err != nil {
+		klog.ErrorS(err, "Failed to delete stale UDP conntrack entries", "filters", len(filters))
+		return
+	}
+	klog.V(2).InfoS("Deleted stale UDP conntrack entries", "entries", n, "filters", len(filters))
+}
+
+func serviceIPs(sp *model.ServicePort) []netip.Addr {
+	ips := []netip.Addr{sp.ClusterIP}
+	ips = append(ips, sp.ExternalIPs...)
+	return append(ips, sp.LoadBalancerVIPs()...)
+}
+
+// HealthCheckKeys lists services with health check ports (for tests).
+func (p *Proxier) HealthCheckKeys() []types.NamespacedName {
+	ports, _ := p.applied.HealthChecks()
+	var out []types.NamespacedName
+	for k := range ports {
+		out = append(out, k)
+	}
+	return out
+}
