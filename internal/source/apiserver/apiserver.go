@@ -35,9 +35,10 @@ var (
 	// services have no cluster IP to program.
 	serviceLabelSelector = mustSelector(model.LabelServiceProxyName)
 	serviceFieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
-	// Upstream filters slices only on the headless label. The proxy-name
-	// label is not filtered here: the Tracker ignores slices whose Service
-	// it does not know.
+	// Upstream (since it gave Services and EndpointSlices informers of
+	// their own) filters slices only on the headless label. Slices that
+	// carry the proxy-name label (the EndpointSlice controller copies a
+	// Service's labels to its slices) are delivered; the Tracker drops them.
 	sliceLabelSelector = mustSelector(model.LabelHeadless)
 )
 
@@ -52,6 +53,8 @@ func mustSelector(noSuchLabel string) string {
 func nodeFieldSelector(hostname string) string {
 	return fields.OneTermEqualSelector("metadata.name", hostname).String()
 }
+
+var _ source.Source = (*apiSource)(nil)
 
 type apiSource struct {
 	client   kubernetes.Interface

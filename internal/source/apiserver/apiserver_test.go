@@ -189,6 +189,11 @@ func initialObjects() []runtime.Object {
 			s.Labels = map[string]string{model.LabelServiceProxyName: "other"}
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "198.19.0.11", []string{"198.19.0.11"}
 		}),
+		// Upstream does not filter slices on this label: it is
+		// delivered, and the Tracker drops it.
+		makeSlice("demo", "other-proxy-klmno", "other-proxy", func(s *discovery.EndpointSlice) {
+			s.Labels[model.LabelServiceProxyName] = "other"
+		}),
 	}
 }
 
@@ -236,17 +241,18 @@ func TestInitialSyncThenChanges(t *testing.T) {
 	client := fake.NewClientset(initialObjects()...)
 	h := start(t, client)
 
-	ev := h.rec.waitEvents(t, 4)
+	ev := h.rec.waitEvents(t, 5)
 	wantInitial := []event{
+		{"update", "EndpointSlice", "demo/other-proxy-klmno"},
 		{"update", "EndpointSlice", "demo/web-abcde"},
 		{"update", "Node", "node-a"},
 		{"update", "Service", "demo/web"},
 	}
-	if diff := cmp.Diff(wantInitial, sortEvents(ev[:3])); diff != "" {
+	if diff := cmp.Diff(wantInitial, sortEvents(ev[:4])); diff != "" {
 		t.Errorf("initial events (-want +got):\n%s", diff)
 	}
-	if ev[3] != (event{"synced", "", ""}) {
-		t.Errorf("4th event = %v, want synced after the initial objects", ev[3])
+	if ev[4] != (event{"synced", "", ""}) {
+		t.Errorf("5th event = %v, want synced after the initial objects", ev[4])
 	}
 	if !h.tracker.HasSynced() {
 		t.Errorf("tracker not synced")
@@ -256,8 +262,8 @@ func TestInitialSyncThenChanges(t *testing.T) {
 	if sp := v4.Services[webHTTP]; sp == nil || sp.ClusterIP != netip.MustParseAddr("198.19.0.10") || sp.Port != 80 {
 		t.Errorf("web:http after sync = %+v, want 198.19.0.10:80", sp)
 	}
-	if len(v4.Services) != 1 {
-		t.Errorf("services after sync: %v, want only demo/web (headless and other-proxy skipped)", v4.Services)
+	if len(v4.Services) != 1 || len(v4.Endpoints) != 1 {
+		t.Errorf("after sync: services %v, endpoints %v; want only demo/web's (headless and other-proxy skipped)", v4.Services, v4.Endpoints)
 	}
 	if got := endpointStrings(v4.Endpoints[webHTTP]); !slices.Equal(got, []string{"198.18.129.10:8080 local", "198.18.130.10:8080"}) {
 		t.Errorf("web:http endpoints = %v", got)
@@ -467,7 +473,7 @@ func endpointStrings(eps []*model.Endpoint) []string {
 func TestSelectors(t *testing.T) {
 	client := fake.NewClientset(initialObjects()...)
 	h := start(t, client)
-	h.rec.waitEvents(t, 4)
+	h.rec.waitEvents(t, 5)
 
 	got := map[string]string{}
 	for _, a := range client.Actions() {
@@ -515,9 +521,10 @@ func TestNoSyncedBeforeAllInformersSynced(t *testing.T) {
 		t.Fatal("tracker synced while the EndpointSlice list was held back")
 	}
 	held.Store(false)
-	ev := h.rec.waitEvents(t, 4)
-	if ev[2] != (event{"update", "EndpointSlice", "demo/web-abcde"}) || ev[3] != (event{"synced", "", ""}) {
-		t.Errorf("events after release = %v, want the slice then synced", ev[2:])
+	ev := h.rec.waitEvents(t, 5)
+	wantSlices := []event{{"update", "EndpointSlice", "demo/other-proxy-klmno"}, {"update", "EndpointSlice", "demo/web-abcde"}}
+	if !cmp.Equal(sortEvents(ev[2:4]), wantSlices) || ev[4] != (event{"synced", "", ""}) {
+		t.Errorf("events after release = %v, want the slices then synced", ev[2:])
 	}
 }
 

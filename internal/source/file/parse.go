@@ -294,15 +294,20 @@ func (c *collector) parse(name string, data []byte) {
 
 func (c *collector) parseJSON(name string, data []byte) {
 	dec := json.NewDecoder(bytes.NewReader(data))
+	// Lines are counted as the decoder advances, not from the start for
+	// each value, so that a long stream is not read over and over.
+	line, counted := 1, int64(0)
 	for index := 1; ; index++ {
 		start := dec.InputOffset()
+		line += bytes.Count(data[counted:start], []byte("\n"))
+		counted = start
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
 		if err == io.EOF {
 			return
 		}
-		// Skip the whitespace before the value when counting lines.
-		line := 1 + bytes.Count(data[:start], []byte("\n")) + leadingBlankLines(data[start:])
+		// The value starts after the blank lines that precede it.
+		line := line + leadingBlankLines(data[start:])
 		if err != nil {
 			// A JSON stream cannot be resynchronized after a syntax
 			// error: the rest of the file is lost.

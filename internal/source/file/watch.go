@@ -29,6 +29,8 @@ const (
 	defaultDebounce = 200 * time.Millisecond
 )
 
+var _ source.Source = (*fileSource)(nil)
+
 type fileSource struct {
 	path     string
 	poll     time.Duration
