@@ -1,0 +1,98 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Interface is what the rest of kproxy knows about nftables. Netlink and
+// Exec talk to the kernel; nfttest.Fake keeps state in memory.
+type Interface interface {
+	// Apply runs every operation of tx as one nf_tables transaction:
+	// either all of them take effect or none does. An error says which
+	// operation the kernel rejected when that is known (see *OpError).
+	Apply(ctx context.Context, tx *Transaction) error
+	// ListChains returns the names of the chains of a table. A missing
+	// table is an error matching ErrNotFound.
+	ListChains(ctx context.Context, family Family, table string) ([]string, error)
+	// ListSets returns the names of the named sets and maps of a table.
+	// A missing table is an error matching ErrNotFound.
+	ListSets(ctx context.Context, family Family, table string) ([]string, error)
+	// DeleteTable removes a table and everything in it. Deleting a table
+	// that does not exist is not an error (cleanup is idempotent).
+	DeleteTable(ctx context.Context, family Family, table string) error
+	// TableExists reports whether the table exists.
+	TableExists(ctx context.Context, family Family, table string) (bool, error)
+}
+
+var (
+	// ErrNotSupported means nf_tables cannot be used here: the kernel
+	// lacks it (or netfilter netlink), or the nft binary is missing.
+	ErrNotSupported = errors.New("nf_tables is not available")
+	// ErrNotFound is returned when listing objects of a missing table.
+	ErrNotFound = errors.New("no such table")
+)
+
+// OpError is the kernel's (or nft's) rejection of one operation of a
+// transaction. Because transactions are atomic, nothing of the
+// transaction was applied. Err is usually a syscall.Errno such as
+// ENOENT (missing chain, set or element), EEXIST (conflicting
+// redefinition or element), EBUSY (object still in use) or EOPNOTSUPP
+// (statement not allowed at that hook); test it with errors.Is.
+type OpError struct {
+	// Index of the operation in Transaction.Ops; -1 when the error is
+	// about the transaction as a whole.
+	Index int
+	// Op is the operation in nft -f syntax.
+	Op string
+	// Detail narrows down the culprit when known: the element or the
+	// statement of a rule.
+	Detail string
+	// Message is the kernel's extended ack text or nft's message, if any.
+	Message string
+	Err     error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	if e.Index >= 0 {
+		fmt.Fprintf(&b, "operation %d %q", e.Index+1, e.Op)
+	} else {
+		b.WriteString("transaction")
+	}
+	if e.Detail != "" {
+		fmt.Fprintf(&b, " (at %s)", e.Detail)
+	}
+	b.WriteString(": ")
+	// nft's messages already contain the errno text.
+	switch {
+	case e.Message == "" && e.Err != nil:
+		b.WriteString(e.Err.Error())
+	case e.Err != nil && !strings.Contains(strings.ToLower(e.Message), strings.ToLower(e.Err.Error())):
+		b.WriteString(e.Message + ": " + e.Err.Error())
+	default:
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// OpText renders operation i of the transaction as one line of nft -f
+// syntax (without the trailing newline).
+func (t *Transaction) OpText(i int) string {
+	var b strings.Builder
+	t.writeOp(&b, &t.Ops[i])
+	return b.String()
+}
+
+// wrapApply wraps the errors of a failed Apply so that the message names
+// the table and the transaction size.
+func wrapApply(t *Transaction, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("nft: transaction of %d operations on table %s %s not applied: %w", t.Len(), t.Family, t.Table, err)
+}

@@ -1,0 +1,365 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// Netlink applies transactions through nf_tables netlink, each one as a
+// single batch: the kernel commits all of it or none of it.
+type Netlink struct {
+	netnsFd int
+	netns   *os.File // opened by WithNetNSPath; closed by Close
+}
+
+var _ Interface = (*Netlink)(nil)
+
+// NetlinkOption configures NewNetlink.
+type NetlinkOption func(*Netlink) error
+
+// WithNetNSFd programs the network namespace the fd refers to instead of
+// the caller's. The caller keeps ownership of the fd.
+func WithNetNSFd(fd int) NetlinkOption {
+	return func(n *Netlink) error {
+		n.netnsFd = fd
+		return nil
+	}
+}
+
+// WithNetNSPath programs the network namespace at path (for example
+// /run/netns/NAME or /proc/PID/ns/net). Close releases it.
+func WithNetNSPath(path string) NetlinkOption {
+	return func(n *Netlink) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("opening network namespace %s: %w", path, err)
+		}
+		n.netns = f
+		n.netnsFd = int(f.Fd())
+		return nil
+	}
+}
+
+// NewNetlink returns a netlink adapter after checking that the kernel
+// speaks nf_tables (an error matching ErrNotSupported if not).
+func NewNetlink(opts ...NetlinkOption) (*Netlink, error) {
+	n := &Netlink{}
+	for _, o := range opts {
+		if err := o(n); err != nil {
+			_ = n.Close()
+			return nil, err
+		}
+	}
+	c, err := dialNetfilter(n.netnsFd)
+	if err != nil {
+		_ = n.Close()
+		return nil, fmt.Errorf("nft: %w", err)
+	}
+	defer c.Close()
+	// GETGEN is the cheapest request nf_tables answers; without nf_tables
+	// nfnetlink answers EOPNOTSUPP (or the request is unknown: ENOENT).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.get(ctx, unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, nil); err != nil {
+		_ = n.Close()
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPROTONOSUPPORT) {
+			return nil, fmt.Errorf("nft: %w in this kernel (netlink: %w)", ErrNotSupported, err)
+		}
+		return nil, fmt.Errorf("nft: querying the nf_tables generation: %w", err)
+	}
+	return n, nil
+}
+
+// Close releases the network namespace opened by WithNetNSPath.
+func (n *Netlink) Close() error {
+	if n.netns != nil {
+		err := n.netns.Close()
+		n.netns = nil
+		return err
+	}
+	return nil
+}
+
+func (n *Netlink) dial() (*nlConn, error) {
+	c, err := dialNetfilter(n.netnsFd)
+	if err != nil {
+		return nil, fmt.Errorf("nft: %w", err)
+	}
+	return c, nil
+}
+
+// Apply sends the transaction as one batch.
+func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
+	if tx.Len() == 0 {
+		return nil
+	}
+	start := time.Now()
+	c, err := n.dial()
+	if err != nil {
+		return wrapApply(tx, err)
+	}
+	defer c.Close()
+
+	l := newLowerer(tx, &nlView{n: n, ctx: ctx, tx: tx})
+	if err := l.lower(); err != nil {
+		return wrapApply(tx, err)
+	}
+	errs, err := c.sendBatch(ctx, l.msgs)
+	if err == nil && len(errs) > 0 {
+		err = l.explain(errs)
+	}
+	if err != nil {
+		return wrapApply(tx, err)
+	}
+	klog.V(4).InfoS("Applied nftables transaction", "family", tx.Family, "table", tx.Table,
+		"operations", tx.Len(), "messages", len(l.msgs), "elapsed", time.Since(start))
+	return nil
+}
+
+// explain turns the kernel's errors into OpErrors naming the operation,
+// and the element or statement when the kernel pointed at one.
+func (l *lowerer) explain(errs []batchError) error {
+	slices.SortStableFunc(errs, func(a, b batchError) int { return a.msg - b.msg })
+	const maxReported = 10
+	var out []error
+	for _, e := range errs {
+		if len(out) == maxReported {
+			out = append(out, fmt.Errorf("%d more errors", len(errs)-maxReported))
+			break
+		}
+		oe := &OpError{Index: -1, Message: e.text, Err: e.errno}
+		if e.msg < 0 || e.msg >= len(l.msgs) {
+			if e.errno == unix.EOPNOTSUPP {
+				// nfnetlink without the nf_tables subsystem.
+				oe.Err = fmt.Errorf("%w in this kernel: %w", ErrNotSupported, e.errno)
+			}
+			out = append(out, oe)
+			continue
+		}
+		m := &l.msgs[e.msg]
+		oe.Index = m.op
+		if e.offset >= 0 {
+			if k := lastLE(m.elemStarts, e.offset); k >= 0 {
+				oe.Index = m.elemOps[k]
+			}
+			if k := lastLE(m.exprStarts, e.offset); k >= 0 {
+				if r := l.tx.Ops[m.op].Rule; r != nil && m.exprStmts[k] < len(r.Stmts) {
+					var b strings.Builder
+					writeStmt(&b, l.tx.Family, r.Stmts[m.exprStmts[k]])
+					oe.Detail = "statement " + b.String()
+				}
+			}
+		}
+		if oe.Index >= 0 {
+			oe.Op = l.tx.OpText(oe.Index)
+		}
+		out = append(out, oe)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
+}
+
+// lastLE returns the index of the last start <= off, or -1.
+func lastLE(starts []int, off int) int {
+	k := -1
+	for i, s := range starts {
+		if s <= off {
+			k = i
+		}
+	}
+	return k
+}
+
+// nlView answers the lowerer's questions about existing sets.
+type nlView struct {
+	n   *Netlink
+	ctx context.Context
+	tx  *Transaction
+}
+
+func (v *nlView) setDef(name string) (*Set, error) {
+	c, err := v.n.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var a attrs
+	a.str(unix.NFTA_SET_TABLE, v.tx.Table)
+	a.str(unix.NFTA_SET_NAME, name)
+	b, err := c.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading set %s: %w", name, err)
+	}
+	return decodeSet(b)
+}
+
+func (v *nlView) setEmpty(name string) (bool, error) {
+	c, err := v.n.dial()
+	if err != nil {
+		return false, err
+	}
+	// Closing the socket abandons the rest of the dump: one reply is
+	// enough to know whether the set has elements.
+	defer c.Close()
+	var a attrs
+	a.str(unix.NFTA_SET_ELEM_LIST_TABLE, v.tx.Table)
+	a.str(unix.NFTA_SET_ELEM_LIST_SET, name)
+	empty := true
+	err = c.dumpEach(v.ctx, unix.NFT_MSG_GETSETELEM, nfproto(v.tx.Family), a.b, func(b []byte) bool {
+		forEachAttr(b, func(typ uint16, data []byte) {
+			if typ == unix.NFTA_SET_ELEM_LIST_ELEMENTS && len(data) > 0 {
+				empty = false
+			}
+		})
+		return empty
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading elements of set %s: %w", name, err)
+	}
+	return empty, nil
+}
+
+// decodeSet reads the parts of a set definition lowering needs.
+func decodeSet(b []byte) (*Set, error) {
+	s := &Set{}
+	var flags, ktype, dtype uint32
+	forEachAttr(b, func(typ uint16, data []byte) {
+		switch typ {
+		case unix.NFTA_SET_NAME:
+			s.Name = cString(data)
+		case unix.NFTA_SET_FLAGS:
+			flags = binary.BigEndian.Uint32(data)
+		case unix.NFTA_SET_KEY_TYPE:
+			ktype = binary.BigEndian.Uint32(data)
+		case unix.NFTA_SET_DATA_TYPE:
+			dtype = binary.BigEndian.Uint32(data)
+		case unix.NFTA_SET_TIMEOUT:
+			s.Timeout = time.Duration(binary.BigEndian.Uint64(data)) * time.Millisecond
+		}
+	})
+	for id := ktype; id != 0; id >>= dtBitsConcat {
+		var t DataType
+		for name, dt := range dataTypes {
+			if dt.id == id&(1<<dtBitsConcat-1) {
+				t = name
+			}
+		}
+		if t == "" {
+			return nil, fmt.Errorf("set %s has a key type (%#x) kproxy does not use", s.Name, ktype)
+		}
+		s.Key = append([]DataType{t}, s.Key...)
+	}
+	s.Interval = flags&setInterval != 0
+	s.Dynamic = flags&setEval != 0
+	if flags&setMap != 0 {
+		if dtype != verdictData {
+			return nil, fmt.Errorf("set %s is a map to data type %#x, not a verdict map", s.Name, dtype)
+		}
+		s.Data = TypeVerdict
+	}
+	return s, nil
+}
+
+// TableExists reports whether the table exists.
+func (n *Netlink) TableExists(ctx context.Context, family Family, table string) (bool, error) {
+	c, err := n.dial()
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	return tableExists(ctx, c, family, table)
+}
+
+func tableExists(ctx context.Context, c *nlConn, family Family, table string) (bool, error) {
+	var a attrs
+	a.str(unix.NFTA_TABLE_NAME, table)
+	_, err := c.get(ctx, unix.NFT_MSG_GETTABLE, nfproto(family), a.b)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("nft: looking up table %s %s: %w", family, table, err)
+	}
+	return true, nil
+}
+
+// ListChains returns the chain names of a table, sorted.
+func (n *Netlink) ListChains(ctx context.Context, family Family, table string) ([]string, error) {
+	return n.listNames(ctx, family, table, unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, 0)
+}
+
+// ListSets returns the names of the named sets and maps of a table, sorted.
+func (n *Netlink) ListSets(ctx context.Context, family Family, table string) ([]string, error) {
+	return n.listNames(ctx, family, table, unix.NFT_MSG_GETSET, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, unix.NFTA_SET_FLAGS)
+}
+
+func (n *Netlink) listNames(ctx context.Context, family Family, table string, msg, tableAttr, nameAttr, flagsAttr uint16) ([]string, error) {
+	c, err := n.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ok, err := tableExists(ctx, c, family, table)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, table, ErrNotFound)
+	}
+	var a attrs
+	a.str(tableAttr, table)
+	replies, err := c.dump(ctx, msg, nfproto(family), a.b)
+	if err != nil {
+		return nil, fmt.Errorf("nft: listing table %s %s: %w", family, table, err)
+	}
+	var names []string
+	for _, r := range replies {
+		var t, name string
+		var flags uint32
+		forEachAttr(r, func(typ uint16, data []byte) {
+			switch typ {
+			case tableAttr:
+				t = cString(data)
+			case nameAttr:
+				name = cString(data)
+			case flagsAttr:
+				if flagsAttr != 0 && len(data) == 4 {
+					flags = binary.BigEndian.Uint32(data)
+				}
+			}
+		})
+		if t == table && name != "" && flags&setAnonymous == 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// DeleteTable deletes a table; a missing table is not an error.
+func (n *Netlink) DeleteTable(ctx context.Context, family Family, table string) error {
+	tx := NewTransaction(family, table)
+	tx.Delete(&Table{})
+	err := n.Apply(ctx, tx)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
