@@ -1,0 +1,226 @@
+package proxy
+
+// Address plan: 198.18.0.0/16 nodes and pods, 198.19.0.0/16 service IPs.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// recordingBackend remembers each request and can be told to fail.
+type recordingBackend struct {
+	reqs []Request
+	fail error
+	res  *Result
+}
+
+func (b *recordingBackend) Sync(_ context.Context, r *Request) (*Result, error) {
+	cp := *r
+	cp.Changed = sets.New(r.Changed.UnsortedList()...)
+	b.reqs = append(b.reqs, cp)
+	if b.fail != nil {
+		return nil, b.fail
+	}
+	return b.res, nil
+}
+
+func (b *recordingBackend) last(t *testing.T) Request {
+	t.Helper()
+	if len(b.reqs) == 0 {
+		t.Fatal("backend was not called")
+	}
+	return b.reqs[len(b.reqs)-1]
+}
+
+type recordingHealth struct{ queued, updated map[v1.IPFamily]int }
+
+func (h *recordingHealth) QueuedUpdate(f v1.IPFamily) { h.queued[f]++ }
+func (h *recordingHealth) Updated(f v1.IPFamily)      { h.updated[f]++ }
+
+type recordingServices struct {
+	ports map[types.NamespacedName]uint16
+	local map[types.NamespacedName]int
+}
+
+func (s *recordingServices) SyncServices(p map[types.NamespacedName]uint16) error {
+	s.ports = p
+	return nil
+}
+func (s *recordingServices) SyncEndpoints(l map[types.NamespacedName]int) error {
+	s.local = l
+	return nil
+}
+
+func makeService(name, ip string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []v1.ServicePort{{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}}},
+	}
+}
+
+func makeSlice(svc, ip string, trigger time.Time) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: svc + "-1",
+			Labels:      map[string]string{discovery.LabelServiceName: svc},
+			Annotations: map[string]string{model.AnnotationTriggerTime: trigger.UTC().Format(time.RFC3339Nano)}},
+		AddressType: discovery.AddressTypeIPv4,
+		Endpoints:   []discovery.Endpoint{{Addresses: []string{ip}, NodeName: ptr.To("node-a")}},
+		Ports:       []discovery.EndpointPort{{Name: ptr.To("p"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
+	}
+}
+
+func makeNode(zone string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{v1.LabelTopologyZone: zone}}}
+}
+
+func setup(t *testing.T) (*Loop, *model.Tracker, *recordingBackend, *clocktesting.FakeClock, *recordingHealth, *recordingServices) {
+	t.Helper()
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4}})
+	b := &recordingBackend{}
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := &recordingHealth{queued: map[v1.IPFamily]int{}, updated: map[v1.IPFamily]int{}}
+	s := &recordingServices{}
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b}, SyncPeriod: 30 * time.Second, Clock: clk, Health: h, Services: s})
+	return l, tr, b, clk, h, s
+}
+
+func TestLoopNoSyncBeforeSourcesSynced(t *testing.T) {
+	l, tr, b, _, _, _ := setup(t)
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != 0 {
+		t.Fatalf("backend called before sources synced: %d calls", len(b.reqs))
+	}
+}
+
+func TestLoopFullThenPartial(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, clk, h, _ := setup(t)
+	tr.NodeUpdated(makeNode("z1"))
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.ServiceUpdated(makeService("b", "198.19.0.2"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := b.last(t)
+	if !first.Full || first.Changed.Len() != 2 || len(first.State.Services) != 2 || first.Node == nil {
+		t.Fatalf("first sync: full=%v changed=%v services=%d node=%v", first.Full, first.Changed, len(first.State.Services), first.Node)
+	}
+	if h.updated[model.IPv4] != 1 {
+		t.Fatalf("health not told of the update: %v", h.updated)
+	}
+
+	clk.Step(time.Second)
+	tr.EndpointSliceUpdated(makeSlice("a", "198.18.129.5", clk.Now()))
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := b.last(t)
+	want := model.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "a"}, Port: "p", Protocol: model.TCP}
+	if second.Full || !second.Changed.Equal(sets.New(want)) {
+		t.Fatalf("second sync: full=%v changed=%v, want partial with only %v", second.Full, second.Changed, want)
+	}
+
+	// Nothing changed: the backend is not called, health still updated.
+	n := len(b.reqs)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != n {
+		t.Fatalf("backend called with nothing to do")
+	}
+	if h.updated[model.IPv4] != 3 {
+		t.Fatalf("health updates = %d, want 3", h.updated[model.IPv4])
+	}
+
+	// The sync period forces a full sync.
+	clk.Step(31 * time.Second)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !b.last(t).Full {
+		t.Fatal("no full sync after the sync period")
+	}
+}
+
+func TestLoopFailureMakesNextSyncFullAndKeepsChanges(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, _, h, _ := setup(t)
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	b.fail = errors.New("kernel says no")
+	err := l.Sync(ctx)
+	if err == nil || !errors.Is(err, b.fail) {
+		t.Fatalf("error not reported: %v", err)
+	}
+	updatedBefore := h.updated[model.IPv4]
+	b.fail = nil
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := b.last(t)
+	want := model.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "a"}, Port: "p", Protocol: model.TCP}
+	if !r.Full || !r.Changed.Has(want) {
+		t.Fatalf("after a failure: full=%v changed=%v; want a full sync still listing %v", r.Full, r.Changed, want)
+	}
+	if h.updated[model.IPv4] != updatedBefore+1 {
+		t.Fatal("health not updated after the retry succeeded")
+	}
+}
+
+func TestLoopNodeLabelChangeForcesFull(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, _, _, _ := setup(t)
+	tr.NodeUpdated(makeNode("z1"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.NodeUpdated(makeNode("z1")) // same labels: nothing to do
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != 1 {
+		t.Fatalf("an unchanged node caused a sync")
+	}
+	tr.NodeUpdated(makeNode("z2"))
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.last(t); !r.Full || r.Node.Zone() != "z2" {
+		t.Fatalf("zone change: full=%v zone=%q", r.Full, r.Node.Zone())
+	}
+}
+
+func TestLoopFeedsServiceHealth(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, _, _, s := setup(t)
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	b.res = &Result{HealthCheckPorts: map[types.NamespacedName]uint16{key: 32000}, LocalEndpoints: map[types.NamespacedName]int{key: 2}}
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.ports[key] != 32000 || s.local[key] != 2 {
+		t.Fatalf("service health got ports=%v local=%v", s.ports, s.local)
+	}
+}
