@@ -1,0 +1,181 @@
+package main
+
+// Address plan: 198.18.0.0/16 nodes and pods, 198.19.0.0/16 service IPs.
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/view"
+)
+
+// execute runs the command tree with args, as main would.
+func execute(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := newRootCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err = cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestRenderExampleTable(t *testing.T) {
+	out, _, err := execute(t, "render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# node node-a (zone zone-a)",
+		"demo/web-clusterip:http/TCP", "198.19.0.10:80/tcp",
+		"demo/no-endpoints:http/TCP", "reject: no endpoints",
+		"topology: hinted for other zones",
+		"(ipMode Proxy: not captured)",
+		"## IPv6", "[fd00:19::17]:80/tcp",
+		"Service demo/headless", "Service demo/other-proxy",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render output lacks %q", want)
+		}
+	}
+}
+
+func TestRenderJSONForOtherNode(t *testing.T) {
+	out, _, err := execute(t, "render", "-o", "json", "--hostname-override", "node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap view.Snapshot
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if snap.Node != "node-b" || snap.Zone != "zone-b" {
+		t.Fatalf("node = %q zone = %q", snap.Node, snap.Zone)
+	}
+	// itp-local has an endpoint on node-a only: node-b drops internal traffic.
+	for _, s := range snap.Families[0].Services {
+		if s.Name == "demo/itp-local:http/TCP" {
+			if len(s.Local) != 0 || !strings.HasPrefix(s.Verdict, "drop internal traffic") {
+				t.Fatalf("itp-local on node-b: local=%v verdict=%q", s.Local, s.Verdict)
+			}
+			return
+		}
+	}
+	t.Fatal("itp-local not in the output")
+}
+
+func TestRenderFileAsKubectlWritesIt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(path, example.YAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := execute(t, "render", "-f", path, "--hostname-override", "node-a", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "name: demo/web-nodeport:http/TCP") || !strings.Contains(out, "nodePort: 30080") {
+		t.Fatalf("yaml output lacks the NodePort service:\n%s", out)
+	}
+	// More than one node and no --hostname-override: a clear error.
+	if _, _, err := execute(t, "render", "-f", path); err == nil || !strings.Contains(err.Error(), "--hostname-override") {
+		t.Fatalf("want an error asking for --hostname-override, got %v", err)
+	}
+}
+
+func TestRenderNFTablesRules(t *testing.T) {
+	out, _, err := execute(t, "render", "--proxy-mode", "nftables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"add table ip kube-proxy",
+		"add table ip6 kube-proxy",
+		"add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80",
+		"add element ip kube-proxy no-endpoint-services { 198.19.0.20 . tcp . 80",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rules lack %q", want)
+		}
+	}
+	if strings.Contains(out, "# conflict") {
+		t.Errorf("the example should have no conflicts:\n%s", out)
+	}
+}
+
+func TestBadConfigReportsEveryProblemAndFailsBeforeRunning(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	cfg := `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: bogus
+clusterCIDR: not-a-cidr
+conntrack:
+  maxPerCore: -1
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := execute(t, "--config", path, "--hostname-override", "node-a")
+	if err == nil {
+		t.Fatal("a bad config file was accepted")
+	}
+	var ue usageError
+	if !asUsage(err, &ue) {
+		t.Fatalf("want a usage error, got %T %v", err, err)
+	}
+	for _, field := range []string{"mode", "clusterCIDR", "conntrack.maxPerCore"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error does not name %s:\n%v", field, err)
+		}
+	}
+}
+
+func TestBadFlagAndEnv(t *testing.T) {
+	if _, _, err := execute(t, "--no-such-flag"); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+	t.Setenv("IPTABLES_MODE", "nftables")
+	_, _, err := execute(t, "--proxy-mode", "nftables", "--hostname-override", "node-a")
+	if err == nil || !strings.Contains(err.Error(), "IPTABLES_MODE") || !strings.Contains(err.Error(), "legacy") {
+		t.Fatalf("bad IPTABLES_MODE: want an error naming the allowed values, got %v", err)
+	}
+}
+
+func TestHelpListsUpstreamFlags(t *testing.T) {
+	out, _, err := execute(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--proxy-mode", "--config", "--kubeconfig", "--master", "--hostname-override",
+		"--cluster-cidr", "--nodeport-addresses", "--masquerade-all", "--iptables-masquerade-bit",
+		"--iptables-sync-period", "--iptables-min-sync-period", "--iptables-localhost-nodeports",
+		"--ipvs-scheduler", "--detect-local-mode", "--pod-bridge-interface", "--pod-interface-name-prefix",
+		"--conntrack-max-per-core", "--healthz-bind-address", "--metrics-bind-address",
+		"--bind-address-hard-fail", "--cleanup", "--feature-gates", "-v, --v"} {
+		if !strings.Contains(out, f) {
+			t.Errorf("--help lacks %s", f)
+		}
+	}
+}
+
+func asUsage(err error, target *usageError) bool {
+	for err != nil {
+		if u, ok := err.(usageError); ok {
+			*target = u
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
