@@ -1,0 +1,267 @@
+package nft
+
+import (
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+)
+
+// Pure lowering tests. That the messages equal nft's is checked against
+// the kernel in kernel_test.go; these pin the arithmetic.
+
+func TestConcatRegisters(t *testing.T) {
+	// ip daddr . meta l4proto . th dport: slots 0, 1, 2 -> reg 1, 9, 10.
+	// ip6 daddr . meta l4proto . th dport: slots 0, 4, 5 -> reg 1, 2, 13.
+	for slot, want := range map[int]uint32{0: 1, 1: 9, 2: 10, 3: 11, 4: 2, 5: 13, 8: 3} {
+		if got := concatReg(slot); got != want {
+			t.Errorf("concatReg(%d) = %d, want %d", slot, got, want)
+		}
+	}
+}
+
+func TestKeyTypeAndBytes(t *testing.T) {
+	cases := []struct {
+		key     []DataType
+		val     []Value
+		id      uint32
+		length  int
+		wantHex string
+	}{
+		{[]DataType{TypeIPv4Addr, TypeInetProto, TypeInetService},
+			[]Value{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}, {Port: 80}},
+			7<<12 | 12<<6 | 13, 12, "0a000001" + "06000000" + "00500000"},
+		{[]DataType{TypeIPv6Addr, TypeInetProto, TypeInetService},
+			[]Value{{Addr: netip.MustParseAddr("fd00::1")}, {Proto: v1.ProtocolSCTP}, {Port: 65535}},
+			8<<12 | 12<<6 | 13, 24, "fd000000000000000000000000000001" + "84000000" + "ffff0000"},
+		{[]DataType{TypeInetProto, TypeInetService}, []Value{{Proto: v1.ProtocolUDP}, {Port: 53}},
+			12<<6 | 13, 8, "11000000" + "00350000"},
+		{[]DataType{TypeInetService}, []Value{{Port: 53}}, 13, 2, "0035"},
+		{[]DataType{TypeInetProto}, []Value{{Proto: v1.ProtocolTCP}}, 12, 1, "06"},
+	}
+	for _, c := range cases {
+		id, length, err := keyType(c.key)
+		if err != nil || id != c.id || length != c.length {
+			t.Errorf("keyType(%v) = %#x, %d, %v; want %#x, %d", c.key, id, length, err, c.id, c.length)
+		}
+		b, err := keyBytes(c.key, c.val)
+		if err != nil || hex.EncodeToString(b) != c.wantHex {
+			t.Errorf("keyBytes(%v) = %x, %v; want %s", c.val, b, err, c.wantHex)
+		}
+	}
+	for _, bad := range [][]Value{
+		{{Addr: netip.MustParseAddr("fd00::1")}, {Proto: v1.ProtocolTCP}, {Port: 80}},
+		{{Addr: netip.MustParseAddr("10.0.0.1")}, {Port: 6}, {Port: 80}},
+		{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}},
+	} {
+		if _, err := keyBytes([]DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, bad); err == nil {
+			t.Errorf("keyBytes(%v) succeeded, want an error", bad)
+		}
+	}
+}
+
+func rangesString(rs []addrRange) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, r.lo.String()+"-"+r.hi.String())
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestMergeRanges(t *testing.T) {
+	p := func(s string) addrRange { return prefixRange(netip.MustParsePrefix(s)) }
+	cases := []struct {
+		in   []addrRange
+		want string
+	}{
+		{[]addrRange{p("10.128.0.0/9"), p("10.0.0.0/9")}, "10.0.0.0-10.255.255.255"},
+		{[]addrRange{p("10.0.0.0/8"), p("10.1.0.0/16")}, "10.0.0.0-10.255.255.255"},
+		{[]addrRange{p("192.168.1.2/32"), p("192.168.1.1/32"), p("10.0.0.0/8")}, "10.0.0.0-10.255.255.255 192.168.1.1-192.168.1.2"},
+		{[]addrRange{p("10.0.0.0/24"), p("10.0.2.0/24")}, "10.0.0.0-10.0.0.255 10.0.2.0-10.0.2.255"},
+		{[]addrRange{p("2001:db8::/33"), p("2001:db8:8000::/33")}, "2001:db8::-2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"},
+		{[]addrRange{p("255.255.255.0/24"), p("255.0.0.0/8")}, "255.0.0.0-255.255.255.255"},
+	}
+	for _, c := range cases {
+		if got := rangesString(mergeRanges(c.in)); got != c.want {
+			t.Errorf("mergeRanges = %s, want %s", got, c.want)
+		}
+	}
+}
+
+func elemsString(es []elemAttr) string {
+	var parts []string
+	for _, e := range es {
+		s := hex.EncodeToString(e.key)
+		if e.end {
+			s += " end"
+		}
+		if e.open {
+			s += " open"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func TestIntervalElements(t *testing.T) {
+	p := func(s string) addrRange { return prefixRange(netip.MustParsePrefix(s)) }
+	cases := []struct {
+		rs    []addrRange
+		first bool
+		want  string
+	}{
+		{[]addrRange{p("10.0.0.0/8")}, true, "00000000 end, 0a000000, 0b000000 end"},
+		{[]addrRange{p("10.0.0.0/8")}, false, "0a000000, 0b000000 end"},
+		{[]addrRange{p("0.0.0.0/8")}, true, "00000000, 01000000 end"},
+		{[]addrRange{p("255.255.255.0/24")}, false, "ffffff00 open"},
+		{[]addrRange{p("0.0.0.0/0")}, true, "00000000 open"},
+		{[]addrRange{p("fd00::/64")}, true, "00000000000000000000000000000000 end, fd000000000000000000000000000000, fd000000000000010000000000000000 end"},
+	}
+	for _, c := range cases {
+		if got := elemsString(intervalElems(c.rs, c.first, nil)); got != c.want {
+			t.Errorf("intervalElems(%s, %v) = %s, want %s", rangesString(c.rs), c.first, got, c.want)
+		}
+	}
+}
+
+// fakeView is a kernel with some sets, all of them holding elements.
+type fakeView map[string]*Set
+
+func (v fakeView) setDef(name string) (*Set, error)   { return v[name], nil }
+func (v fakeView) setEmpty(name string) (bool, error) { return v[name] == nil, nil }
+
+func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
+	tx := NewTransaction(IPv4, "t")
+	tx.Add(&Set{Name: "m", Key: []DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, Data: TypeVerdict})
+	var addrs []netip.Addr
+	a := netip.MustParseAddr("10.0.0.0")
+	for i := 0; i < 3000; i++ { // more than one message
+		a = a.Next()
+		addrs = append(addrs, a)
+		tx.Add(&Element{Set: "m", Key: []Value{{Addr: a}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &Verdict{Kind: Goto, Chain: "some-chain-with-a-long-name"}})
+	}
+	tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchCtStateNew{}, MatchDport{Proto: v1.ProtocolTCP, Port: 80}, Verdict{Kind: Jump, Chain: "x"}}})
+	l := newLowerer(tx, nil)
+	if err := l.lower(); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.msgs) < 4 {
+		t.Fatalf("expected the elements to be split over several messages, got %d messages", len(l.msgs))
+	}
+	for _, m := range l.msgs {
+		if len(m.attrs) > 65535 {
+			t.Errorf("message of %d bytes of attributes", len(m.attrs))
+		}
+	}
+	// Element 2500 is somewhere in a later message.
+	wantOp := 2501
+	var errs []batchError
+	for mi, m := range l.msgs {
+		for k, op := range m.elemOps {
+			if op == wantOp {
+				errs = append(errs, batchError{msg: mi, errno: unix.EEXIST, offset: m.elemStarts[k] + 12})
+			}
+		}
+	}
+	last := len(l.msgs) - 1
+	rm := l.msgs[last]
+	errs = append(errs, batchError{msg: last, errno: unix.ENOENT, offset: rm.exprStarts[len(rm.exprStarts)-1] + 4, text: "bad"})
+	errs = append(errs, batchError{msg: -1, errno: unix.EOPNOTSUPP, offset: -1})
+
+	err := l.explain(errs)
+	var oes []*OpError
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var oe *OpError
+		if !errors.As(e, &oe) {
+			t.Fatalf("%v is not an OpError", e)
+		}
+		oes = append(oes, oe)
+	}
+	if len(oes) != 3 {
+		t.Fatalf("got %d errors, want 3: %v", len(oes), err)
+	}
+	if oes[0].Index != -1 || !errors.Is(oes[0], ErrNotSupported) {
+		t.Errorf("batch error: %v, want ErrNotSupported for the whole transaction", oes[0])
+	}
+	if oes[1].Index != wantOp || oes[1].Op != tx.OpText(wantOp) || !errors.Is(oes[1], unix.EEXIST) {
+		t.Errorf("element error names %d %q, want %d %q", oes[1].Index, oes[1].Op, wantOp, tx.OpText(wantOp))
+	}
+	if oes[2].Index != tx.Len()-1 || oes[2].Detail != "statement jump x" || oes[2].Message != "bad" {
+		t.Errorf("rule error: %+v, want the last operation at statement jump x", oes[2])
+	}
+}
+
+func TestLowerRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		fam  Family
+		op   func(tx *Transaction)
+		want string
+	}{
+		{"ipv6 address in an ip table", IPv4, func(tx *Transaction) {
+			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchAddr{Prefixes: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}}})
+		}, "does not belong"},
+		{"conflicting protocols", IPv4, func(tx *Transaction) {
+			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchL4Proto{Proto: v1.ProtocolTCP}, MatchDport{Proto: v1.ProtocolUDP, Port: 53}}})
+		}, "conflicting protocols"},
+		{"wildcard only", IPv4, func(tx *Transaction) {
+			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchIifname{Prefix: true}}})
+		}, "wildcard"},
+		{"dnat to the wrong family", IPv6, func(tx *Transaction) {
+			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{DNAT{Proto: v1.ProtocolTCP, To: netip.MustParseAddrPort("10.0.0.1:80")}}})
+		}, "does not belong"},
+		{"rule deletion", IPv4, func(tx *Transaction) {
+			tx.Delete(&Rule{Chain: "c"})
+		}, "can only be added"},
+		{"prefix in a plain set", IPv4, func(tx *Transaction) {
+			tx.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}})
+			tx.Add(&Element{Set: "s", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+		}, "interval flag"},
+		{"map element without verdict", IPv4, func(tx *Transaction) {
+			tx.Add(&Set{Name: "m", Key: []DataType{TypeInetService}, Data: TypeVerdict})
+			tx.Add(&Element{Set: "m", Key: []Value{{Port: 1}}})
+		}, "without a verdict"},
+		{"concatenated interval set", IPv4, func(tx *Transaction) {
+			tx.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr, TypeInetService}, Interval: true})
+		}, "not supported"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tx := NewTransaction(c.fam, "t")
+			c.op(tx)
+			err := newLowerer(tx, fakeView{}).lower()
+			var oe *OpError
+			if !errors.As(err, &oe) || oe.Index != tx.Len()-1 || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an OpError at operation %d containing %q", err, tx.Len()-1, c.want)
+			}
+		})
+	}
+}
+
+func TestLowerAsksTheKernelAboutExistingSets(t *testing.T) {
+	view := fakeView{"full": {Name: "full", Key: []DataType{TypeIPv4Addr}, Interval: true}}
+	tx := NewTransaction(IPv4, "t")
+	tx.Add(&Element{Set: "full", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+	tx.Flush(&Set{Name: "full"})
+	tx.Add(&Element{Set: "full", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+	// "full" has elements, so the first add gets no first segment
+	// (2 elements: start and end); after the flush it does (3).
+	l := newLowerer(tx, view)
+	if err := l.lower(); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, m := range l.msgs {
+		if m.typ == unix.NFT_MSG_NEWSETELEM {
+			got = append(got, len(m.elemOps))
+		}
+	}
+	if d := cmp.Diff([]int{2, 3}, got); d != "" {
+		t.Errorf("element counts per message (-want +got):\n%s", d)
+	}
+}

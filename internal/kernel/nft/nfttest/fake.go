@@ -1,0 +1,1007 @@
+// Package nfttest provides a stateful fake of nft.Interface for tests:
+// it keeps tables, chains, sets, elements and rules in memory, rejects
+// what the kernel rejects (with the kernel's errno), applies each
+// transaction atomically and dumps its state as `nft -f` text.
+package nfttest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+)
+
+// Fake is an in-memory nf_tables. The zero value is not usable; use New.
+type Fake struct {
+	mu      sync.Mutex
+	tables  map[tableKey]*table
+	applies []ApplyRecord
+
+	// BeforeApply, when set, is called at the start of every Apply; an
+	// error fails the Apply (recorded, state unchanged). Tests use it to
+	// simulate kernel failures.
+	BeforeApply func(tx *nft.Transaction) error
+}
+
+var _ nft.Interface = (*Fake)(nil)
+
+// ApplyRecord is one call of Apply.
+type ApplyRecord struct {
+	Family nft.Family
+	Table  string
+	// Ops is the number of operations of the transaction (0 for an empty
+	// transaction, which is recorded too).
+	Ops int
+	Err error
+	// Tx is the caller's transaction (not a copy).
+	Tx *nft.Transaction
+}
+
+// New returns an empty fake.
+func New() *Fake { return &Fake{tables: map[tableKey]*table{}} }
+
+type tableKey struct {
+	family nft.Family
+	name   string
+}
+
+type table struct {
+	comment string
+	chains  map[string]*chain
+	sets    map[string]*set
+}
+
+type chain struct {
+	def   nft.Chain
+	rules []*ruleEntry
+}
+
+type ruleEntry struct {
+	rule nft.Rule
+	op   int // index of the op that added it in the current Apply, else -1
+}
+
+type set struct {
+	def   nft.Set
+	elems map[string]*elemEntry
+}
+
+type elemEntry struct {
+	elem nft.Element
+	lo   netip.Addr // interval sets: the range the element covers
+	hi   netip.Addr
+}
+
+func (t *table) clone() *table {
+	c := &table{comment: t.comment, chains: make(map[string]*chain, len(t.chains)), sets: make(map[string]*set, len(t.sets))}
+	for n, ch := range t.chains {
+		rules := make([]*ruleEntry, len(ch.rules))
+		for i, r := range ch.rules {
+			rules[i] = &ruleEntry{rule: r.rule, op: -1}
+		}
+		c.chains[n] = &chain{def: ch.def, rules: rules}
+	}
+	for n, s := range t.sets {
+		elems := make(map[string]*elemEntry, len(s.elems))
+		for k, e := range s.elems {
+			elems[k] = e // entries are never modified in place
+		}
+		c.sets[n] = &set{def: s.def, elems: elems}
+	}
+	return c
+}
+
+// Applies returns the Apply calls so far.
+func (f *Fake) Applies() []ApplyRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.applies)
+}
+
+// ResetApplies forgets the recorded Apply calls.
+func (f *Fake) ResetApplies() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applies = nil
+}
+
+// OpsApplied is the number of operations of all successful Apply calls
+// recorded so far: 0 means no kernel work was done.
+func (f *Fake) OpsApplied() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, a := range f.applies {
+		if a.Err == nil {
+			n += a.Ops
+		}
+	}
+	return n
+}
+
+// Apply applies the transaction atomically, or returns the error the
+// kernel would and leaves the state unchanged.
+func (f *Fake) Apply(ctx context.Context, tx *nft.Transaction) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.apply(tx)
+	f.applies = append(f.applies, ApplyRecord{Family: tx.Family, Table: tx.Table, Ops: tx.Len(), Err: err, Tx: tx})
+	if err != nil {
+		return fmt.Errorf("nft: transaction of %d operations on table %s %s not applied: %w", tx.Len(), tx.Family, tx.Table, err)
+	}
+	return nil
+}
+
+func (f *Fake) apply(tx *nft.Transaction) error {
+	if f.BeforeApply != nil {
+		if err := f.BeforeApply(tx); err != nil {
+			return err
+		}
+	}
+	if tx.Len() == 0 {
+		return nil
+	}
+	if tx.Family != nft.IPv4 && tx.Family != nft.IPv6 {
+		return &nft.OpError{Index: -1, Err: unix.EAFNOSUPPORT, Message: fmt.Sprintf("unsupported family %q", tx.Family)}
+	}
+	key := tableKey{tx.Family, tx.Table}
+	var t *table
+	if old, ok := f.tables[key]; ok {
+		t = old.clone()
+	}
+	a := &applier{tx: tx, t: t}
+	for i := range tx.Ops {
+		if err := a.op(i); err != nil {
+			var oe *nft.OpError
+			if errors.As(err, &oe) {
+				return err
+			}
+			return &nft.OpError{Index: i, Op: tx.OpText(i), Err: err}
+		}
+	}
+	if a.t != nil {
+		if err := a.validate(); err != nil {
+			return err
+		}
+		f.tables[key] = a.t
+	} else {
+		delete(f.tables, key)
+	}
+	return nil
+}
+
+// applier applies the operations of one transaction to a copy of its table.
+type applier struct {
+	tx *nft.Transaction
+	t  *table // nil: the table does not exist
+}
+
+// kerr is an error with the kernel's errno and nft's wording.
+func kerr(errno unix.Errno, format string, args ...any) error {
+	return &nft.OpError{Index: -2, Message: fmt.Sprintf(format, args...), Err: errno}
+}
+
+func (a *applier) op(i int) error {
+	op := &a.tx.Ops[i]
+	err := a.do(i, op)
+	if err == nil {
+		return nil
+	}
+	var oe *nft.OpError
+	if errors.As(err, &oe) && oe.Index == -2 {
+		oe.Index, oe.Op = i, a.tx.OpText(i)
+	}
+	return err
+}
+
+func (a *applier) do(i int, op *nft.Op) error {
+	if op.Table != nil {
+		return a.tableOp(op)
+	}
+	if a.t == nil {
+		return kerr(unix.ENOENT, "table %s %s does not exist", a.tx.Family, a.tx.Table)
+	}
+	switch {
+	case op.Chain != nil:
+		return a.chainOp(op.Kind, op.Chain)
+	case op.Set != nil:
+		return a.setOp(op.Kind, op.Set)
+	case op.Element != nil:
+		return a.elementOp(op.Kind, op.Element)
+	case op.Rule != nil:
+		return a.ruleOp(i, op.Kind, op.Rule)
+	}
+	return kerr(unix.EINVAL, "operation without an object")
+}
+
+func (a *applier) tableOp(op *nft.Op) error {
+	switch op.Kind {
+	case nft.OpAdd:
+		// Re-adding a table keeps its comment, as the kernel does.
+		if a.t == nil {
+			a.t = &table{comment: op.Table.Comment, chains: map[string]*chain{}, sets: map[string]*set{}}
+		}
+	case nft.OpFlush:
+		if a.t == nil {
+			return kerr(unix.ENOENT, "table does not exist")
+		}
+		// "flush table" removes every rule; sets keep their elements.
+		for _, c := range a.t.chains {
+			c.rules = nil
+		}
+	case nft.OpDelete:
+		if a.t == nil {
+			return kerr(unix.ENOENT, "table does not exist")
+		}
+		a.t = nil
+	default:
+		return kerr(unix.EINVAL, "unknown operation %q", op.Kind)
+	}
+	return nil
+}
+
+var hooks = map[string]bool{nft.HookPrerouting: true, nft.HookInput: true, nft.HookForward: true, nft.HookOutput: true, nft.HookPostrouting: true}
+
+func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
+	if c.Name == "" {
+		return kerr(unix.EINVAL, "chain without a name")
+	}
+	old := a.t.chains[c.Name]
+	switch kind {
+	case nft.OpAdd:
+		if c.Hook != "" {
+			if !hooks[c.Hook] {
+				return kerr(unix.EOPNOTSUPP, "unknown hook %q", c.Hook)
+			}
+			if c.Type != nft.TypeFilter && c.Type != nft.TypeNAT {
+				return kerr(unix.ENOENT, "unknown chain type %q", c.Type)
+			}
+			if c.Type == nft.TypeNAT && c.Hook == nft.HookForward {
+				return kerr(unix.EOPNOTSUPP, "nat chains cannot hook forward")
+			}
+		}
+		if old == nil {
+			a.t.chains[c.Name] = &chain{def: *c}
+			return nil
+		}
+		switch {
+		case c.Hook == "":
+			// Adding a chain that exists is a no-op, also for a base chain.
+		case old.def.Hook == "":
+			return kerr(unix.EEXIST, "chain %s exists and is not a base chain", c.Name)
+		case old.def.Hook != c.Hook || old.def.Type != c.Type || old.def.Priority != c.Priority:
+			return kerr(unix.EOPNOTSUPP, "base chain %s exists with a different type, hook or priority", c.Name)
+		}
+	case nft.OpFlush:
+		if old == nil {
+			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
+		}
+		old.rules = nil
+	case nft.OpDelete:
+		if old == nil {
+			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
+		}
+		if len(old.rules) > 0 {
+			return kerr(unix.EBUSY, "chain %s still has rules (flush it first)", c.Name)
+		}
+		if by := a.chainUser(c.Name); by != "" {
+			return kerr(unix.EBUSY, "chain %s is still used by %s", c.Name, by)
+		}
+		delete(a.t.chains, c.Name)
+	default:
+		return kerr(unix.EINVAL, "unknown operation %q", kind)
+	}
+	return nil
+}
+
+// chainUser names something that jumps to the chain, or "".
+func (a *applier) chainUser(name string) string {
+	for cn, c := range a.t.chains {
+		for _, r := range c.rules {
+			for _, t := range ruleTargets(r.rule) {
+				if t == name {
+					return "a rule in chain " + cn
+				}
+			}
+		}
+	}
+	for sn, s := range a.t.sets {
+		for _, e := range s.elems {
+			if v := e.elem.Verdict; v != nil && (v.Kind == nft.Jump || v.Kind == nft.Goto) && v.Chain == name {
+				return "an element of map " + sn
+			}
+		}
+	}
+	return ""
+}
+
+// ruleTargets lists the chains a rule jumps or goes to.
+func ruleTargets(r nft.Rule) []string {
+	var out []string
+	for _, s := range r.Stmts {
+		switch s := s.(type) {
+		case nft.Verdict:
+			if s.Kind == nft.Jump || s.Kind == nft.Goto {
+				out = append(out, s.Chain)
+			}
+		case nft.NumgenVmap:
+			out = append(out, s.Chains...)
+		}
+	}
+	return out
+}
+
+// ruleSets lists the named sets a rule uses.
+func ruleSets(r nft.Rule) []string {
+	var out []string
+	for _, s := range r.Stmts {
+		switch s := s.(type) {
+		case nft.MatchAddr:
+			if s.Set != "" {
+				out = append(out, s.Set)
+			}
+		case nft.UpdateSaddr:
+			out = append(out, s.Set)
+		case nft.VmapLookup:
+			out = append(out, s.Map)
+		}
+	}
+	return out
+}
+
+var keyTypes = map[nft.DataType]bool{nft.TypeIPv4Addr: true, nft.TypeIPv6Addr: true, nft.TypeInetProto: true, nft.TypeInetService: true}
+
+// sameSetFlags compares what the kernel refuses to change in an
+// existing set: key, data and flags. (The timeout may change.)
+func sameSetFlags(a, b *nft.Set) bool {
+	timeoutFlag := func(s *nft.Set) bool { return s.Dynamic || s.Timeout > 0 }
+	return slices.Equal(a.Key, b.Key) && a.Data == b.Data && a.Interval == b.Interval &&
+		a.Dynamic == b.Dynamic && timeoutFlag(a) == timeoutFlag(b)
+}
+
+func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
+	if s.Name == "" {
+		return kerr(unix.EINVAL, "set without a name")
+	}
+	old := a.t.sets[s.Name]
+	switch kind {
+	case nft.OpAdd:
+		if len(s.Key) == 0 {
+			return kerr(unix.EINVAL, "set %s has no key type", s.Name)
+		}
+		for _, k := range s.Key {
+			if !keyTypes[k] {
+				return kerr(unix.EINVAL, "set %s: unsupported key type %q", s.Name, k)
+			}
+		}
+		if s.IsMap() && s.Data != nft.TypeVerdict {
+			return kerr(unix.EINVAL, "map %s: only verdict maps are supported", s.Name)
+		}
+		if s.Interval && len(s.Key) > 1 {
+			return kerr(unix.EOPNOTSUPP, "set %s: interval sets with concatenated keys are not supported", s.Name)
+		}
+		if s.Interval && s.Key[0] != nft.TypeIPv4Addr && s.Key[0] != nft.TypeIPv6Addr {
+			return kerr(unix.EOPNOTSUPP, "set %s: only address interval sets are supported", s.Name)
+		}
+		if old == nil {
+			a.t.sets[s.Name] = &set{def: *s, elems: map[string]*elemEntry{}}
+			return nil
+		}
+		// The kernel refuses to redefine a set but updates its timeout;
+		// the comment of the existing one stays.
+		if !sameSetFlags(&old.def, s) {
+			return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
+		}
+		if s.Timeout > 0 {
+			old.def.Timeout = s.Timeout
+		}
+	case nft.OpFlush:
+		if old == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
+		}
+		old.elems = map[string]*elemEntry{}
+	case nft.OpDelete:
+		if old == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
+		}
+		for cn, c := range a.t.chains {
+			for _, r := range c.rules {
+				if slices.Contains(ruleSets(r.rule), s.Name) {
+					return kerr(unix.EBUSY, "set %s is still used by a rule in chain %s", s.Name, cn)
+				}
+			}
+		}
+		delete(a.t.sets, s.Name)
+	default:
+		return kerr(unix.EINVAL, "unknown operation %q", kind)
+	}
+	return nil
+}
+
+// checkValue checks one key component against its type.
+func checkValue(t nft.DataType, v nft.Value, interval bool) error {
+	n := 0
+	for _, set := range []bool{v.Addr.IsValid(), v.Prefix.IsValid(), v.Proto != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return kerr(unix.EINVAL, "key component sets more than one field")
+	}
+	switch t {
+	case nft.TypeIPv4Addr, nft.TypeIPv6Addr:
+		var a netip.Addr
+		switch {
+		case v.Addr.IsValid():
+			a = v.Addr
+		case v.Prefix.IsValid():
+			if !interval {
+				return kerr(unix.EINVAL, "prefix %s in a set without the interval flag", v.Prefix)
+			}
+			a = v.Prefix.Addr()
+		default:
+			return kerr(unix.EINVAL, "%s key component %q is not an address", t, v)
+		}
+		if a.Is4() != (t == nft.TypeIPv4Addr) || a.Is4In6() {
+			return kerr(unix.EINVAL, "%s key component %q has the wrong address family", t, v)
+		}
+	case nft.TypeInetProto:
+		if _, ok := nft.ProtoNumber(v.Proto); !ok || n != 1 {
+			return kerr(unix.EINVAL, "inet_proto key component %q is not a protocol", v)
+		}
+	case nft.TypeInetService:
+		if n != 0 {
+			return kerr(unix.EINVAL, "inet_service key component %q is not a port", v)
+		}
+	}
+	return nil
+}
+
+func elemKey(key []nft.Value) string {
+	var b strings.Builder
+	for i, v := range key {
+		if i > 0 {
+			b.WriteString(" . ")
+		}
+		b.WriteString(v.String())
+	}
+	return b.String()
+}
+
+func valueRange(v nft.Value) (lo, hi netip.Addr) {
+	if v.Addr.IsValid() {
+		return v.Addr, v.Addr
+	}
+	p := v.Prefix.Masked()
+	lo = p.Addr()
+	b := lo.AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	hi, _ = netip.AddrFromSlice(b)
+	return lo, hi
+}
+
+func sameVerdict(a, b *nft.Verdict) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func (a *applier) checkJump(v nft.Verdict) error {
+	switch v.Kind {
+	case nft.Accept, nft.Drop, nft.Return:
+		return nil
+	case nft.Jump, nft.Goto:
+		c := a.t.chains[v.Chain]
+		if c == nil {
+			return kerr(unix.ENOENT, "%s to chain %q, which does not exist", v.Kind, v.Chain)
+		}
+		if c.def.Hook != "" {
+			return kerr(unix.EOPNOTSUPP, "%s to base chain %s", v.Kind, v.Chain)
+		}
+		return nil
+	}
+	return kerr(unix.EINVAL, "unknown verdict %q", v.Kind)
+}
+
+func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
+	s := a.t.sets[e.Set]
+	if s == nil {
+		return kerr(unix.ENOENT, "set %s does not exist", e.Set)
+	}
+	if kind == nft.OpFlush {
+		return kerr(unix.EINVAL, "elements cannot be flushed")
+	}
+	if len(e.Key) != len(s.def.Key) {
+		return kerr(unix.EINVAL, "key has %d components, set %s has %d", len(e.Key), e.Set, len(s.def.Key))
+	}
+	for i, t := range s.def.Key {
+		if err := checkValue(t, e.Key[i], s.def.Interval); err != nil {
+			return err
+		}
+	}
+	k := elemKey(e.Key)
+	var lo, hi netip.Addr
+	if s.def.Interval {
+		lo, hi = valueRange(e.Key[0])
+		k = lo.String() + "-" + hi.String()
+	}
+	old := s.elems[k]
+	switch kind {
+	case nft.OpAdd:
+		if s.def.IsMap() {
+			if e.Verdict == nil {
+				return kerr(unix.EINVAL, "map element without a verdict")
+			}
+			if err := a.checkJump(*e.Verdict); err != nil {
+				return err
+			}
+		} else if e.Verdict != nil {
+			return kerr(unix.EINVAL, "set element with a verdict")
+		}
+		if old != nil {
+			// Adding an element that exists is fine if it maps to the
+			// same verdict (its comment stays); else the kernel says
+			// EEXIST.
+			if !sameVerdict(old.elem.Verdict, e.Verdict) {
+				return kerr(unix.EEXIST, "element %s exists with a different verdict", elemKey(e.Key))
+			}
+			return nil
+		}
+		if s.def.Interval {
+			for _, o := range s.elems {
+				if lo.Compare(o.hi) <= 0 && o.lo.Compare(hi) <= 0 {
+					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(o.elem.Key))
+				}
+			}
+		}
+		ne := *e
+		ne.Key = slices.Clone(e.Key)
+		for i, v := range ne.Key {
+			if v.Prefix.IsValid() {
+				ne.Key[i].Prefix = v.Prefix.Masked() // as nft does
+			}
+		}
+		if e.Verdict != nil {
+			v := *e.Verdict
+			ne.Verdict = &v
+		}
+		s.elems[k] = &elemEntry{elem: ne, lo: lo, hi: hi}
+	case nft.OpDelete:
+		if old == nil {
+			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
+		}
+		delete(s.elems, k)
+	default:
+		return kerr(unix.EINVAL, "unknown operation %q", kind)
+	}
+	return nil
+}
+
+func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
+	if kind != nft.OpAdd {
+		return kerr(unix.EINVAL, "rules can only be added (flush or delete their chain instead)")
+	}
+	c := a.t.chains[r.Chain]
+	if c == nil {
+		return kerr(unix.ENOENT, "chain %s does not exist", r.Chain)
+	}
+	var l4 uint8
+	for _, st := range r.Stmts {
+		if err := a.checkStmt(st, &l4); err != nil {
+			return err
+		}
+	}
+	nr := *r
+	nr.Stmts = slices.Clone(r.Stmts)
+	c.rules = append(c.rules, &ruleEntry{rule: nr, op: i})
+	return nil
+}
+
+func (a *applier) addrFamily(addr netip.Addr) error {
+	if addr.Is4() != (a.tx.Family == nft.IPv4) || addr.Is4In6() {
+		return kerr(unix.EINVAL, "address %s does not belong to family %s", addr, a.tx.Family)
+	}
+	return nil
+}
+
+func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
+	addrType := nft.AddrType(a.tx.Family)
+	switch s := st.(type) {
+	case nft.MatchCtStateNew, nft.MatchFibLocal, nft.MatchMarkZero, nft.SetMarkOr, nft.SetMarkXor,
+		nft.Masquerade, nft.Reject, nft.Counter:
+	case nft.MatchAddr:
+		if s.Set != "" {
+			set := a.t.sets[s.Set]
+			if set == nil {
+				return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+			}
+			// A lookup in a map matches its keys, which the kernel allows.
+			if len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+				return kerr(unix.EINVAL, "set %s does not have %s keys", s.Set, addrType)
+			}
+			return nil
+		}
+		if len(s.Prefixes) == 0 {
+			return kerr(unix.EINVAL, "address match without addresses")
+		}
+		for _, p := range s.Prefixes {
+			if !p.IsValid() {
+				return kerr(unix.EINVAL, "invalid prefix")
+			}
+			if err := a.addrFamily(p.Addr()); err != nil {
+				return err
+			}
+		}
+	case nft.MatchL4Proto:
+		p, ok := nft.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		*l4 = p
+	case nft.MatchDport:
+		p, ok := nft.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if *l4 != 0 && *l4 != p {
+			return kerr(unix.EINVAL, "conflicting protocols specified")
+		}
+		*l4 = p
+	case nft.MatchIifname:
+		if s.Name == "" && s.Prefix {
+			return kerr(unix.EINVAL, "all-wildcard strings are not supported")
+		}
+		if len(s.Name) >= 16 {
+			return kerr(unix.EINVAL, "interface name %q is too long", s.Name)
+		}
+	case nft.DNAT:
+		p, ok := nft.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if !s.To.IsValid() {
+			return kerr(unix.EINVAL, "invalid dnat destination")
+		}
+		if err := a.addrFamily(s.To.Addr()); err != nil {
+			return err
+		}
+		*l4 = p
+	case nft.UpdateSaddr:
+		set := a.t.sets[s.Set]
+		if set == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+		}
+		// The kernel accepts updates of a hash set without the dynamic
+		// flag, but interval sets cannot be updated from the packet path.
+		if set.def.Interval {
+			return kerr(unix.EOPNOTSUPP, "interval set %s cannot be updated from the packet path", s.Set)
+		}
+		if set.def.IsMap() || len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+			return kerr(unix.EINVAL, "set %s is not a set of %s", s.Set, addrType)
+		}
+	case nft.VmapLookup:
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		if m.def.Data != nft.TypeVerdict {
+			return kerr(unix.EINVAL, "%s is not a verdict map", s.Map)
+		}
+		var want []nft.DataType
+		for _, f := range s.Fields {
+			switch f {
+			case nft.FieldDaddr, nft.FieldSaddr:
+				want = append(want, addrType)
+			case nft.FieldL4Proto:
+				want = append(want, nft.TypeInetProto)
+			case nft.FieldDport:
+				want = append(want, nft.TypeInetService)
+			default:
+				return kerr(unix.EINVAL, "unknown field %q", f)
+			}
+		}
+		if !slices.Equal(want, m.def.Key) {
+			return kerr(unix.EINVAL, "map %s has key %v, the lookup gives %v", s.Map, m.def.Key, want)
+		}
+	case nft.NumgenVmap:
+		if len(s.Chains) == 0 {
+			return kerr(unix.EINVAL, "numgen vmap without chains")
+		}
+		for _, c := range s.Chains {
+			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+				return err
+			}
+		}
+	case nft.Verdict:
+		return a.checkJump(s)
+	default:
+		return kerr(unix.EOPNOTSUPP, "unsupported statement %T", st)
+	}
+	return nil
+}
+
+// NF_JUMP_STACK_SIZE: the kernel refuses deeper chain nesting.
+const maxJumpDepth = 16
+
+// Allowed hooks of statements the kernel validates per base chain
+// (nft_*_validate in the kernel).
+var stmtHooks = map[string]map[string]bool{
+	"masquerade": {nft.HookPostrouting: true},
+	"dnat":       {nft.HookPrerouting: true, nft.HookOutput: true},
+	"reject":     {nft.HookPrerouting: true, nft.HookInput: true, nft.HookForward: true, nft.HookOutput: true},
+}
+
+// validate walks every chain reachable from a base chain, as the kernel
+// does when it commits: loops, too deep nesting, and statements not
+// allowed at the base chain's hook fail the transaction.
+func (a *applier) validate() error {
+	names := slices.Sorted(maps.Keys(a.t.chains))
+	for _, n := range names {
+		base := a.t.chains[n]
+		if base.def.Hook == "" {
+			continue
+		}
+		if err := a.walk(base, base, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) walk(base, c *chain, stack []string) error {
+	// The kernel finds loops by the nesting limit: EMLINK.
+	if slices.Contains(stack, c.def.Name) {
+		return &nft.OpError{Index: -1, Message: fmt.Sprintf("chain loop: %s -> %s", strings.Join(stack, " -> "), c.def.Name), Err: unix.EMLINK}
+	}
+	stack = append(stack, c.def.Name)
+	if len(stack) > maxJumpDepth {
+		return &nft.OpError{Index: -1, Message: "chains nested too deep: " + strings.Join(stack, " -> "), Err: unix.EMLINK}
+	}
+	for _, r := range c.rules {
+		for _, st := range r.rule.Stmts {
+			what := ""
+			switch st.(type) {
+			case nft.Masquerade:
+				what = "masquerade"
+			case nft.DNAT:
+				what = "dnat"
+			case nft.Reject:
+				what = "reject"
+			}
+			if what == "" {
+				continue
+			}
+			ok := stmtHooks[what][base.def.Hook]
+			if what != "reject" && base.def.Type != nft.TypeNAT {
+				ok = false
+			}
+			if !ok {
+				oe := &nft.OpError{Index: r.op, Err: unix.EOPNOTSUPP,
+					Message: fmt.Sprintf("%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.def.Name, base.def.Name, base.def.Type, base.def.Hook)}
+				if r.op >= 0 {
+					oe.Op = a.tx.OpText(r.op)
+				}
+				return oe
+			}
+		}
+		for _, t := range ruleTargets(r.rule) {
+			if next := a.t.chains[t]; next != nil {
+				if err := a.walk(base, next, stack); err != nil {
+					return err
+				}
+			}
+		}
+		for _, sn := range ruleSets(r.rule) {
+			s := a.t.sets[sn]
+			if s == nil || !s.def.IsMap() {
+				continue
+			}
+			for _, k := range slices.Sorted(maps.Keys(s.elems)) {
+				v := s.elems[k].elem.Verdict
+				if v == nil || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
+					continue
+				}
+				if next := a.t.chains[v.Chain]; next != nil {
+					if err := a.walk(base, next, stack); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TableExists reports whether the table exists.
+func (f *Fake) TableExists(ctx context.Context, family nft.Family, name string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.tables[tableKey{family, name}]
+	return ok, nil
+}
+
+// ListChains returns the table's chain names, sorted.
+func (f *Fake) ListChains(ctx context.Context, family nft.Family, name string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tables[tableKey{family, name}]
+	if !ok {
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
+	}
+	return slices.Sorted(maps.Keys(t.chains)), nil
+}
+
+// ListSets returns the table's set and map names, sorted.
+func (f *Fake) ListSets(ctx context.Context, family nft.Family, name string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tables[tableKey{family, name}]
+	if !ok {
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
+	}
+	return slices.Sorted(maps.Keys(t.sets)), nil
+}
+
+// DeleteTable removes a table; a missing table is not an error.
+func (f *Fake) DeleteTable(ctx context.Context, family nft.Family, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.tables, tableKey{family, name})
+	return nil
+}
+
+// Chain returns a copy of a chain's definition and rules, or nil.
+func (f *Fake) Chain(family nft.Family, tbl, name string) (*nft.Chain, []nft.Rule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[tableKey{family, tbl}]
+	if t == nil || t.chains[name] == nil {
+		return nil, nil
+	}
+	c := t.chains[name]
+	def := c.def
+	rules := make([]nft.Rule, len(c.rules))
+	for i, r := range c.rules {
+		rules[i] = r.rule
+	}
+	return &def, rules
+}
+
+// Set returns a copy of a set's definition and its elements in the
+// canonical order, or nil.
+func (f *Fake) Set(family nft.Family, tbl, name string) (*nft.Set, []nft.Element) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[tableKey{family, tbl}]
+	if t == nil || t.sets[name] == nil {
+		return nil, nil
+	}
+	s := t.sets[name]
+	def := s.def
+	return &def, sortedElements(s)
+}
+
+func sortedElements(s *set) []nft.Element {
+	out := make([]nft.Element, 0, len(s.elems))
+	for _, e := range s.elems {
+		out = append(out, e.elem)
+	}
+	slices.SortFunc(out, func(a, b nft.Element) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+func compareValues(a, b nft.Value) int {
+	addr := func(v nft.Value) netip.Addr {
+		if v.Addr.IsValid() {
+			return v.Addr
+		}
+		return v.Prefix.Addr()
+	}
+	if c := addr(a).Compare(addr(b)); c != 0 {
+		return c
+	}
+	bits := func(v nft.Value) int {
+		if v.Prefix.IsValid() {
+			return v.Prefix.Bits()
+		}
+		return -1
+	}
+	return cmp.Or(cmp.Compare(bits(a), bits(b)), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+}
+
+func compareKeys(a, b []nft.Value) int {
+	for i := range min(len(a), len(b)) {
+		if c := compareValues(a[i], b[i]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// Dump returns the whole state as `nft -f` text in a canonical order:
+// per table (ip before ip6, then by name) the table, its chains, its sets
+// and maps (each sorted by name), the rules of each chain in order, and
+// the elements of each set sorted by key. Feeding it to nft -f or to
+// Load of a new Fake reproduces the state.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := slices.SortedFunc(func(yield func(tableKey) bool) {
+		for k := range f.tables {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b tableKey) int { return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.name, b.name)) })
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(f.dumpTable(k).String())
+	}
+	return b.String()
+}
+
+// DumpTable returns one table as `nft -f` text (see Dump), or "".
+func (f *Fake) DumpTable(family nft.Family, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.tables[tableKey{family, name}]; !ok {
+		return ""
+	}
+	return f.dumpTable(tableKey{family, name}).String()
+}
+
+func (f *Fake) dumpTable(k tableKey) *nft.Transaction {
+	t := f.tables[k]
+	tx := nft.NewTransaction(k.family, k.name)
+	tx.Add(&nft.Table{Family: k.family, Name: k.name, Comment: t.comment})
+	chains := slices.Sorted(maps.Keys(t.chains))
+	for _, n := range chains {
+		def := t.chains[n].def
+		tx.Add(&def)
+	}
+	sets := slices.Sorted(maps.Keys(t.sets))
+	for _, n := range sets {
+		def := t.sets[n].def
+		tx.Add(&def)
+	}
+	for _, n := range chains {
+		for _, r := range t.chains[n].rules {
+			rule := r.rule
+			tx.Add(&rule)
+		}
+	}
+	for _, n := range sets {
+		for _, e := range sortedElements(t.sets[n]) {
+			tx.Add(&e)
+		}
+	}
+	return tx
+}
+
+// Load applies text in the form Dump writes (see nft.Parse), one
+// transaction per table, and records them like any Apply.
+func (f *Fake) Load(text string) error {
+	txs, err := nft.Parse(text)
+	if err != nil {
+		return err
+	}
+	for _, tx := range txs {
+		if err := f.Apply(context.Background(), tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
