@@ -161,6 +161,11 @@ type packetFlowTest struct {
 	dst    string // "ip:port"
 	output string
 	masq   bool
+	// knownDiff, when set, names a known difference from upstream: the
+	// case states upstream's outcome and is skipped (not failed) while
+	// kproxy still differs, and fails once it no longer does, so that
+	// the note gets removed.
+	knownDiff string
 }
 
 func (tc packetFlowTest) packet(t testing.TB) trace.Packet {
@@ -216,6 +221,14 @@ func runPacketFlowTests(t *testing.T, rs *trace.Ruleset, host trace.Host, tests 
 			out, masq, problem := flowSummary(res)
 			if problem != "" {
 				t.Fatalf("%s:\n%s", problem, res)
+			}
+			if tc.knownDiff != "" {
+				if out == tc.output && masq == tc.masq {
+					t.Errorf("%s now behaves as upstream; remove the knownDiff note %q", res.Packet, tc.knownDiff)
+				} else {
+					t.Skipf("known difference from upstream: %s (kproxy: %q masquerade=%v; upstream: %q masquerade=%v)", tc.knownDiff, out, masq, tc.output, tc.masq)
+				}
+				return
 			}
 			if out != tc.output || masq != tc.masq {
 				t.Errorf("%s: got %q masquerade=%v, want %q masquerade=%v\n%s", res.Packet, out, masq, tc.output, tc.masq, res)
