@@ -17,12 +17,12 @@ import (
 
 // Sources.
 const (
-	localPod      = "198.18.129.5"  // a pod on node-a (arrives on podIIF)
-	remotePod     = "198.18.130.5"  // a pod on node-b (arrives on lanIIF)
-	otherNode     = "198.18.0.11"   // node-b itself (arrives on lanIIF)
-	outside       = "203.0.113.9"   // off-cluster, inside lb-ranges' source ranges
-	outsideDenied = "192.0.2.9"     // off-cluster, outside every source range
-	thisNode      = "198.18.0.10"   // node-a, from a local process (IIF "")
+	localPod      = "198.18.129.5" // a pod on node-a (arrives on podIIF)
+	remotePod     = "198.18.130.5" // a pod on node-b (arrives on lanIIF)
+	otherNode     = "198.18.0.11"  // node-b itself (arrives on lanIIF)
+	outside       = "203.0.113.9"  // off-cluster, inside lb-ranges' source ranges
+	outsideDenied = "192.0.2.9"    // off-cluster, outside every source range
+	thisNode      = "198.18.0.10"  // node-a, from a local process (IIF "")
 	localPod6     = "fd00:18:1:a::5"
 	outside6      = "2001:db8::9"
 	thisNode6     = "fd00:18::10"
