@@ -259,3 +259,40 @@ func outcomeKeys(res *trace.Result) []outcomeKey {
 }
 
 var epoch = time.Date(2026, 1, 15, 10, 0, 0, 0, time.UTC)
+
+// spName is the name of port "http" (or the given port name) of demo/name.
+func spName(name, port string, proto v1.Protocol) model.ServicePortName {
+	n := model.ServicePortName{Port: port, Protocol: proto}
+	n.Namespace, n.Name = example.Namespace, name
+	return n
+}
+
+// makeSP returns a ClusterIP service port demo/name:http, edited by tweak.
+func makeSP(name, clusterIP string, port int32, tweak func(*model.ServicePort)) *model.ServicePort {
+	ip := netip.MustParseAddr(clusterIP)
+	sp := &model.ServicePort{
+		Name:      spName(name, "http", model.TCP),
+		Family:    model.FamilyOf(ip),
+		Type:      v1.ServiceTypeClusterIP,
+		ClusterIP: ip,
+		Port:      port,
+		Protocol:  model.TCP,
+	}
+	if tweak != nil {
+		tweak(sp)
+	}
+	sp.Name.Protocol = sp.Protocol
+	return sp
+}
+
+// makeEP returns a ready endpoint on node-a (local) or node-b.
+func makeEP(addr string, port int32, local bool, tweak func(*model.Endpoint)) *model.Endpoint {
+	e := &model.Endpoint{IP: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, NodeName: example.NodeB, Zone: "zone-b"}
+	if local {
+		e.Local, e.NodeName, e.Zone = true, example.NodeA, "zone-a"
+	}
+	if tweak != nil {
+		tweak(e)
+	}
+	return e
+}

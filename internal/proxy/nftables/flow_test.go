@@ -483,3 +483,36 @@ func TestPacketFlowNodePortAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestPacketFlowNodePortsNeverOnLoopback: with nodePortAddresses matching
+// every local address, the loopback address of either family still does
+// not take NodePorts (upstream excludes 127.0.0.0/8 and ::1): a packet
+// DNATed away from a loopback source could never be routed back.
+func TestPacketFlowNodePortsNeverOnLoopback(t *testing.T) {
+	node := &model.Node{Name: example.NodeA, Addresses: []netip.Addr{nodeAIPv4, nodeAIPv6}}
+	var text string
+	for _, tc := range []struct {
+		family v1.IPFamily
+		sp     *model.ServicePort
+		ep     *model.Endpoint
+	}{
+		{model.IPv4, makeSP("np4", "198.19.1.1", 80, func(sp *model.ServicePort) { sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30090 }),
+			makeEP("198.18.130.90", 8080, false, nil)},
+		{model.IPv6, makeSP("np6", "fd00:19::1:1", 80, func(sp *model.ServicePort) { sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30090 }),
+			makeEP("fd00:18:1:b::90", 8080, false, nil)},
+	} {
+		st := model.NewState(tc.family)
+		st.Services[tc.sp.Name] = tc.sp
+		st.Endpoints[tc.sp.Name] = []*model.Endpoint{tc.ep}
+		o := exampleOptions(tc.family)
+		o.NodePortAddresses = []string{"0.0.0.0/0", "::/0"}
+		in := &Input{State: st, NodeName: example.NodeA, Full: true}
+		text += Render(o.RenderConfig(node, nil), in, NewApplied()).Tx.String()
+	}
+	runPacketFlowTests(t, parse(t, text), hostA, []packetFlowTest{
+		{name: "IPv4 node IP", src: outside, iif: lanIIF, dst: "198.18.0.10:30090", output: "198.18.130.90:8080", masq: true},
+		{name: "IPv4 loopback", src: "127.0.0.1", dst: "127.0.0.1:30090", output: "ACCEPT"},
+		{name: "IPv6 node IP", src: outside6, iif: lanIIF, dst: "[fd00:18::10]:30090", output: "[fd00:18:1:b::90]:8080", masq: true},
+		{name: "IPv6 loopback", src: "::1", dst: "[::1]:30090", output: "ACCEPT"},
+	})
+}

@@ -323,12 +323,14 @@ func (r *renderer) rule(chain string, stmts ...nft.Stmt) *nft.Rule {
 // nodePortMatch selects packets addressed to a NodePort address.
 func (r *renderer) nodePortMatch() []nft.Stmt {
 	if r.cfg.NodePortAllLocal {
-		m := []nft.Stmt{nft.MatchFibLocal{}}
-		if r.cfg.Family == model.IPv4 {
-			// Never NodePorts on 127.0.0.0/8 in nftables mode (upstream).
-			m = append(m, nft.MatchAddr{Negate: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+		// Never NodePorts on loopback in nftables mode (upstream excludes
+		// 127.0.0.0/8 and ::1): a connection DNATed away from a loopback
+		// source cannot be routed back.
+		loopback := netip.MustParsePrefix("127.0.0.0/8")
+		if r.cfg.Family == model.IPv6 {
+			loopback = netip.MustParsePrefix("::1/128")
 		}
-		return m
+		return []nft.Stmt{nft.MatchFibLocal{}, nft.MatchAddr{Negate: true, Prefixes: []netip.Prefix{loopback}}}
 	}
 	return []nft.Stmt{nft.MatchAddr{Set: setNodePortIPs}}
 }
