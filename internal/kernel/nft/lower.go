@@ -145,6 +145,25 @@ var dataTypes = map[DataType]dtInfo{
 	TypeInetService: {dtInetService, 2, byteorderBig},
 }
 
+// Lowering refuses what nft or the kernel would refuse, with the errno
+// the kernel uses (and nfttest.Fake too), so that callers can test
+// errors the same way whichever adapter they use.
+func invalidf(format string, args ...any) error {
+	return &lowerError{msg: fmt.Sprintf(format, args...), errno: unix.EINVAL}
+}
+
+func unsupportedf(format string, args ...any) error {
+	return &lowerError{msg: fmt.Sprintf(format, args...), errno: unix.EOPNOTSUPP}
+}
+
+type lowerError struct {
+	msg   string
+	errno unix.Errno
+}
+
+func (e *lowerError) Error() string { return e.msg }
+func (e *lowerError) Unwrap() error { return e.errno }
+
 // setInfo is what lowering knows about a set: its definition, the batch
 // id when the batch declares it, and whether it holds no element yet (nft
 // adds a "first segment" end element when it fills an empty interval
@@ -256,7 +275,7 @@ func (l *lowerer) lower() error {
 		case op.Rule != nil:
 			err = l.lowerRule(i, op)
 		default:
-			err = fmt.Errorf("operation without an object")
+			err = invalidf("operation without an object")
 		}
 		if err != nil {
 			return &OpError{Index: i, Op: l.tx.OpText(i), Err: err}
@@ -297,10 +316,10 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 		if c.Hook != "" {
 			hook, ok := hookNums[c.Hook]
 			if !ok {
-				return fmt.Errorf("unknown hook %q", c.Hook)
+				return invalidf("unknown hook %q", c.Hook)
 			}
 			if c.Type != TypeFilter && c.Type != TypeNAT {
-				return fmt.Errorf("unknown chain type %q", c.Type)
+				return invalidf("unknown chain type %q", c.Type)
 			}
 			a.str(unix.NFTA_CHAIN_TYPE, c.Type)
 			a.nest(unix.NFTA_CHAIN_HOOK, func(n *attrs) {
@@ -327,15 +346,15 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 // keyType returns the nft key type id and length of a set key.
 func keyType(key []DataType) (id uint32, length int, err error) {
 	if len(key) == 0 {
-		return 0, 0, fmt.Errorf("set without key type")
+		return 0, 0, invalidf("set without key type")
 	}
 	if len(key) > 32/dtBitsConcat {
-		return 0, 0, fmt.Errorf("too many concatenated key types")
+		return 0, 0, invalidf("too many concatenated key types")
 	}
 	for _, k := range key {
 		dt, ok := dataTypes[k]
 		if !ok {
-			return 0, 0, fmt.Errorf("unsupported key type %q", k)
+			return 0, 0, invalidf("unsupported key type %q", k)
 		}
 		id = id<<dtBitsConcat | dt.id
 		if len(key) > 1 {
@@ -353,10 +372,10 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 	switch op.Kind {
 	case OpAdd:
 		if s.IsMap() && s.Data != TypeVerdict {
-			return fmt.Errorf("only verdict maps are supported, not %q", s.Data)
+			return unsupportedf("only verdict maps are supported, not %q", s.Data)
 		}
 		if s.Interval && len(s.Key) > 1 {
-			return fmt.Errorf("interval sets with concatenated keys are not supported")
+			return unsupportedf("interval sets with concatenated keys are not supported")
 		}
 		ktype, klen, err := keyType(s.Key)
 		if err != nil {
@@ -486,7 +505,7 @@ func verdictCode(k VerdictKind) (int32, error) {
 	case Goto:
 		return unix.NFT_GOTO, nil
 	}
-	return 0, fmt.Errorf("unknown verdict %q", k)
+	return 0, invalidf("unknown verdict %q", k)
 }
 
 func encodeVerdict(a *attrs, v Verdict) {
@@ -510,31 +529,31 @@ func valueBytes(t DataType, v Value) ([]byte, error) {
 		case v.Prefix.IsValid():
 			a = v.Prefix.Masked().Addr()
 		default:
-			return nil, fmt.Errorf("%s key component %q is not an address", t, v)
+			return nil, invalidf("%s key component %q is not an address", t, v)
 		}
 		if (t == TypeIPv4Addr) != a.Is4() {
-			return nil, fmt.Errorf("%s key component %q has the wrong address family", t, v)
+			return nil, invalidf("%s key component %q has the wrong address family", t, v)
 		}
 		return a.AsSlice(), nil
 	case TypeInetProto:
 		p, ok := ProtoNumber(v.Proto)
 		if !ok {
-			return nil, fmt.Errorf("inet_proto key component %q is not a protocol", v)
+			return nil, invalidf("inet_proto key component %q is not a protocol", v)
 		}
 		return []byte{p}, nil
 	case TypeInetService:
 		if v.Addr.IsValid() || v.Prefix.IsValid() || v.Proto != "" {
-			return nil, fmt.Errorf("inet_service key component %q is not a port", v)
+			return nil, invalidf("inet_service key component %q is not a port", v)
 		}
 		return binary.BigEndian.AppendUint16(nil, v.Port), nil
 	}
-	return nil, fmt.Errorf("unsupported key type %q", t)
+	return nil, invalidf("unsupported key type %q", t)
 }
 
 // keyBytes encodes a whole (possibly concatenated) key.
 func keyBytes(types []DataType, key []Value) ([]byte, error) {
 	if len(key) != len(types) {
-		return nil, fmt.Errorf("key has %d components, the set's type has %d", len(key), len(types))
+		return nil, invalidf("key has %d components, the set's type has %d", len(key), len(types))
 	}
 	var out []byte
 	for i, t := range types {
@@ -630,7 +649,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 	kind := ops[from].Kind
 	name := ops[from].Element.Set
 	if kind == OpFlush {
-		return fmt.Errorf("elements cannot be flushed; flush the set")
+		return invalidf("elements cannot be flushed; flush the set")
 	}
 	si, err := l.set(name)
 	if err != nil {
@@ -665,10 +684,10 @@ func (l *lowerer) lowerElements(from, to int) error {
 	for i := from; i < to; i++ {
 		e := ops[i].Element
 		if def.IsMap() && kind == OpAdd && e.Verdict == nil {
-			return opErr(i, fmt.Errorf("map element without a verdict"))
+			return opErr(i, invalidf("map element without a verdict"))
 		}
 		if !def.IsMap() && e.Verdict != nil {
-			return opErr(i, fmt.Errorf("set element with a verdict"))
+			return opErr(i, invalidf("set element with a verdict"))
 		}
 		if e.Verdict != nil {
 			if _, err := verdictCode(e.Verdict.Kind); err != nil {
@@ -681,7 +700,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 		}
 		if def.Interval {
 			if len(e.Key) != 1 {
-				return opErr(i, fmt.Errorf("key has %d components, the set's type has 1", len(e.Key)))
+				return opErr(i, invalidf("key has %d components, the set's type has 1", len(e.Key)))
 			}
 			if _, err := valueBytes(def.Key[0], e.Key[0]); err != nil {
 				return opErr(i, err)
@@ -694,7 +713,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 		}
 		for _, kv := range e.Key {
 			if kv.Prefix.IsValid() {
-				return opErr(i, fmt.Errorf("prefix %s in a set without the interval flag", kv.Prefix))
+				return opErr(i, invalidf("prefix %s in a set without the interval flag", kv.Prefix))
 			}
 		}
 		if ea.key, err = keyBytes(def.Key, e.Key); err != nil {
@@ -850,7 +869,7 @@ func native32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v)
 func (l *lowerer) lowerRule(i int, op *Op) error {
 	r := op.Rule
 	if op.Kind != OpAdd {
-		return fmt.Errorf("rules can only be added (flush or delete their chain instead)")
+		return invalidf("rules can only be added (flush or delete their chain instead)")
 	}
 	var rb ruleBuilder
 	for si, s := range r.Stmts {
@@ -916,7 +935,7 @@ func cmpOp(negate bool) expr.CmpOp {
 
 func (l *lowerer) checkFamily(a netip.Addr) error {
 	if (l.fam == unix.NFPROTO_IPV6) == a.Is4() {
-		return fmt.Errorf("address %s does not belong to table family %s", a, l.tx.Family)
+		return invalidf("address %s does not belong to table family %s", a, l.tx.Family)
 	}
 	return nil
 }
@@ -934,7 +953,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 	case MatchL4Proto:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
-			return fmt.Errorf("unknown protocol %q", s.Proto)
+			return invalidf("unknown protocol %q", s.Proto)
 		}
 		rb.emit(
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
@@ -946,7 +965,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		// tcp in ip/ip6 tables); nft lists the pair as "tcp dport 80".
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
-			return fmt.Errorf("unknown protocol %q", s.Proto)
+			return invalidf("unknown protocol %q", s.Proto)
 		}
 		switch rb.l4proto {
 		case 0:
@@ -957,7 +976,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			rb.l4proto = p
 		case p:
 		default:
-			return fmt.Errorf("conflicting protocols: the rule already matched protocol %d", rb.l4proto)
+			return invalidf("conflicting protocols: the rule already matched protocol %d", rb.l4proto)
 		}
 		rb.emit(
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
@@ -970,10 +989,10 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		)
 	case MatchIifname:
 		if s.Name == "" && s.Prefix {
-			return fmt.Errorf("all-wildcard interface names are not supported")
+			return invalidf("all-wildcard interface names are not supported")
 		}
 		if len(s.Name) >= ifnameLen {
-			return fmt.Errorf("interface name %q is too long", s.Name)
+			return invalidf("interface name %q is too long", s.Name)
 		}
 		data := []byte(s.Name)
 		if !s.Prefix {
@@ -1006,7 +1025,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 	case DNAT:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
-			return fmt.Errorf("unknown protocol %q", s.Proto)
+			return invalidf("unknown protocol %q", s.Proto)
 		}
 		if err := l.checkFamily(s.To.Addr()); err != nil {
 			return err
@@ -1027,7 +1046,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		)
 	case VmapLookup:
 		if len(s.Fields) == 0 {
-			return fmt.Errorf("vmap lookup without fields")
+			return invalidf("vmap lookup without fields")
 		}
 		slot := 0
 		for _, f := range s.Fields {
@@ -1044,14 +1063,14 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 				rb.emit(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 				slot++
 			default:
-				return fmt.Errorf("unknown field %q", f)
+				return invalidf("unknown field %q", f)
 			}
 		}
 		id := l.batchID(s.Map)
 		rb.emit(&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: s.Map, SetID: id})
 	case NumgenVmap:
 		if len(s.Chains) == 0 {
-			return fmt.Errorf("numgen vmap without chains")
+			return invalidf("numgen vmap without chains")
 		}
 		elems := make([]elemAttr, len(s.Chains))
 		for i, c := range s.Chains {
@@ -1084,13 +1103,13 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		v := &expr.Verdict{Kind: expr.VerdictKind(code)}
 		if s.Kind == Jump || s.Kind == Goto {
 			if s.Chain == "" {
-				return fmt.Errorf("%s without a chain", s.Kind)
+				return invalidf("%s without a chain", s.Kind)
 			}
 			v.Chain = s.Chain
 		}
 		rb.emit(v)
 	default:
-		return fmt.Errorf("unsupported statement %T", s)
+		return unsupportedf("unsupported statement %T", s)
 	}
 	return nil
 }
@@ -1112,11 +1131,11 @@ func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
 		return nil
 	}
 	if len(s.Prefixes) == 0 {
-		return fmt.Errorf("address match without addresses")
+		return invalidf("address match without addresses")
 	}
 	for _, p := range s.Prefixes {
 		if !p.IsValid() {
-			return fmt.Errorf("invalid prefix")
+			return invalidf("invalid prefix")
 		}
 		if err := l.checkFamily(p.Addr()); err != nil {
 			return err

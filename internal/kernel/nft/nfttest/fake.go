@@ -358,6 +358,33 @@ func ruleSets(r nft.Rule) []string {
 	return out
 }
 
+func addrLen(t nft.DataType) int {
+	if t == nft.TypeIPv6Addr {
+		return 16
+	}
+	return 4
+}
+
+// keyLen is the length of a set key as the kernel sees it: concatenated
+// components each take whole 4-byte registers.
+func keyLen(key []nft.DataType) int {
+	n := 0
+	for _, t := range key {
+		switch t {
+		case nft.TypeIPv4Addr, nft.TypeIPv6Addr:
+			n += addrLen(t)
+		case nft.TypeInetProto:
+			n++
+		case nft.TypeInetService:
+			n += 2
+		}
+		if len(key) > 1 {
+			n = (n + 3) &^ 3
+		}
+	}
+	return n
+}
+
 var keyTypes = map[nft.DataType]bool{nft.TypeIPv4Addr: true, nft.TypeIPv6Addr: true, nft.TypeInetProto: true, nft.TypeInetService: true}
 
 // sameSetFlags compares what the kernel refuses to change in an
@@ -701,17 +728,26 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "%s is not a verdict map", s.Map)
 		}
 		var want []nft.DataType
+		loaded := 0 // bytes the fields put into registers
 		for _, f := range s.Fields {
 			switch f {
 			case nft.FieldDaddr, nft.FieldSaddr:
 				want = append(want, addrType)
+				loaded += addrLen(addrType)
 			case nft.FieldL4Proto:
 				want = append(want, nft.TypeInetProto)
+				loaded += 4
 			case nft.FieldDport:
 				want = append(want, nft.TypeInetService)
+				loaded += 4
 			default:
 				return kerr(unix.EINVAL, "unknown field %q", f)
 			}
+		}
+		// The kernel refuses to read registers no expression wrote
+		// (ENODATA); it does not check the types, the fake does.
+		if loaded < keyLen(m.def.Key) {
+			return kerr(unix.ENODATA, "lookup in %s reads %d bytes of registers, only %d were loaded", s.Map, keyLen(m.def.Key), loaded)
 		}
 		if !slices.Equal(want, m.def.Key) {
 			return kerr(unix.EINVAL, "map %s has key %v, the lookup gives %v", s.Map, m.def.Key, want)
