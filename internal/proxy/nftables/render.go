@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strings"
@@ -107,9 +106,13 @@ type staleObj struct {
 }
 
 type svcApplied struct {
-	sp     *model.ServicePort
-	elems  []*ownedElem
-	chains map[string]uint64 // chain name → hash of its rules
+	sp    *model.ServicePort
+	elems []*ownedElem
+	// chains maps each chain to a key of its content: equal non-empty
+	// keys mean equal rules (endpoint chains); "" means "rewrite when the
+	// service changes" (the few per-service chains). Keys are cheap to
+	// build, unlike comparing rendered rules.
+	chains map[string]string
 	sets   []string
 	// Reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
@@ -262,6 +265,8 @@ type renderer struct {
 	tx   *nft.Transaction
 	// touched element keys and their kernel value before this plan.
 	before map[elemKey]*ownedElem
+	// existing chains in the kernel (full syncs only).
+	existing sets.Set[string]
 }
 
 // Render turns a sync's input and what the kernel holds into a plan. It is
@@ -278,7 +283,8 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 			owners:   map[elemKey][]*ownedElem{},
 			stale:    map[string]*staleObj{},
 		},
-		before: map[elemKey]*ownedElem{},
+		before:   map[elemKey]*ownedElem{},
+		existing: sets.New(in.ExistingChains...),
 	}
 	r.plan.Tx = r.tx
 	if in.Full {
@@ -652,6 +658,7 @@ type serviceRender struct {
 	name   model.ServicePortName
 	elems  []*ownedElem
 	chains map[string][]*nft.Rule
+	keys   map[string]string
 	order  []string
 	sets   []*nft.Set
 }
@@ -673,16 +680,6 @@ func (s *serviceRender) rule(chain string, comment string, stmts ...nft.Stmt) {
 	s.chains[chain] = append(s.chains[chain], &nft.Rule{Chain: chain, Stmts: stmts, Comment: comment})
 }
 
-func hashRules(rules []*nft.Rule, tx *nft.Transaction) uint64 {
-	h := fnv.New64a()
-	t := nft.Transaction{Family: tx.Family, Table: tx.Table}
-	for _, r := range rules {
-		t.Ops = append(t.Ops[:0], nft.Op{Kind: nft.OpAdd, Rule: r})
-		h.Write([]byte(t.String()))
-	}
-	return h.Sum64()
-}
-
 // renderService renders one service port and emits what differs from old
 // (nil: render everything). It returns what will be applied.
 func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcApplied {
@@ -691,7 +688,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
 	s := r.describe(sp, sel)
 
-	applied := &svcApplied{sp: sp, chains: map[string]uint64{}, elems: s.elems, reachable: sel.AllReachable}
+	applied := &svcApplied{sp: sp, chains: make(map[string]string, len(s.order)), elems: s.elems, reachable: sel.AllReachable}
 	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
 	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
 		applied.stats.NoLocalInternal = true
@@ -717,20 +714,25 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	}
 	var writes []pending
 	for _, c := range s.order {
-		h := hashRules(s.chains[c], r.tx)
-		applied.chains[c] = h
+		key := s.keys[c]
+		applied.chains[c] = key
 		stale := r.isStale(c)
 		if stale {
 			r.plan.stale[c] = nil
 		}
-		if old != nil && !stale {
-			if oh, ok := old.chains[c]; ok && oh == h {
+		var existed bool
+		if old != nil {
+			oldKey, had := old.chains[c]
+			if had && !stale && key != "" && oldKey == key {
 				continue // unchanged: no kernel work
 			}
+			existed = had
 		}
 		ch := &nft.Chain{Name: c}
 		r.tx.Add(ch)
-		if (old != nil && old.chains[c] != 0) || stale || r.in.Full {
+		// A chain new to the kernel needs no flush; one that may hold
+		// rules does (restart, stale revival, rewrite).
+		if existed || stale || (r.in.Full && r.existing.Has(c)) {
 			r.tx.Flush(ch)
 		}
 		writes = append(writes, pending{c, s.chains[c]})
@@ -794,7 +796,7 @@ func (r *renderer) isStale(name string) bool {
 // upstream's nftables proxier so that behaviour matches it exactly.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
-	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}}
+	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}, keys: map[string]string{}}
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
@@ -955,6 +957,9 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	}
 	for _, e := range sel.AllReachable {
 		c := endpointChainName(n, e)
+		// The chain name already carries the service port and endpoint;
+		// the rest of its content is protocol and affinity set.
+		s.keys[c] = string(proto) + "|" + affinityKey(sp, e)
 		// Hairpin: a pod reaching itself through its service must be
 		// masqueraded or it would answer itself directly.
 		s.rule(c, "", nft.MatchAddr{Source: true, Prefixes: []netip.Prefix{netip.PrefixFrom(e.IP, e.IP.BitLen())}}, masq)
@@ -964,6 +969,13 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 		s.rule(c, "", nft.DNAT{Proto: proto, To: e.AddrPort()})
 	}
 	return s
+}
+
+func affinityKey(sp *model.ServicePort, e *model.Endpoint) string {
+	if !sp.SessionAffinity() {
+		return "-"
+	}
+	return affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)
 }
 
 func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint) {
