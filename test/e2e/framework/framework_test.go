@@ -1,0 +1,299 @@
+package framework
+
+// Addresses in these tests:
+//   198.18.250.0/24, fd00:18:250::/64  control-plane network (API server .1)
+//   198.18.251.0/24                    a private veth pair between two test namespaces
+//   198.19.0.0/16, fd00:19::/112       service ranges of the control plane
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestCertificates(t *testing.T) {
+	ca, err := newAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.certPEM) {
+		t.Fatal("CA PEM not parsable")
+	}
+	serving, err := ca.servingCert("kube-apiserver",
+		[]netip.Addr{ControlPlaneIP4, ControlPlaneIP6}, []string{"kubernetes.default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.clientCert("system:kube-proxy", []string{"g1", "g2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name      string
+		kp        keyPair
+		usage     x509.ExtKeyUsage
+		dnsName   string // verified as server name when set
+		wantErr   bool
+		wantCN    string
+		wantOrgs  []string
+		wantIPSAN netip.Addr
+	}{
+		{name: "serving cert for the control-plane IPv4", kp: serving, usage: x509.ExtKeyUsageServerAuth,
+			dnsName: ControlPlaneIP4.String(), wantCN: "kube-apiserver", wantIPSAN: ControlPlaneIP4},
+		{name: "serving cert for the control-plane IPv6", kp: serving, usage: x509.ExtKeyUsageServerAuth,
+			dnsName: ControlPlaneIP6.String(), wantCN: "kube-apiserver", wantIPSAN: ControlPlaneIP6},
+		{name: "serving cert for a DNS name", kp: serving, usage: x509.ExtKeyUsageServerAuth,
+			dnsName: "kubernetes.default", wantCN: "kube-apiserver"},
+		{name: "serving cert is not for other addresses", kp: serving, usage: x509.ExtKeyUsageServerAuth,
+			dnsName: "198.18.250.2", wantErr: true},
+		{name: "serving cert is not a client cert", kp: serving, usage: x509.ExtKeyUsageClientAuth, wantErr: true},
+		{name: "client cert carries user and groups", kp: client, usage: x509.ExtKeyUsageClientAuth,
+			wantCN: "system:kube-proxy", wantOrgs: []string{"g1", "g2"}},
+		{name: "client cert is not a serving cert", kp: client, usage: x509.ExtKeyUsageServerAuth, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tls.X509KeyPair(tc.kp.CertPEM, tc.kp.KeyPEM); err != nil {
+				t.Fatalf("key does not match certificate: %v", err)
+			}
+			block, _ := pem.Decode(tc.kp.CertPEM)
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: tc.dnsName, KeyUsages: []x509.ExtKeyUsage{tc.usage}})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Verify: err = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			if cert.Subject.CommonName != tc.wantCN {
+				t.Errorf("CN = %q, want %q", cert.Subject.CommonName, tc.wantCN)
+			}
+			if !slices.Equal(cert.Subject.Organization, tc.wantOrgs) {
+				t.Errorf("O = %q, want %q", cert.Subject.Organization, tc.wantOrgs)
+			}
+			if tc.wantIPSAN.IsValid() && !slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool {
+				a, _ := netip.AddrFromSlice(ip)
+				return a.Unmap() == tc.wantIPSAN
+			}) {
+				t.Errorf("IP SANs %v lack %s", cert.IPAddresses, tc.wantIPSAN)
+			}
+		})
+	}
+}
+
+func TestServiceAccountKeys(t *testing.T) {
+	priv, pub, err := serviceAccountKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := pem.Decode(priv)
+	key, err := x509.ParsePKCS8PrivateKey(pb.Bytes)
+	if err != nil {
+		t.Fatalf("private key: %v", err)
+	}
+	ub, _ := pem.Decode(pub)
+	pk, err := x509.ParsePKIXPublicKey(ub.Bytes)
+	if err != nil {
+		t.Fatalf("public key: %v", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		t.Fatalf("private key %T cannot sign", key)
+	}
+	if !signer.Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(pk) {
+		t.Fatal("public key does not belong to the private key")
+	}
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+}
+
+// TestDialContextIn checks that sockets made through the namespace helpers
+// live in the namespace asked for, and that the root namespace (where the
+// test runs) cannot reach the same address.
+func TestDialContextIn(t *testing.T) {
+	requireRoot(t)
+	a := AddNamespace(t, "kpe2e-t")
+	b := AddNamespace(t, "kpe2e-t")
+	ctx := context.Background()
+	for _, c := range [][]string{
+		{"ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b},
+		{"ip", "-n", a, "addr", "add", "198.18.251.1/24", "dev", "va"},
+		{"ip", "-n", b, "addr", "add", "198.18.251.2/24", "dev", "vb"},
+		{"ip", "-n", a, "link", "set", "va", "up"},
+		{"ip", "-n", b, "link", "set", "vb", "up"},
+	} {
+		if _, err := Run(ctx, c[0], c[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := ListenIn(t, b, "tcp", "198.18.251.2:0")
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "hello from b\n")
+			c.Close()
+		}
+	}()
+	addr := l.Addr().String()
+
+	// "Reaches b" means reading b's greeting: a dial that merely connects
+	// proves nothing, since the root namespace of a sandbox may have a
+	// transparent proxy accepting every TCP connection.
+	tests := []struct {
+		name        string
+		dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+		wantReached bool
+	}{
+		{name: "from namespace a over the veth", dial: DialContextIn(a), wantReached: true},
+		{name: "from namespace b itself", dial: DialContextIn(b), wantReached: true},
+		{name: "from the root namespace", dial: (&net.Dialer{}).DialContext},
+		{name: "from a namespace that does not exist", dial: DialContextIn("kpe2e-none-such")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Repeated: a thread left in a foreign namespace would make a
+			// later plain dial reach b where it must not.
+			for range 3 {
+				if got := reaches(tc.dial, addr); got != tc.wantReached {
+					t.Fatalf("reached b: %v, want %v", got, tc.wantReached)
+				}
+			}
+		})
+	}
+}
+
+// reaches dials addr and reports whether b's greeting came back.
+func reaches(dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	got, _ := io.ReadAll(c)
+	return string(got) == "hello from b\n"
+}
+
+// TestControlPlane starts the real control plane and checks what the e2e
+// tests rely on: the version, that the admin client and a kubeconfig used
+// from a connected namespace both work, that RBAC applies to non-admin
+// users, and that the API server is not reachable from the root namespace.
+func TestControlPlane(t *testing.T) {
+	cp := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	v, err := cp.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != "v1.37.2" {
+		t.Errorf("server version %q, want v1.37.2 (built with the -X version flag?)", v.GitVersion)
+	}
+
+	svc, err := cp.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := svc.Spec.ClusterIPs, []string{"198.19.0.1"}; !slices.Equal(got, want) {
+		t.Errorf("kubernetes service ClusterIPs %v, want %v", got, want)
+	}
+
+	// From the root namespace the API server must not be reachable. A TCP
+	// connect may still succeed (a sandbox's transparent proxy); the TLS
+	// handshake against our CA cannot.
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cp.Config.CAData)
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second},
+		Config: &tls.Config{RootCAs: roots, ServerName: ControlPlaneIP4.String()}}
+	if c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(cp.Server, "https://")); err == nil {
+		c.Close()
+		t.Error("the API server is reachable from the root namespace")
+	}
+
+	// A namespace connected to the control plane reaches the API server
+	// with a kubeconfig, as kproxy will.
+	node := AddNamespace(t, "kpe2e-t")
+	link := cp.ConnectNamespace(t, node)
+	if got, want := link.Addrs[0].Addr(), netip.MustParseAddr("198.18.250.11"); got != want {
+		t.Errorf("first connected namespace got %s, want %s", got, want)
+	}
+	kubeconfig := cp.Kubeconfig(t, "system:kube-proxy")
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dial = DialContextIn(node)
+	proxyClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxyClient.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("system:kube-proxy cannot list EndpointSlices: %v", err)
+	}
+	_, err = proxyClient.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("system:kube-proxy listing Secrets: err = %v, want forbidden", err)
+	}
+
+	// RBAC as the API server sees it, for the permissions kproxy needs.
+	for _, ra := range []authorizationv1.ResourceAttributes{
+		{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
+		{Verb: "list", Resource: "services"},
+		{Verb: "get", Resource: "nodes"},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:kube-proxy", ResourceAttributes: &ra,
+		}}
+		res, err := cp.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Status.Allowed {
+			t.Errorf("system:kube-proxy may not %s %s: %s", ra.Verb, ra.Resource, res.Status.Reason)
+		}
+	}
+
+	// Stopping is part of the contract: the cleanup must not hang. Stop
+	// here explicitly to see the API server go down before etcd.
+	if err := cp.APIServer.Stop(); err != nil {
+		t.Error(err)
+	}
+	if err := cp.Etcd.Stop(); err != nil {
+		t.Error(err)
+	}
+	if err := cp.APIServer.ExitError(); err != nil && !errors.As(err, new(interface{ ExitCode() int })) {
+		t.Errorf("kube-apiserver: %v", err)
+	}
+}

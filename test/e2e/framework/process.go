@@ -1,0 +1,164 @@
+package framework
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// How long a stopped process gets between SIGTERM and SIGKILL, and how long
+// to wait for it to be reaped after SIGKILL.
+const (
+	stopGrace    = 15 * time.Second
+	killDeadline = 5 * time.Second
+)
+
+// Process is a long-running program started by StartProcess inside a network
+// namespace, its output going to a log file.
+type Process struct {
+	Name string
+	// Log is the file holding its standard output and error.
+	Log string
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has been reaped
+	err  error         // its exit status, valid after done
+
+	stopOnce sync.Once
+}
+
+// StartProcess runs argv inside the network namespace ns (`ip netns exec`,
+// which execs argv[0] in place, so the process is argv[0] itself) with its
+// output in dir/name.log. It is stopped in t.Cleanup (SIGTERM, then SIGKILL
+// after a grace period); if the test failed, the end of its log is printed.
+// PDEATHSIG ends it should the test binary die without running cleanups
+// (for example on a -timeout panic).
+func StartProcess(t testing.TB, ns, dir, name string, argv ...string) *Process {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatalf("creating %s: %v", logPath, err)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := startOnSpawnerThread(cmd); err != nil {
+		logFile.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	logFile.Close() // the child holds its own copy
+	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+		if t.Failed() {
+			t.Logf("last lines of %s:\n%s", logPath, p.Tail(40))
+		}
+	})
+	return p
+}
+
+// The kernel sends PDEATHSIG when the *thread* that forked the child exits,
+// not the process. DialContextIn and ListenIn deliberately end OS threads,
+// and any goroutine (a test's included) may be running on the thread that
+// one of them is about to lock and end. So children are forked from one
+// thread that is locked for the life of the test binary and runs nothing
+// else.
+var spawner struct {
+	once sync.Once
+	reqs chan func()
+}
+
+func startOnSpawnerThread(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread must not end
+			for f := range spawner.reqs {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawner.reqs <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// ExitError is the process's exit status once Done is closed.
+func (p *Process) ExitError() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Stop ends the process: SIGTERM, then SIGKILL after a grace period. It
+// returns an error only if the process could not be reaped in time; an exit
+// status from the signal is expected and not an error. Safe to call twice.
+func (p *Process) Stop() error {
+	var err error
+	p.stopOnce.Do(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			return
+		case <-time.After(stopGrace):
+		}
+		_ = p.cmd.Process.Kill()
+		select {
+		case <-p.done:
+			err = fmt.Errorf("%s ignored SIGTERM for %s and was killed", p.Name, stopGrace)
+		case <-time.After(killDeadline):
+			err = fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.cmd.Process.Pid)
+		}
+	})
+	return err
+}
+
+// Tail returns the last n lines of the process's log.
+func (p *Process) Tail(n int) string {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return fmt.Sprintf("(reading log: %v)", err)
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// exitedError describes a process that ended while it should be running.
+func (p *Process) exitedError() error {
+	err := p.ExitError()
+	if err == nil {
+		err = errors.New("exit status 0")
+	}
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.Name, err, p.Log,
+		strings.TrimSpace(p.Tail(30)))
+}
