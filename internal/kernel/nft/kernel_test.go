@@ -627,3 +627,61 @@ func TestKernelListings(t *testing.T) {
 		})
 	}
 }
+
+// A full sync of a large cluster is one batch of tens of thousands of
+// messages and several megabytes.
+const largeServices = 5000
+
+// largeTx is a full sync of largeServices services with two endpoints each.
+func largeTx() *Transaction {
+	const services = largeServices
+	tx := NewTransaction(IPv4, testTable)
+	tx.Add(&Table{})
+	tx.Add(&Chain{Name: "nat-prerouting", Type: TypeNAT, Hook: HookPrerouting, Priority: PriorityDstNAT})
+	tx.Add(&Chain{Name: "mark-for-masquerade"})
+	tx.Add(&Rule{Chain: "mark-for-masquerade", Stmts: []Stmt{SetMarkOr{Mask: 0x4000}}})
+	tx.Add(&Set{Name: "service-ips", Key: []DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, Data: TypeVerdict})
+	tx.Add(&Rule{Chain: "nat-prerouting", Stmts: []Stmt{VmapLookup{Fields: []Field{FieldDaddr, FieldL4Proto, FieldDport}, Map: "service-ips"}}})
+	svc := netip.MustParseAddr("10.96.0.0")
+	pod := netip.MustParseAddr("10.244.0.0")
+	for i := 0; i < services; i++ {
+		svc = svc.Next()
+		name := fmt.Sprintf("service-%08x-ns%d/svc%d/tcp/http", i, i%50, i)
+		var eps []string
+		for j := 0; j < 2; j++ {
+			pod = pod.Next()
+			ep := fmt.Sprintf("endpoint-%08x-ns%d/svc%d/tcp/http__%s/8080", i*2+j, i%50, i, pod)
+			eps = append(eps, ep)
+			tx.Add(&Chain{Name: ep})
+			tx.Add(&Rule{Chain: ep, Stmts: []Stmt{MatchAddr{Source: true, Prefixes: []netip.Prefix{single(pod)}}, Verdict{Kind: Jump, Chain: "mark-for-masquerade"}}})
+			tx.Add(&Rule{Chain: ep, Stmts: []Stmt{DNAT{Proto: v1.ProtocolTCP, To: netip.AddrPortFrom(pod, 8080)}}})
+		}
+		tx.Add(&Chain{Name: name})
+		tx.Add(&Rule{Chain: name, Stmts: []Stmt{MatchAddr{Source: true, Negate: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}, Verdict{Kind: Jump, Chain: "mark-for-masquerade"}}})
+		tx.Add(&Rule{Chain: name, Stmts: []Stmt{NumgenVmap{Chains: eps}}, Comment: fmt.Sprintf("ns%d/svc%d:http", i%50, i)})
+		tx.Add(&Element{Set: "service-ips", Key: []Value{{Addr: svc}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &Verdict{Kind: Goto, Chain: name}})
+	}
+	return tx
+}
+
+func TestKernelLargeLayout(t *testing.T) {
+	ns := newKernelNS(t)
+	ctx := context.Background()
+	const services = largeServices
+	tx := largeTx()
+	start := time.Now()
+	if err := ns.nl.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d operations (%d services) through netlink in %v", tx.Len(), services, time.Since(start))
+	chains, err := ns.nl.ListChains(ctx, IPv4, testTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 + 3*services; len(chains) != want {
+		t.Errorf("%d chains, want %d", len(chains), want)
+	}
+	if got := ns.countElements(t, IPv4, "service-ips"); got != services {
+		t.Errorf("%d map elements, want %d", got, services)
+	}
+}

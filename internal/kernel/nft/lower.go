@@ -278,6 +278,9 @@ func (l *lowerer) lower() error {
 			err = invalidf("operation without an object")
 		}
 		if err != nil {
+			if _, ok := err.(*OpError); ok {
+				return err
+			}
 			return &OpError{Index: i, Op: l.tx.OpText(i), Err: err}
 		}
 	}
@@ -302,6 +305,9 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 	case OpDelete:
 		a.str(unix.NFTA_TABLE_NAME, l.tx.Table)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELTABLE, family: l.fam, attrs: a.b, op: i})
+		// Nothing of the table exists after this.
+		l.sets = map[string]*setInfo{}
+		l.kernel = nil
 	}
 	return nil
 }
