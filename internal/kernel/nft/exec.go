@@ -109,11 +109,39 @@ func (e *Exec) Apply(ctx context.Context, tx *Transaction) error {
 	if tx.Len() == 0 {
 		return nil
 	}
+	if err := checkComments(tx); err != nil {
+		return wrapApply(tx, err)
+	}
 	text := tx.String()
 	if _, err := e.exec.Run(ctx, e.argv("-f", "-"), text); err != nil {
 		return wrapApply(tx, explainExec(tx, err))
 	}
 	klog.V(4).InfoS("Applied nftables transaction with nft", "family", tx.Family, "table", tx.Table, "operations", tx.Len())
+	return nil
+}
+
+// checkComments refuses comments nft would misread (see CheckComment)
+// with the same error the netlink adapter gives.
+func checkComments(tx *Transaction) error {
+	for i := range tx.Ops {
+		op := &tx.Ops[i]
+		var c string
+		switch {
+		case op.Table != nil:
+			c = op.Table.Comment
+		case op.Chain != nil:
+			c = op.Chain.Comment
+		case op.Set != nil:
+			c = op.Set.Comment
+		case op.Element != nil:
+			c = op.Element.Comment
+		case op.Rule != nil:
+			c = op.Rule.Comment
+		}
+		if err := CheckComment(c); err != nil {
+			return &OpError{Index: i, Op: tx.OpText(i), Err: err}
+		}
+	}
 	return nil
 }
 

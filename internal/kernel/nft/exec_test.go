@@ -237,3 +237,27 @@ func TestExecListings(t *testing.T) {
 	}
 	x.done()
 }
+
+func TestExecRefusesCommentsNftCannotRead(t *testing.T) {
+	x := &scriptedExecer{t: t}
+	e, err := NewExec("", withExecer(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{`a "quoted" word`, `back\slash`, "new\nline", strings.Repeat("x", MaxCommentLen+1)} {
+		tx := NewTransaction(IPv4, "t")
+		tx.Add(&Table{})
+		tx.Add(&Chain{Name: "c", Comment: c})
+		err := e.Apply(context.Background(), tx)
+		var oe *OpError
+		if !errors.Is(err, unix.EINVAL) || !errors.As(err, &oe) || oe.Index != 1 {
+			t.Errorf("comment %q: got %v, want EINVAL at operation 1", c, err)
+		}
+	}
+	for _, c := range []string{"ns1/svc:http", "héllo", strings.Repeat("x", MaxCommentLen)} {
+		if err := CheckComment(c); err != nil {
+			t.Errorf("CheckComment(%q) = %v, want nil", c, err)
+		}
+	}
+	x.done()
+}

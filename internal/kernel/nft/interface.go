@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Interface is what the rest of kproxy knows about nftables. Netlink and
@@ -95,4 +97,23 @@ func wrapApply(t *Transaction, err error) error {
 		return nil
 	}
 	return fmt.Errorf("nft: transaction of %d operations on table %s %s not applied: %w", t.Len(), t.Family, t.Table, err)
+}
+
+// MaxCommentLen is the longest comment nft accepts (bytes).
+const MaxCommentLen = 128
+
+// CheckComment reports whether nft can take a comment as the text form
+// writes it: at most MaxCommentLen bytes, and nothing the quoting would
+// escape (nft reads strings without escape sequences, so a double quote,
+// a backslash or a control character would not survive). Both adapters
+// and the fake refuse such comments (EINVAL), so that what `kproxy
+// render` prints is always what is applied.
+func CheckComment(s string) error {
+	if len(s) > MaxCommentLen {
+		return &lowerError{msg: fmt.Sprintf("comment of %d bytes, nft allows %d", len(s), MaxCommentLen), errno: unix.EINVAL}
+	}
+	if quote(s) != `"`+s+`"` {
+		return &lowerError{msg: fmt.Sprintf("comment %s has characters nft cannot read back", quote(s)), errno: unix.EINVAL}
+	}
+	return nil
 }

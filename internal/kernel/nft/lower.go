@@ -291,6 +291,9 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 	var a attrs
 	switch op.Kind {
 	case OpAdd:
+		if err := CheckComment(op.Table.Comment); err != nil {
+			return err
+		}
 		a.str(unix.NFTA_TABLE_NAME, l.tx.Table)
 		a.u32(unix.NFTA_TABLE_FLAGS, 0)
 		if op.Table.Comment != "" {
@@ -317,6 +320,9 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 	var a attrs
 	switch op.Kind {
 	case OpAdd:
+		if err := CheckComment(c.Comment); err != nil {
+			return err
+		}
 		a.str(unix.NFTA_CHAIN_TABLE, l.tx.Table)
 		a.str(unix.NFTA_CHAIN_NAME, c.Name)
 		if c.Hook != "" {
@@ -377,6 +383,9 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 	var a attrs
 	switch op.Kind {
 	case OpAdd:
+		if err := CheckComment(s.Comment); err != nil {
+			return err
+		}
 		if s.IsMap() && s.Data != TypeVerdict {
 			return unsupportedf("only verdict maps are supported, not %q", s.Data)
 		}
@@ -689,6 +698,9 @@ func (l *lowerer) lowerElements(from, to int) error {
 	var rangeData []elemAttr
 	for i := from; i < to; i++ {
 		e := ops[i].Element
+		if err := CheckComment(e.Comment); err != nil {
+			return opErr(i, err)
+		}
 		if def.IsMap() && kind == OpAdd && e.Verdict == nil {
 			return opErr(i, invalidf("map element without a verdict"))
 		}
@@ -876,6 +888,9 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 	r := op.Rule
 	if op.Kind != OpAdd {
 		return invalidf("rules can only be added (flush or delete their chain instead)")
+	}
+	if err := CheckComment(r.Comment); err != nil {
+		return err
 	}
 	var rb ruleBuilder
 	for si, s := range r.Stmts {

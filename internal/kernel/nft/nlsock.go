@@ -22,16 +22,14 @@ import (
 // flood the receive buffer with one reply per rule on large syncs).
 
 const (
-	nlmsgHdrLen      = 16 // struct nlmsghdr
-	nfgenHdrLen      = 4  // struct nfgenmsg
-	nlaHdrLen        = 4
-	nlmsgErrLen      = 4                 // int error, followed by the original header
-	maxAttrBytes     = 60000             // keep element lists below the u16 nla_len limit
-	rcvBufBytes      = 4 << 20           // errors only; see sendBatch
-	defaultDump      = 256 << 10         // recv buffer for dumps (kernel caps a dump skb at 32 KiB)
-	nfnlV0           = unix.NFNETLINK_V0 //
-	subsysNFT        = unix.NFNL_SUBSYS_NFTABLES
-	netlinkExtAckTLV = 0x200 // NLM_F_ACK_TLVS
+	nlmsgHdrLen  = 16        // struct nlmsghdr
+	nfgenHdrLen  = 4         // struct nfgenmsg
+	nlaHdrLen    = 4         // struct nlattr
+	nlmsgErrLen  = 4         // the errno of struct nlmsgerr, followed by the request's header
+	maxAttrBytes = 60000     // keep an element list below the 64 KiB nla_len limit
+	rcvBufBytes  = 4 << 20   // room for error replies; see sendBatch
+	defaultDump  = 256 << 10 // recv buffer for dumps (the kernel caps a dump skb at 32 KiB)
+	subsysNFT    = unix.NFNL_SUBSYS_NFTABLES
 )
 
 // nlMsg is one nf_tables message of a batch, with what we need to explain
@@ -111,7 +109,7 @@ func appendMsg(b []byte, typ uint16, flags uint16, seq uint32, family uint8, res
 	binary.NativeEndian.PutUint32(h[8:12], seq)
 	binary.NativeEndian.PutUint32(h[12:16], 0)
 	h[16] = family
-	h[17] = nfnlV0
+	h[17] = unix.NFNETLINK_V0
 	binary.BigEndian.PutUint16(h[18:20], resID)
 	b = append(b, h[:]...)
 	b = append(b, attrs...)
@@ -257,7 +255,7 @@ func parseNlErr(flags uint16, p []byte) batchError {
 	} else {
 		e.errno = unix.Errno(code)
 	}
-	if flags&netlinkExtAckTLV == 0 || len(p) < nlmsgErrLen+nlmsgHdrLen {
+	if flags&unix.NLM_F_ACK_TLVS == 0 || len(p) < nlmsgErrLen+nlmsgHdrLen {
 		return e
 	}
 	// The original header follows; with NETLINK_CAP_ACK (flag

@@ -12,6 +12,7 @@ package nfttest
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -211,6 +212,14 @@ var fakeCases = []fakeCase{
 	}},
 	{name: "conflicting protocols", errno: unix.EINVAL, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
 		tx.Add(rule("unused", nft.MatchL4Proto{Proto: v1.ProtocolTCP}, nft.MatchDport{Proto: v1.ProtocolUDP, Port: 53}))
+	}},
+
+	{name: "comment nft cannot read", errno: unix.EINVAL, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(&nft.Chain{Name: "c", Comment: "fine"})
+		tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.Counter{}}, Comment: `say "hi"`})
+	}},
+	{name: "comment too long", errno: unix.EINVAL, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(&nft.Element{Set: "ips", Key: []nft.Value{{Addr: svc2}}, Comment: strings.Repeat("x", nft.MaxCommentLen+1)})
 	}},
 
 	// Chains.

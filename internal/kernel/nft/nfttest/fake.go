@@ -226,6 +226,9 @@ func (a *applier) do(i int, op *nft.Op) error {
 func (a *applier) tableOp(op *nft.Op) error {
 	switch op.Kind {
 	case nft.OpAdd:
+		if err := nft.CheckComment(op.Table.Comment); err != nil {
+			return err
+		}
 		// Re-adding a table keeps its comment, as the kernel does.
 		if a.t == nil {
 			a.t = &table{comment: op.Table.Comment, chains: map[string]*chain{}, sets: map[string]*set{}}
@@ -258,6 +261,9 @@ func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
 	old := a.t.chains[c.Name]
 	switch kind {
 	case nft.OpAdd:
+		if err := nft.CheckComment(c.Comment); err != nil {
+			return err
+		}
 		if c.Hook != "" {
 			if !hooks[c.Hook] {
 				return kerr(unix.EOPNOTSUPP, "unknown hook %q", c.Hook)
@@ -402,6 +408,9 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 	old := a.t.sets[s.Name]
 	switch kind {
 	case nft.OpAdd:
+		if err := nft.CheckComment(s.Comment); err != nil {
+			return err
+		}
 		if len(s.Key) == 0 {
 			return kerr(unix.EINVAL, "set %s has no key type", s.Name)
 		}
@@ -568,6 +577,9 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 	old := s.elems[k]
 	switch kind {
 	case nft.OpAdd:
+		if err := nft.CheckComment(e.Comment); err != nil {
+			return err
+		}
 		if s.def.IsMap() {
 			if e.Verdict == nil {
 				return kerr(unix.EINVAL, "map element without a verdict")
@@ -624,6 +636,9 @@ func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
 	c := a.t.chains[r.Chain]
 	if c == nil {
 		return kerr(unix.ENOENT, "chain %s does not exist", r.Chain)
+	}
+	if err := nft.CheckComment(r.Comment); err != nil {
+		return err
 	}
 	var l4 uint8
 	for _, st := range r.Stmts {
