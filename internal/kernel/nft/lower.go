@@ -434,6 +434,12 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 			l.sets[s.Name] = &setInfo{def: s, id: id}
 		}
 	case OpFlush:
+		// nft resolves "flush set" among sets and "flush map" among maps
+		// (ENOENT otherwise); the kernel does not care, but the text form
+		// must work with nft too.
+		if si, ok := l.sets[s.Name]; ok && si.def.IsMap() != s.IsMap() {
+			return &lowerError{msg: fmt.Sprintf("%s is declared as a %s; flush it as one", s.Name, map[bool]string{true: "map", false: "set"}[si.def.IsMap()]), errno: unix.ENOENT}
+		}
 		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.tx.Table)
 		a.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELSETELEM, family: l.fam, attrs: a.b, op: i})

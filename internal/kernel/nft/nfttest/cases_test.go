@@ -279,6 +279,12 @@ var fakeCases = []fakeCase{
 		tx.Add(&nft.Set{Name: "ips", Key: []nft.DataType{nft.TypeIPv4Addr}, Comment: "other"})
 		tx.Add(&nft.Set{Name: "tmap", Key: []nft.DataType{nft.TypeIPv4Addr}, Data: nft.TypeVerdict, Timeout: 20 * time.Second})
 	}},
+	{name: "flush a map as a set", errno: unix.ENOENT, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		// nft -f refuses this; netlink would not mind, but the adapter
+		// refuses it when the transaction declares the map.
+		tx.Add(&nft.Set{Name: "tmap", Key: []nft.DataType{nft.TypeIPv4Addr}, Data: nft.TypeVerdict, Timeout: 10 * time.Second})
+		tx.Flush(&nft.Set{Name: "tmap"})
+	}},
 	{name: "delete a set a rule uses", errno: unix.EBUSY, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
 		tx.Delete(&nft.Set{Name: "ips"})
 	}},

@@ -444,6 +444,10 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
 		}
+		// nft looks up "flush set" among sets and "flush map" among maps.
+		if old.def.IsMap() != s.IsMap() {
+			return kerr(unix.ENOENT, "%s is a %s; flush it as one", s.Name, kindName(&old.def))
+		}
 		old.elems = map[string]*elemEntry{}
 	case nft.OpDelete:
 		if old == nil {
@@ -461,6 +465,13 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
 	return nil
+}
+
+func kindName(s *nft.Set) string {
+	if s.IsMap() {
+		return "map"
+	}
+	return "set"
 }
 
 // checkValue checks one key component against its type.
