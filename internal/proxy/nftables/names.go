@@ -65,7 +65,13 @@ const (
 
 // isOurs reports whether a chain or set name is one of the per-service
 // objects kproxy creates, and so may be removed when no longer used.
+// Per-service names always carry "ns/name/proto/port"; fixed names never
+// contain "/" but do share prefixes with them ("service-ips",
+// "firewall-check"), so the prefix alone would schedule them for deletion.
 func isOurs(name string) bool {
+	if !strings.Contains(name, "/") {
+		return false
+	}
 	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet} {
 		if strings.HasPrefix(name, p) {
 			return true
