@@ -1,0 +1,762 @@
+package nftables
+
+// Partial sync tests, pure: Render and Commit only. Every transaction is
+// applied to a cumulative tracer ruleset (which refuses what the kernel
+// would refuse), and after every step that ruleset must route packets
+// exactly as a fresh full render of the same state does. The address plan
+// is at the top of fixtures_test.go.
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/trace"
+)
+
+// syncer plays a proxier's part for one family without a kernel: it keeps
+// Applied and the cumulative ruleset that the transactions so far add up to.
+type syncer struct {
+	t       testing.TB
+	cfg     *Config
+	node    *model.Node
+	state   *model.State
+	applied *Applied
+	rs      *trace.Ruleset
+	texts   []string // every transaction applied, in order
+	now     time.Time
+	// seen are all service ports ever synced, so that packets to removed
+	// services are traced too.
+	seen map[model.ServicePortName]*model.ServicePort
+}
+
+func newSyncer(t testing.TB, c *exampleCluster, f v1.IPFamily) *syncer {
+	t.Helper()
+	o := exampleOptions(f)
+	return &syncer{
+		t:       t,
+		cfg:     o.RenderConfig(c.node, nil),
+		node:    c.node,
+		state:   c.states[f].Clone(),
+		applied: NewApplied(),
+		rs:      &trace.Ruleset{},
+		now:     epoch,
+		seen:    map[model.ServicePortName]*model.ServicePort{},
+	}
+}
+
+func (s *syncer) input(full bool, changed sets.Set[model.ServicePortName]) *Input {
+	if changed == nil {
+		changed = sets.New[model.ServicePortName]()
+	}
+	return &Input{State: s.state, NodeName: s.node.Name, Zone: s.node.Zone(), Full: full, Changed: changed, Now: s.now}
+}
+
+// run applies a plan to the cumulative ruleset and commits it.
+func (s *syncer) run(in *Input) *Plan {
+	s.t.Helper()
+	plan := Render(s.cfg, in, s.applied)
+	text := plan.Tx.String()
+	if err := s.rs.Apply(text); err != nil {
+		s.t.Fatalf("transaction refused (full=%v) at %s: %v\n%s", in.Full, in.Now.Sub(epoch), err, text)
+	}
+	s.texts = append(s.texts, text)
+	plan.Commit(s.applied)
+	for n, sp := range s.state.Services {
+		s.seen[n] = sp
+	}
+	return plan
+}
+
+func (s *syncer) full() *Plan {
+	s.t.Helper()
+	in := s.input(true, nil)
+	in.ExistingChains, in.ExistingSets = objectNames(s.rs)
+	return s.run(in)
+}
+
+func (s *syncer) partial(changed ...model.ServicePortName) *Plan {
+	s.t.Helper()
+	return s.run(s.input(false, sets.New(changed...)))
+}
+
+// apply folds a delta into the state and syncs what really changed.
+func (s *syncer) apply(d *model.FamilyDelta) *Plan {
+	s.t.Helper()
+	changed := s.state.Apply(d)
+	return s.run(s.input(false, changed))
+}
+
+var (
+	chainLineRE = regexp.MustCompile(`^add chain ip6? \S+ (\S+)`)
+	setLineRE   = regexp.MustCompile(`^add (?:set|map) ip6? \S+ (\S+)`)
+)
+
+// objectNames lists the chains and sets of a ruleset, as the proxier reads
+// them from the kernel before a full sync.
+func objectNames(rs *trace.Ruleset) (chains, sets []string) {
+	for _, l := range strings.Split(rs.String(), "\n") {
+		if m := chainLineRE.FindStringSubmatch(l); m != nil {
+			chains = append(chains, m[1])
+		} else if m := setLineRE.FindStringSubmatch(l); m != nil {
+			sets = append(sets, m[1])
+		}
+	}
+	return chains, sets
+}
+
+// packets are the packets that tell services apart: every address and
+// port of every service port ever seen, from a local pod, from outside
+// and from the node itself, plus a port nobody uses.
+func (s *syncer) packets() []trace.Packet {
+	v6 := s.cfg.Family == model.IPv6
+	type src struct {
+		addr string
+		iif  string
+	}
+	srcs := []src{{localPod, podIIF}, {outside, lanIIF}, {thisNode, ""}}
+	nodeIP := nodeAIPv4
+	if v6 {
+		srcs = []src{{localPod6, podIIF}, {outside6, lanIIF}, {thisNode6, ""}}
+		nodeIP = nodeAIPv6
+	}
+	var out []trace.Packet
+	add := func(proto v1.Protocol, dst netip.Addr, port int32) {
+		for _, sr := range srcs {
+			out = append(out, trace.Packet{Src: netip.MustParseAddr(sr.addr), SrcPort: 40000, Dst: dst, DstPort: uint16(port), Proto: proto, IIF: sr.iif})
+		}
+	}
+	names := make([]model.ServicePortName, 0, len(s.seen))
+	for n := range s.seen {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	for _, n := range names {
+		sp := s.seen[n]
+		add(sp.Protocol, sp.ClusterIP, sp.Port)
+		add(sp.Protocol, sp.ClusterIP, sp.Port+1000)
+		for _, ip := range sp.ExternalIPs {
+			add(sp.Protocol, ip, sp.Port)
+		}
+		for _, in := range sp.LoadBalancerIngress {
+			add(sp.Protocol, in.IP, sp.Port)
+		}
+		if sp.NodePort != 0 {
+			add(sp.Protocol, nodeIP, sp.NodePort)
+		}
+	}
+	return out
+}
+
+// conflicted are the destinations more than one service port of the
+// current state claims: who gets them depends on history (the first
+// claimant keeps them), so a fresh full render may differ there.
+func (s *syncer) conflicted() sets.Set[string] {
+	owners := map[string]sets.Set[model.ServicePortName]{}
+	claim := func(n model.ServicePortName, k string) {
+		if owners[k] == nil {
+			owners[k] = sets.New[model.ServicePortName]()
+		}
+		owners[k].Insert(n)
+	}
+	for n, sp := range s.state.Services {
+		key := func(ip netip.Addr, port int32) string {
+			return fmt.Sprintf("%s/%s/%d", strings.ToLower(string(sp.Protocol)), ip, port)
+		}
+		claim(n, key(sp.ClusterIP, sp.Port))
+		for _, ip := range sp.ExternalIPs {
+			claim(n, key(ip, sp.Port))
+		}
+		for _, ip := range sp.LoadBalancerVIPs() {
+			claim(n, key(ip, sp.Port))
+		}
+		if sp.NodePort != 0 {
+			claim(n, fmt.Sprintf("%s/nodeport/%d", strings.ToLower(string(sp.Protocol)), sp.NodePort))
+		}
+	}
+	out := sets.New[string]()
+	for k, o := range owners {
+		if o.Len() > 1 {
+			out.Insert(k)
+		}
+	}
+	return out
+}
+
+func packetKeys(p trace.Packet, nodeIP netip.Addr) []string {
+	proto := strings.ToLower(string(p.Proto))
+	keys := []string{fmt.Sprintf("%s/%s/%d", proto, p.Dst, p.DstPort)}
+	if p.Dst == nodeIP {
+		keys = append(keys, fmt.Sprintf("%s/nodeport/%d", proto, p.DstPort))
+	}
+	return keys
+}
+
+// checkLikeFull compares the cumulative ruleset with a fresh full render of
+// the current state, packet by packet.
+func (s *syncer) checkLikeFull(step string) {
+	s.t.Helper()
+	fresh := Render(s.cfg, s.input(true, nil), NewApplied())
+	frs, err := trace.ParseNFT(fresh.Tx.String())
+	if err != nil {
+		s.t.Fatalf("%s: fresh full render does not load: %v", step, err)
+	}
+	host := hostA
+	skip := s.conflicted()
+	nodeIP := nodeAIPv4
+	if s.cfg.Family == model.IPv6 {
+		nodeIP = nodeAIPv6
+	}
+	bad := 0
+	for _, p := range s.packets() {
+		if slices.ContainsFunc(packetKeys(p, nodeIP), skip.Has) {
+			continue
+		}
+		got, err := s.rs.Trace(p, host)
+		if err != nil {
+			s.t.Fatalf("%s: trace %s over the partial syncs: %v", step, p, err)
+		}
+		want, err := frs.Trace(p, host)
+		if err != nil {
+			s.t.Fatalf("%s: trace %s over a full render: %v", step, p, err)
+		}
+		if diff := cmp.Diff(outcomeKeys(want), outcomeKeys(got)); diff != "" {
+			bad++
+			if bad <= 3 {
+				s.t.Errorf("%s: %s: partial syncs and a full render differ (-full +partial):\n%s\npartial:\n%s\nfull:\n%s", step, p, diff, got, want)
+			}
+		}
+	}
+	if bad > 3 {
+		s.t.Errorf("%s: %d more packets differ", step, bad-3)
+	}
+}
+
+// opTexts returns the operations of a plan, one line each.
+func opTexts(p *Plan) []string {
+	out := make([]string, p.Tx.Len())
+	for i := range out {
+		out[i] = p.Tx.OpText(i)
+	}
+	return out
+}
+
+var exampleServiceRE = regexp.MustCompile(`demo/[a-z-]+[/:]`)
+
+// servicesMentioned lists the example services an operation names.
+func servicesMentioned(op string) sets.Set[string] {
+	out := sets.New[string]()
+	for _, m := range exampleServiceRE.FindAllString(op, -1) {
+		out.Insert(strings.TrimRight(strings.TrimPrefix(m, "demo/"), "/:"))
+	}
+	return out
+}
+
+func TestPartialSyncOneEndpointChange(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	s := newSyncer(t, c, model.IPv4)
+	s.full()
+	s.checkLikeFull("full")
+
+	web := spName("web-clusterip", "http", model.TCP)
+	old := s.state.Endpoints[web]
+	if len(old) != 2 || old[1].IP != netip.MustParseAddr("198.18.130.10") {
+		t.Fatalf("unexpected endpoints of %s in the example: %v", web, old)
+	}
+	moved := *old[1]
+	moved.IP = netip.MustParseAddr("198.18.130.11")
+	s.now = s.now.Add(time.Second)
+	plan := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: {old[0], &moved}}})
+
+	ops := opTexts(plan)
+	for _, op := range ops {
+		if m := servicesMentioned(op); !m.Equal(sets.New("web-clusterip")) {
+			t.Errorf("operation names %v, want only web-clusterip: %s", sets.List(m), op)
+		}
+	}
+	svc := serviceChainName(prefixServiceChain, web)
+	epKept := endpointChainName(web, old[0])
+	epGone := endpointChainName(web, old[1])
+	epNew := endpointChainName(web, &moved)
+	want := []string{
+		"add chain ip kube-proxy " + epNew,
+		"add chain ip kube-proxy " + svc,
+		"flush chain ip kube-proxy " + svc,
+		"add rule ip kube-proxy " + epNew + " ip saddr 198.18.130.11 jump mark-for-masquerade",
+		"add rule ip kube-proxy " + epNew + " meta l4proto tcp dnat to 198.18.130.11:8080",
+		"add rule ip kube-proxy " + svc + " ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.128.0/17 jump mark-for-masquerade",
+		"add rule ip kube-proxy " + svc + " numgen random mod 2 vmap { 0 : goto " + epKept + ", 1 : goto " + epNew + " }",
+		"flush chain ip kube-proxy " + epGone,
+	}
+	if diff := cmp.Diff(want, ops); diff != "" {
+		t.Errorf("transaction (-want +got):\n%s", diff)
+	}
+	if len(plan.StaleUDP) != 0 || len(plan.NewlyServedUDP) != 0 {
+		t.Errorf("TCP change reported UDP work: %+v %+v", plan.StaleUDP, plan.NewlyServedUDP)
+	}
+	s.checkLikeFull("endpoint moved")
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "new endpoint in use", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
+	})
+
+	// The old endpoint's chain is deleted one second later, with nothing else.
+	s.now = s.now.Add(999 * time.Millisecond)
+	if p := s.partial(); p.Tx.Len() != 0 {
+		t.Errorf("sync before the stale delay: want no operations, got:\n%s", p.Tx)
+	}
+	s.now = s.now.Add(time.Millisecond)
+	if diff := cmp.Diff([]string{"delete chain ip kube-proxy " + epGone}, opTexts(s.partial())); diff != "" {
+		t.Errorf("sync after the stale delay (-want +got):\n%s", diff)
+	}
+	s.checkLikeFull("stale chain deleted")
+}
+
+func TestPartialSyncNothingChanged(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
+		t.Run(string(f), func(t *testing.T) {
+			s := newSyncer(t, c, f)
+			if p := s.full(); p.Tx.Len() == 0 {
+				t.Fatal("full sync rendered nothing")
+			}
+			if p := s.partial(); p.Tx.Len() != 0 {
+				t.Errorf("nothing changed: want no operations, got:\n%s", p.Tx)
+			}
+			// Services reported as changed that render the same touch
+			// no element and no endpoint chain (their few per-service
+			// chains are rewritten by design).
+			for _, op := range opTexts(s.partial(s.state.SortedNames()...)) {
+				if strings.Contains(op, " element ") || strings.Contains(op, " endpoint-") && !strings.HasPrefix(op, "add rule ") {
+					t.Errorf("unchanged services re-rendered: %s", op)
+				}
+			}
+			// An update carrying equal objects is not a change.
+			d := &model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{}, Endpoints: map[model.ServicePortName][]*model.Endpoint{}}
+			for n, sp := range s.state.Services {
+				cp := *sp
+				d.Services[n] = &cp
+			}
+			if p := s.apply(d); p.Tx.Len() != 0 {
+				t.Errorf("equal update: want no operations, got:\n%s", p.Tx)
+			}
+			// A second full sync rewrites everything but changes nothing.
+			s.full()
+			if p := s.partial(); p.Tx.Len() != 0 {
+				t.Errorf("after a second full sync: want no operations, got:\n%s", p.Tx)
+			}
+			s.checkLikeFull("second full sync")
+		})
+	}
+}
+
+func TestPartialSyncRemoveAndRevive(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	web := spName("web-clusterip", "http", model.TCP)
+	aff := spName("affinity", "http", model.TCP)
+	for _, tc := range []struct {
+		name string
+		n    model.ServicePortName
+		// chains and sets the service owns.
+		chains, sets int
+	}{
+		{"web-clusterip", web, 3, 0},
+		{"affinity (with sets)", aff, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSyncer(t, c, model.IPv4)
+			s.full()
+			sp, eps := s.state.Services[tc.n], s.state.Endpoints[tc.n]
+			dst := netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String()
+			owned := func() (chains, sets []string) {
+				ch, st := objectNames(s.rs)
+				base := "-" + portBase(tc.n)
+				for _, n := range ch {
+					if strings.Contains(n, base) {
+						chains = append(chains, n)
+					}
+				}
+				for _, n := range st {
+					if strings.Contains(n, base) {
+						sets = append(sets, n)
+					}
+				}
+				return chains, sets
+			}
+			ch, st := owned()
+			if len(ch) != tc.chains || len(st) != tc.sets {
+				t.Fatalf("service owns chains %v and sets %v; want %d and %d", ch, st, tc.chains, tc.sets)
+			}
+
+			// Removal: chains and sets flushed, elements deleted, nothing
+			// deleted yet.
+			s.now = s.now.Add(10 * time.Second)
+			removedAt := s.now
+			p := s.apply(&model.FamilyDelta{
+				Services:  map[model.ServicePortName]*model.ServicePort{tc.n: nil},
+				Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: nil},
+			})
+			var flushes, elemDeletes int
+			for _, op := range opTexts(p) {
+				switch {
+				case strings.HasPrefix(op, "flush chain "), strings.HasPrefix(op, "flush set "):
+					flushes++
+				case strings.HasPrefix(op, "delete element "):
+					elemDeletes++
+				default:
+					t.Errorf("removal: unexpected operation %s", op)
+				}
+				// Element deletes name only the key (the service's IP).
+				if m := servicesMentioned(op); !m.Equal(sets.New(tc.n.Name)) && !strings.Contains(op, sp.ClusterIP.String()+" ") {
+					t.Errorf("removal: operation names %v: %s", sets.List(m), op)
+				}
+			}
+			if flushes != tc.chains+tc.sets || elemDeletes != 2 {
+				t.Errorf("removal: %d flushes, %d element deletes; want %d and 2 (cluster-ips, service-ips):\n%s", flushes, elemDeletes, tc.chains+tc.sets, p.Tx)
+			}
+			s.checkLikeFull("removed")
+			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+				{name: "removed service is not ours", src: localPod, iif: podIIF, dst: dst, output: "ACCEPT"},
+			})
+
+			// Deleted only once the stale delay has passed.
+			s.now = removedAt.Add(staleDelay - time.Millisecond)
+			if p := s.partial(); p.Tx.Len() != 0 {
+				t.Errorf("before the stale delay: want no operations, got:\n%s", p.Tx)
+			}
+			s.now = removedAt.Add(staleDelay)
+			p = s.partial()
+			var deletes []string
+			for _, op := range opTexts(p) {
+				if !strings.HasPrefix(op, "delete chain ") && !strings.HasPrefix(op, "delete set ") {
+					t.Errorf("stale cleanup: unexpected operation %s", op)
+				}
+				deletes = append(deletes, op)
+			}
+			if len(deletes) != tc.chains+tc.sets {
+				t.Errorf("stale cleanup: want %d deletes, got:\n%s", tc.chains+tc.sets, p.Tx)
+			}
+			// Chains are deleted before the sets their rules used.
+			if i := slices.IndexFunc(deletes, func(op string) bool { return strings.HasPrefix(op, "delete set ") }); i >= 0 && slices.ContainsFunc(deletes[i:], func(op string) bool { return strings.HasPrefix(op, "delete chain ") }) {
+				t.Errorf("a set is deleted before a chain:\n%s", p.Tx)
+			}
+			if ch, st := owned(); len(ch)+len(st) != 0 {
+				t.Errorf("left in the table: %v %v", ch, st)
+			}
+			s.now = s.now.Add(time.Hour)
+			if p := s.partial(); p.Tx.Len() != 0 {
+				t.Errorf("after cleanup: want no operations, got:\n%s", p.Tx)
+			}
+			s.checkLikeFull("stale deleted")
+
+			// Remove again, and bring it back before the delay ends:
+			// the flushed objects are filled again and never deleted.
+			s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{tc.n: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: eps}})
+			s.checkLikeFull("re-added")
+			s.now = s.now.Add(time.Hour)
+			removedAt = s.now
+			s.apply(&model.FamilyDelta{
+				Services:  map[model.ServicePortName]*model.ServicePort{tc.n: nil},
+				Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: nil},
+			})
+			s.now = removedAt.Add(staleDelay / 2)
+			p = s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{tc.n: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: eps}})
+			for _, op := range opTexts(p) {
+				if strings.HasPrefix(op, "delete chain ") || strings.HasPrefix(op, "delete set ") {
+					t.Errorf("revival deletes: %s", op)
+				}
+			}
+			s.checkLikeFull("revived")
+			for _, later := range []time.Duration{staleDelay, 10 * staleDelay} {
+				s.now = removedAt.Add(later)
+				if p := s.partial(); p.Tx.Len() != 0 {
+					t.Errorf("%s after the removal: the revived service must not be touched, got:\n%s", later, p.Tx)
+				}
+			}
+			if ch, st := owned(); len(ch) != tc.chains || len(st) != tc.sets {
+				t.Errorf("after revival the service owns %v and %v; want %d chains and %d sets", ch, st, tc.chains, tc.sets)
+			}
+			s.checkLikeFull("revived, later")
+		})
+	}
+}
+
+func TestPartialSyncConflicts(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	s := newSyncer(t, c, model.IPv4)
+	const extIP = "198.19.201.1"
+	claimA := makeSP("claim-a", "198.19.1.1", 80, func(sp *model.ServicePort) {
+		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
+	})
+	claimB := makeSP("claim-b", "198.19.1.2", 80, func(sp *model.ServicePort) {
+		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
+	})
+	epA := makeEP("198.18.129.101", 8080, true, nil)
+	epB := makeEP("198.18.130.102", 8080, false, nil)
+	epB2 := makeEP("198.18.130.103", 8080, false, nil)
+	s.state.Services[claimA.Name], s.state.Endpoints[claimA.Name] = claimA, []*model.Endpoint{epA}
+	s.state.Services[claimB.Name], s.state.Endpoints[claimB.Name] = claimB, []*model.Endpoint{epB}
+
+	p := s.full()
+	want := []string{"demo/claim-b:http/TCP wants service-ips { 198.19.201.1 . tcp . 80 } which demo/claim-a:http/TCP already has"}
+	if diff := cmp.Diff(want, p.Conflicts); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	ext := extIP + ":80"
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "first claimant serves", src: outside, iif: lanIIF, dst: ext, output: "198.18.129.101:8080", masq: true},
+		{name: "second claimant's cluster IP", src: localPod, iif: podIIF, dst: "198.19.1.2:80", output: "198.18.130.102:8080"},
+	})
+	s.checkLikeFull("both claim")
+
+	// A change of the second claimant does not move the address.
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{claimB.Name: {epB2}}})
+	for _, op := range opTexts(p) {
+		if strings.Contains(op, extIP) && !strings.HasPrefix(op, "add rule ") {
+			t.Errorf("second claimant's change touches the contested element: %s", op)
+		}
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "first claimant still serves", src: outside, iif: lanIIF, dst: ext, output: "198.18.129.101:8080", masq: true},
+	})
+
+	// Removing the first claimant hands the address to the second.
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{claimA.Name: nil},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{claimA.Name: nil},
+	})
+	if len(p.Conflicts) != 0 {
+		t.Errorf("conflicts after the first claimant left: %v", p.Conflicts)
+	}
+	var handover []string
+	for _, op := range opTexts(p) {
+		if strings.Contains(op, extIP) {
+			handover = append(handover, op)
+		}
+	}
+	wantOps := []string{
+		`delete element ip kube-proxy service-ips { 198.19.201.1 . tcp . 80 }`,
+		`add element ip kube-proxy service-ips { 198.19.201.1 . tcp . 80 comment "demo/claim-b:http/TCP" : goto ` + serviceChainName(prefixExternalChain, claimB.Name) + ` }`,
+	}
+	if diff := cmp.Diff(wantOps, handover); diff != "" {
+		t.Errorf("hand-over operations (-want +got):\n%s", diff)
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "second claimant serves now", src: outside, iif: lanIIF, dst: ext, output: "198.18.130.103:8080", masq: true},
+	})
+	s.checkLikeFull("first claimant removed")
+
+	// The first claimant coming back queues behind the second.
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{claimA.Name: claimA},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{claimA.Name: {epA}},
+	})
+	want = []string{"demo/claim-a:http/TCP wants service-ips { 198.19.201.1 . tcp . 80 } which demo/claim-b:http/TCP already has"}
+	if diff := cmp.Diff(want, p.Conflicts); diff != "" {
+		t.Errorf("conflicts on return (-want +got):\n%s", diff)
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "second claimant keeps it", src: outside, iif: lanIIF, dst: ext, output: "198.18.130.103:8080", masq: true},
+	})
+
+	// NodePorts conflict the same way.
+	npA := makeSP("np-a", "198.19.1.3", 80, func(sp *model.ServicePort) { sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30500 })
+	npB := makeSP("np-b", "198.19.1.4", 81, func(sp *model.ServicePort) { sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30500 })
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{npA.Name: npA, npB.Name: npB},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{npA.Name: {epA}, npB.Name: {epB}},
+	})
+	want = []string{"demo/np-b:http/TCP wants service-nodeports { tcp . 30500 } which demo/np-a:http/TCP already has"}
+	if diff := cmp.Diff(want, p.Conflicts); diff != "" {
+		t.Errorf("nodePort conflicts (-want +got):\n%s", diff)
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "first nodePort claimant serves", src: outside, iif: lanIIF, dst: "198.18.0.10:30500", output: "198.18.129.101:8080", masq: true},
+	})
+	s.now = s.now.Add(time.Second)
+	s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{npA.Name: nil}})
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "nodePort handed over", src: outside, iif: lanIIF, dst: "198.18.0.10:30500", output: "198.18.130.102:8080", masq: true},
+	})
+	s.checkLikeFull("nodePort handed over")
+}
+
+// TestPartialSyncUDPConntrack: the plan says which UDP conntrack entries
+// must go.
+func TestPartialSyncUDPConntrack(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	s := newSyncer(t, c, model.IPv4)
+	if p := s.full(); len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
+		t.Errorf("first full sync reported UDP work: %+v %+v", p.StaleUDP, p.NewlyServedUDP)
+	}
+	dns := spName("dns-udp", "dns", model.UDP)
+	eps := s.state.Endpoints[dns]
+	s.now = s.now.Add(time.Second)
+	p := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps[:1]}})
+	if len(p.StaleUDP) != 1 || p.StaleUDP[0].Service.Name != dns || len(p.StaleUDP[0].Endpoints) != 1 || p.StaleUDP[0].Endpoints[0].AddrPort() != eps[1].AddrPort() {
+		t.Errorf("endpoint removed: StaleUDP = %+v, want %s losing %s", p.StaleUDP, dns, eps[1])
+	}
+	if len(p.NewlyServedUDP) != 0 {
+		t.Errorf("endpoint removed: NewlyServedUDP = %v", p.NewlyServedUDP)
+	}
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: nil}})
+	if len(p.StaleUDP) != 1 || len(p.StaleUDP[0].Endpoints) != 1 || p.StaleUDP[0].Endpoints[0].AddrPort() != eps[0].AddrPort() {
+		t.Errorf("last endpoint removed: StaleUDP = %+v", p.StaleUDP)
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "no endpoints: rejected", proto: v1.ProtocolUDP, src: localPod, iif: podIIF, dst: "198.19.0.18:53", output: "REJECT"},
+	})
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps}})
+	if len(p.NewlyServedUDP) != 1 || p.NewlyServedUDP[0].Name != dns || len(p.StaleUDP) != 0 {
+		t.Errorf("endpoints back: NewlyServedUDP = %v, StaleUDP = %v", p.NewlyServedUDP, p.StaleUDP)
+	}
+	// The TCP port of the same service never asks for UDP work.
+	dnsTCP := spName("dns-udp", "dns-tcp", model.TCP)
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dnsTCP: s.state.Endpoints[dnsTCP][:1]}})
+	if len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
+		t.Errorf("TCP change: %+v %+v", p.StaleUDP, p.NewlyServedUDP)
+	}
+	s.checkLikeFull("dns changes")
+}
+
+// TestFullSyncOverExistingTable: a full sync over a table that already
+// holds our rules (every sync period in the same process, or a restart with
+// a fresh Applied) rewrites the fixed chains and maps without ever
+// scheduling them for deletion, and turns leftovers into stale objects.
+func TestFullSyncOverExistingTable(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	gone := spName("web-clusterip", "http", model.TCP)
+	for _, tc := range []struct {
+		name    string
+		restart bool
+	}{
+		{"same process", false},
+		{"restart", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSyncer(t, c, model.IPv4)
+			s.full()
+			leftovers := []string{
+				serviceChainName(prefixServiceChain, gone),
+				endpointChainName(gone, s.state.Endpoints[gone][0]),
+				endpointChainName(gone, s.state.Endpoints[gone][1]),
+			}
+			// The service goes away while no sync runs (a restart, or
+			// a change folded into the periodic full sync).
+			delete(s.state.Services, gone)
+			delete(s.state.Endpoints, gone)
+			if tc.restart {
+				s.applied = NewApplied()
+			}
+			s.now = s.now.Add(time.Minute)
+			p := s.full()
+			fixed := sets.New(fixedChainOrder...)
+			for _, b := range baseChains {
+				fixed.Insert(b.name)
+			}
+			for _, set := range (&renderer{cfg: s.cfg}).sets() {
+				fixed.Insert(set.Name)
+			}
+			var flushedLeftovers []string
+			for i, op := range opTexts(p) {
+				f := strings.Fields(op)
+				if len(f) < 5 {
+					continue
+				}
+				name := f[4]
+				if f[0] == "delete" && (f[1] == "chain" || f[1] == "set" || f[1] == "map") {
+					t.Errorf("op %d: a full sync deletes at once: %s", i, op)
+				}
+				if f[0] == "flush" && slices.Contains(leftovers, name) {
+					flushedLeftovers = append(flushedLeftovers, name)
+				}
+				// A fixed chain or map is only flushed before it is
+				// filled: never after one of its rules or elements.
+				if f[0] == "flush" && fixed.Has(name) {
+					for _, prev := range opTexts(p)[:i] {
+						if strings.HasPrefix(prev, "add rule ip kube-proxy "+name+" ") || strings.HasPrefix(prev, "add element ip kube-proxy "+name+" ") {
+							t.Fatalf("op %d flushes %s after it was filled: %s", i, name, op)
+						}
+					}
+				}
+			}
+			slices.Sort(flushedLeftovers)
+			slices.Sort(leftovers)
+			if diff := cmp.Diff(leftovers, flushedLeftovers); diff != "" {
+				t.Errorf("leftover chains flushed (-want +got):\n%s", diff)
+			}
+			s.checkLikeFull("full sync over the old table")
+			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+				{name: "source ranges still enforced", src: outsideDenied, iif: lanIIF, dst: "198.19.200.1:443", output: "DROP"},
+				{name: "removed service gone", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "ACCEPT"},
+			})
+			// One second later exactly the leftovers are deleted, and the
+			// transaction loads (nothing in use is deleted).
+			s.now = s.now.Add(staleDelay)
+			var deleted []string
+			for _, op := range opTexts(s.partial()) {
+				f := strings.Fields(op)
+				if f[0] != "delete" {
+					t.Errorf("stale cleanup: unexpected %s", op)
+					continue
+				}
+				deleted = append(deleted, f[4])
+			}
+			slices.Sort(deleted)
+			if diff := cmp.Diff(leftovers, deleted); diff != "" {
+				t.Errorf("deleted after the stale delay (-want +got):\n%s", diff)
+			}
+			s.now = s.now.Add(time.Hour)
+			if p := s.partial(); p.Tx.Len() != 0 {
+				t.Errorf("after cleanup: want no operations, got:\n%s", p.Tx)
+			}
+			s.checkLikeFull("after cleanup")
+		})
+	}
+}
+
+// TestIsOurs: only per-service objects may be removed as stale; the fixed
+// ones share prefixes with them ("firewall-check" and "firewall-ips" with
+// "firewall-<hash>-...", "service-endpoints-check" and "service-ips" with
+// "service-<hash>-...").
+func TestIsOurs(t *testing.T) {
+	n := spName("web", "http", model.TCP)
+	e := makeEP("198.18.129.10", 8080, true, nil)
+	for _, name := range []string{
+		serviceChainName(prefixServiceChain, n), serviceChainName(prefixExternalChain, n),
+		serviceChainName(prefixLocalChain, n), serviceChainName(prefixFirewallChain, n),
+		endpointChainName(n, e), affinitySetName(n, e, 10800),
+	} {
+		if !isOurs(name) {
+			t.Errorf("isOurs(%q) = false, want true", name)
+		}
+	}
+	fixed := slices.Clone(fixedChainOrder)
+	for _, b := range baseChains {
+		fixed = append(fixed, b.name)
+	}
+	for _, s := range (&renderer{cfg: &Config{Family: model.IPv4}}).sets() {
+		fixed = append(fixed, s.Name)
+	}
+	for _, name := range fixed {
+		if isOurs(name) {
+			t.Errorf("isOurs(%q) = true for a fixed chain or set", name)
+		}
+	}
+}
