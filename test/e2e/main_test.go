@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/test/e2e/framework"
+)
+
+// kproxyBinary is the kproxy built by TestMain from this checkout; "" when
+// the tests are going to skip anyway.
+var kproxyBinary string
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	if reason := framework.SkipReason(); reason != "" && !framework.Mandatory() {
+		fmt.Fprintf(os.Stderr, "e2e: tests will skip: %s\n", reason)
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "kproxy-e2e-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kproxyBinary = filepath.Join(dir, "kproxy")
+	if err := buildKproxy(kproxyBinary); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building kproxy: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// buildKproxy builds cmd/kproxy of this checkout. `go test` puts its own
+// GOROOT/bin first in PATH, so "go" is the toolchain running the tests.
+func buildKproxy(out string) error {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kproxy")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	return nil
+}
