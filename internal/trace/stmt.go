@@ -449,6 +449,17 @@ func parseNumgen(c *cursor) (nft.Stmt, error) {
 	if err != nil || n < 1 || n > 1<<20 {
 		return nil, fmt.Errorf("invalid numgen modulus %q", nw)
 	}
+	if c.peek() != "vmap" {
+		vw, err := c.word("numgen value")
+		if err != nil {
+			return nil, err
+		}
+		v, err := strconv.Atoi(vw)
+		if err != nil || v < 0 || v >= n {
+			return nil, fmt.Errorf("numgen value %q out of 0..%d", vw, n-1)
+		}
+		return nft.MatchNumgen{Mod: uint32(n), Value: uint32(v)}, nil
+	}
 	for _, want := range []string{"vmap", "{"} {
 		if _, err := c.expect(want); err != nil {
 			return nil, err

@@ -477,6 +477,20 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			}
 			s.step("%s: %s -> %s", c.def.Name, text(), verdictString(v))
 			return w.verdict(s, t, v)
+		case nft.MatchNumgen:
+			// Fork: the rule fails for (MOD-1)/MOD of packets (the walk
+			// goes on with the next rule), and goes on matching for 1/MOD.
+			n := float64(st.Mod)
+			if st.Mod > 1 {
+				br := s.clone()
+				br.prob = s.prob * (n - 1) / n
+				br.step("%s: numgen random mod %d != %d (p=%d/%d)", c.def.Name, st.Mod, st.Value, st.Mod-1, st.Mod)
+				if err := w.run(br); err != nil {
+					return true, err
+				}
+			}
+			s.prob /= n
+			s.step("%s: numgen random mod %d == %d (p=1/%d)", c.def.Name, st.Mod, st.Value, st.Mod)
 		case nft.NumgenVmap:
 			n := len(st.Chains)
 			for i, target := range st.Chains {

@@ -1113,6 +1113,15 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			&expr.Numgen{Register: reg1, Modulus: uint32(len(s.Chains)), Type: unix.NFT_NG_RANDOM},
 			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: "__map%d", SetID: id},
 		)
+	case MatchNumgen:
+		if s.Mod == 0 || s.Value >= s.Mod {
+			return invalidf("numgen random mod %d %d can never match", s.Mod, s.Value)
+		}
+		// numgen yields a host byte order integer, compared as nft does.
+		rb.emit(
+			&expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(s.Value)},
+		)
 	case Reject:
 		// Plain "reject" in an ip/ip6 table is ICMP port unreachable.
 		code := uint8(icmpPortUnreach)

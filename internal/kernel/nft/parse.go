@@ -626,6 +626,13 @@ func (p *tokens) stmt(fam Family) (Stmt, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.peek() != "vmap" {
+			v, err := strconv.ParseUint(p.next(), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("numgen: expected vmap or a value: %w", err)
+			}
+			return MatchNumgen{Mod: uint32(n), Value: uint32(v)}, nil
+		}
 		if err := p.expect("vmap", "{"); err != nil {
 			return nil, err
 		}

@@ -252,6 +252,8 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 			fmt.Fprintf(b, "%d : goto %s", i, c)
 		}
 		b.WriteString(" }")
+	case MatchNumgen:
+		fmt.Fprintf(b, "numgen random mod %d %d", s.Mod, s.Value)
 	case Reject:
 		b.WriteString("reject")
 	case Counter:

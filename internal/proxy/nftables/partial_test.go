@@ -163,25 +163,12 @@ func (s *syncer) packets() []trace.Packet {
 // claimant keeps them), so a fresh full render may differ there.
 func (s *syncer) conflicted() sets.Set[string] {
 	owners := map[string]sets.Set[model.ServicePortName]{}
-	claim := func(n model.ServicePortName, k string) {
-		if owners[k] == nil {
-			owners[k] = sets.New[model.ServicePortName]()
-		}
-		owners[k].Insert(n)
-	}
-	for n, sp := range s.state.Services {
-		key := func(ip netip.Addr, port int32) string {
-			return fmt.Sprintf("%s/%s/%d", strings.ToLower(string(sp.Protocol)), ip, port)
-		}
-		claim(n, key(sp.ClusterIP, sp.Port))
-		for _, ip := range sp.ExternalIPs {
-			claim(n, key(ip, sp.Port))
-		}
-		for _, ip := range sp.LoadBalancerVIPs() {
-			claim(n, key(ip, sp.Port))
-		}
-		if sp.NodePort != 0 {
-			claim(n, fmt.Sprintf("%s/nodeport/%d", strings.ToLower(string(sp.Protocol)), sp.NodePort))
+	for n := range s.state.Services {
+		for _, k := range s.claims(n) {
+			if owners[k] == nil {
+				owners[k] = sets.New[model.ServicePortName]()
+			}
+			owners[k].Insert(n)
 		}
 	}
 	out := sets.New[string]()
@@ -189,6 +176,24 @@ func (s *syncer) conflicted() sets.Set[string] {
 		if o.Len() > 1 {
 			out.Insert(k)
 		}
+	}
+	return out
+}
+
+// claims are the destinations a service port of the state wants.
+func (s *syncer) claims(n model.ServicePortName) []string {
+	sp := s.state.Services[n]
+	proto := strings.ToLower(string(sp.Protocol))
+	key := func(ip netip.Addr, port int32) string { return fmt.Sprintf("%s/%s/%d", proto, ip, port) }
+	out := []string{key(sp.ClusterIP, sp.Port)}
+	for _, ip := range sp.ExternalIPs {
+		out = append(out, key(ip, sp.Port))
+	}
+	for _, ip := range sp.LoadBalancerVIPs() {
+		out = append(out, key(ip, sp.Port))
+	}
+	if sp.NodePort != 0 {
+		out = append(out, fmt.Sprintf("%s/nodeport/%d", proto, sp.NodePort))
 	}
 	return out
 }
@@ -295,7 +300,8 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		"add rule ip kube-proxy " + epNew + " ip saddr 198.18.130.11 jump mark-for-masquerade",
 		"add rule ip kube-proxy " + epNew + " meta l4proto tcp dnat to 198.18.130.11:8080",
 		"add rule ip kube-proxy " + svc + " ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.128.0/17 jump mark-for-masquerade",
-		"add rule ip kube-proxy " + svc + " numgen random mod 2 vmap { 0 : goto " + epKept + ", 1 : goto " + epNew + " }",
+		"add rule ip kube-proxy " + svc + " numgen random mod 2 0 goto " + epKept,
+		"add rule ip kube-proxy " + svc + " goto " + epNew,
 		"flush chain ip kube-proxy " + epGone,
 	}
 	if diff := cmp.Diff(want, ops); diff != "" {

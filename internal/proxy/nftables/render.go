@@ -984,9 +984,17 @@ func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, cha
 			s.rule(chain, "", nft.MatchAddr{Source: true, Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)}, gotoC(endpointChainName(sp.Name, e)))
 		}
 	}
-	targets := make([]string, len(eps))
+	// One rule per endpoint, each taking 1/(remaining) of what reaches it:
+	// endpoint i is chosen with probability 1/N. Not upstream's inline
+	// numgen vmap: each of those is an anonymous set, which makes the
+	// kernel's validation of a large table quadratic (see nft.MatchNumgen).
+	n := len(eps)
 	for i, e := range eps {
-		targets[i] = endpointChainName(sp.Name, e)
+		target := gotoC(endpointChainName(sp.Name, e))
+		if i == n-1 {
+			s.rule(chain, "", target)
+			continue
+		}
+		s.rule(chain, "", nft.MatchNumgen{Mod: uint32(n - i), Value: 0}, target)
 	}
-	s.rule(chain, "", nft.NumgenVmap{Chains: targets})
 }
