@@ -243,12 +243,14 @@ type outcomeKey struct {
 	DNAT       string
 	Masquerade bool
 	Prob       float64
+	// Affinity are the affinity sets the connection is recorded in.
+	Affinity string
 }
 
 func outcomeKeys(res *trace.Result) []outcomeKey {
 	var out []outcomeKey
 	for _, o := range res.Outcomes {
-		k := outcomeKey{Verdict: o.Verdict, Masquerade: o.Masquerade, Prob: o.Probability}
+		k := outcomeKey{Verdict: o.Verdict, Masquerade: o.Masquerade, Prob: o.Probability, Affinity: strings.Join(o.AffinityUpdates, "; ")}
 		if o.DNAT != nil {
 			k.DNAT = o.DNAT.String()
 		}

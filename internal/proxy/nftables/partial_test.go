@@ -293,16 +293,31 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	epKept := endpointChainName(web, old[0])
 	epGone := endpointChainName(web, old[1])
 	epNew := endpointChainName(web, &moved)
+	// The rules written are those a full render writes for the new
+	// endpoint's chain and the service chain.
+	fresh := opTexts(Render(s.cfg, s.input(true, nil), NewApplied()))
+	rulesOf := func(chain string) []string {
+		var out []string
+		for _, op := range fresh {
+			if strings.HasPrefix(op, "add rule ip kube-proxy "+chain+" ") {
+				out = append(out, op)
+			}
+		}
+		if len(out) == 0 {
+			t.Fatalf("a full render writes no rules in %s", chain)
+		}
+		return out
+	}
 	want := []string{
 		"add chain ip kube-proxy " + epNew,
 		"add chain ip kube-proxy " + svc,
 		"flush chain ip kube-proxy " + svc,
-		"add rule ip kube-proxy " + epNew + " ip saddr 198.18.130.11 jump mark-for-masquerade",
-		"add rule ip kube-proxy " + epNew + " meta l4proto tcp dnat to 198.18.130.11:8080",
-		"add rule ip kube-proxy " + svc + " ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.128.0/17 jump mark-for-masquerade",
-		"add rule ip kube-proxy " + svc + " numgen random mod 2 0 goto " + epKept,
-		"add rule ip kube-proxy " + svc + " goto " + epNew,
-		"flush chain ip kube-proxy " + epGone,
+	}
+	want = append(want, rulesOf(epNew)...)
+	want = append(want, rulesOf(svc)...)
+	want = append(want, "flush chain ip kube-proxy "+epGone)
+	if svcRules := strings.Join(rulesOf(svc), "\n"); strings.Contains(svcRules, epGone) || !strings.Contains(svcRules, epKept) || !strings.Contains(svcRules, epNew) {
+		t.Errorf("service chain must send to %s and %s only:\n%s", epKept, epNew, svcRules)
 	}
 	if diff := cmp.Diff(want, ops); diff != "" {
 		t.Errorf("transaction (-want +got):\n%s", diff)

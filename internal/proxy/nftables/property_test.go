@@ -1,0 +1,334 @@
+package nftables
+
+// A randomized test of partial syncs: seeded random sequences of service
+// and endpoint additions, changes and deletions (plus the odd full sync and
+// restart) on top of the example. After every step the cumulative
+// transactions must load (the tracer refuses what the kernel refuses) and
+// route every interesting packet exactly as a fresh full render of the same
+// state; at the end, once stale objects are gone, both hold the same
+// chains, rules, sets and elements. Random services use 198.19.1.0/24
+// (fd00:19::1:0/112) cluster IPs, 198.19.201.0/24 (fd00:19::c9:0/112)
+// external and LB IPs, and endpoints 198.18.129.1xx/198.18.130.1xx
+// (fd00:18:1:a::1xx/fd00:18:1:b::1xx).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/trace"
+)
+
+type randomizer struct {
+	r  *rand.Rand
+	v6 bool
+}
+
+func (g *randomizer) addr(v4, v6 string, i int) netip.Addr {
+	if g.v6 {
+		return netip.MustParseAddr(fmt.Sprintf(v6, i))
+	}
+	return netip.MustParseAddr(fmt.Sprintf(v4, i))
+}
+
+// service returns a random spec for demo/rnd-i (always the same cluster IP).
+func (g *randomizer) service(i int) *model.ServicePort {
+	r := g.r
+	protos := []v1.Protocol{model.TCP, model.TCP, model.TCP, model.UDP, model.SCTP}
+	sp := &model.ServicePort{
+		Family:    model.IPv4,
+		Type:      v1.ServiceTypeClusterIP,
+		ClusterIP: g.addr("198.19.1.%d", "fd00:19::1:%x", i+1),
+		Port:      []int32{80, 443}[r.IntN(2)],
+		Protocol:  protos[r.IntN(len(protos))],
+	}
+	if g.v6 {
+		sp.Family = model.IPv6
+	}
+	port := "http"
+	if r.IntN(4) == 0 {
+		port = "" // unnamed
+	}
+	sp.Name = spName(fmt.Sprintf("rnd-%d", i), port, sp.Protocol)
+	// External addresses come from small pools so that services
+	// sometimes claim the same ones.
+	extIP := func() netip.Addr { return g.addr("198.19.201.%d", "fd00:19::c9:%x", 1+r.IntN(3)) }
+	switch r.IntN(4) {
+	case 1:
+		sp.Type, sp.NodePort = v1.ServiceTypeNodePort, int32(30100+r.IntN(4))
+	case 2:
+		sp.Type, sp.NodePort = v1.ServiceTypeLoadBalancer, int32(30100+r.IntN(4))
+		for range 1 + r.IntN(2) {
+			sp.LoadBalancerIngress = append(sp.LoadBalancerIngress, model.LoadBalancerIngress{IP: extIP(), Proxy: r.IntN(4) == 0})
+		}
+		if r.IntN(2) == 0 {
+			ranges := "203.0.113.0/24"
+			if g.v6 {
+				ranges = "2001:db8::/32"
+			}
+			sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix(ranges)}
+		}
+	}
+	if r.IntN(4) == 0 {
+		sp.ExternalIPs = []netip.Addr{extIP()}
+	}
+	if sp.ExternallyAccessible() && r.IntN(3) == 0 {
+		sp.ExternalPolicyLocal = true
+		sp.HealthCheckNodePort = int32(32000 + i)
+	}
+	sp.InternalPolicyLocal = r.IntN(5) == 0
+	if r.IntN(4) == 0 {
+		sp.StickyMaxAgeSeconds = []int32{600, 10800}[r.IntN(2)]
+	}
+	return sp
+}
+
+// endpoints returns 0 to 3 random endpoints for a service port.
+func (g *randomizer) endpoints(sp *model.ServicePort) []*model.Endpoint {
+	r := g.r
+	var eps []*model.Endpoint
+	used := sets.New[netip.Addr]()
+	for range r.IntN(4) {
+		local := r.IntN(2) == 0
+		var ip netip.Addr
+		if local {
+			ip = g.addr("198.18.129.%d", "fd00:18:1:a::%x", 100+r.IntN(6))
+		} else {
+			ip = g.addr("198.18.130.%d", "fd00:18:1:b::%x", 100+r.IntN(6))
+		}
+		if used.Has(ip) {
+			continue
+		}
+		used.Insert(ip)
+		e := makeEP(ip.String(), []int32{8080, 8081}[r.IntN(2)], local, nil)
+		switch r.IntN(6) {
+		case 0: // terminating, still serving
+			e.Ready, e.Serving, e.Terminating = false, true, true
+		case 1: // not ready
+			e.Ready, e.Serving = false, false
+		}
+		if r.IntN(5) == 0 {
+			e.ZoneHints = sets.New(e.Zone)
+		}
+		eps = append(eps, e)
+	}
+	slices.SortFunc(eps, func(a, b *model.Endpoint) int { return a.AddrPort().Compare(b.AddrPort()) })
+	return eps
+}
+
+// step changes the state at random and returns what it did.
+func (g *randomizer) step(s *syncer) (string, *model.FamilyDelta) {
+	r := g.r
+	d := &model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{}, Endpoints: map[model.ServicePortName][]*model.Endpoint{}}
+	names := s.state.SortedNames()
+	// A random service of the state (example ones included).
+	pick := func() (model.ServicePortName, bool) {
+		if len(names) == 0 {
+			return model.ServicePortName{}, false
+		}
+		return names[r.IntN(len(names))], true
+	}
+	switch op := r.IntN(12); {
+	case op >= 10:
+		// Change one field of a service in place: same name, same
+		// endpoints, so that its chains are rewritten, not replaced.
+		n, ok := pick()
+		if !ok {
+			return "nothing", d
+		}
+		sp := *s.state.Services[n]
+		var what string
+		switch r.IntN(7) {
+		case 0:
+			what = "affinity"
+			if sp.StickyMaxAgeSeconds == 0 {
+				sp.StickyMaxAgeSeconds = 600
+			} else if r.IntN(2) == 0 {
+				sp.StickyMaxAgeSeconds = 0
+			} else {
+				sp.StickyMaxAgeSeconds += 60 // a new timeout means new sets
+			}
+		case 1:
+			what = "internal traffic policy"
+			sp.InternalPolicyLocal = !sp.InternalPolicyLocal
+		case 2:
+			what = "external traffic policy"
+			sp.ExternalPolicyLocal = !sp.ExternalPolicyLocal
+		case 3:
+			what = "port"
+			sp.Port++
+		case 4:
+			what = "node port"
+			if sp.NodePort == 0 {
+				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, int32(30100+r.IntN(4))
+			} else {
+				sp.NodePort = 0
+			}
+		case 5:
+			what = "external IPs"
+			if len(sp.ExternalIPs) > 0 {
+				sp.ExternalIPs = nil
+			} else {
+				sp.ExternalIPs = []netip.Addr{g.addr("198.19.201.%d", "fd00:19::c9:%x", 1+r.IntN(3))}
+			}
+		case 6:
+			what = "source ranges"
+			if len(sp.LoadBalancerSourceRanges) > 0 {
+				sp.LoadBalancerSourceRanges = nil
+			} else {
+				sp.LoadBalancerIngress = []model.LoadBalancerIngress{{IP: g.addr("198.19.201.%d", "fd00:19::c9:%x", 1+r.IntN(3))}}
+				sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+				if g.v6 {
+					sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}
+				}
+			}
+		}
+		d.Services[n] = &sp
+		return fmt.Sprintf("change %s of %s", what, n), d
+	case op < 3:
+		i := r.IntN(8)
+		// The same service under another port name or protocol is
+		// another service port: remove what demo/rnd-i had before.
+		for _, n := range names {
+			if n.Name == fmt.Sprintf("rnd-%d", i) {
+				d.Services[n], d.Endpoints[n] = nil, nil
+			}
+		}
+		sp := g.service(i)
+		d.Services[sp.Name] = sp
+		d.Endpoints[sp.Name] = g.endpoints(sp)
+		return "upsert " + sp.Name.String(), d
+	case op < 7:
+		n, ok := pick()
+		if !ok {
+			return "nothing", d
+		}
+		d.Endpoints[n] = g.endpoints(s.state.Services[n])
+		return fmt.Sprintf("endpoints of %s: %d", n, len(d.Endpoints[n])), d
+	case op < 8:
+		n, ok := pick()
+		if !ok {
+			return "nothing", d
+		}
+		d.Services[n], d.Endpoints[n] = nil, nil
+		return "delete " + n.String(), d
+	case op < 9:
+		n, ok := pick()
+		if !ok {
+			return "nothing", d
+		}
+		d.Endpoints[n] = nil
+		return "no endpoints for " + n.String(), d
+	default:
+		return "nothing", d
+	}
+}
+
+func TestPartialSyncRandomized(t *testing.T) {
+	seeds, steps := 24, 40
+	if testing.Short() {
+		seeds, steps = 4, 20
+	}
+	c := loadExample(t, example.NodeA)
+	for seed := range seeds {
+		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
+			if f == model.IPv6 && seed%3 != 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/seed-%d", f, seed), func(t *testing.T) {
+				g := &randomizer{r: rand.New(rand.NewPCG(uint64(seed), 0x6b70726f7879)), v6: f == model.IPv6}
+				s := newSyncer(t, c, f)
+				s.full()
+				var log []string
+				for i := range steps {
+					s.now = s.now.Add(time.Duration(g.r.IntN(1500)) * time.Millisecond)
+					var what string
+					switch k := g.r.IntN(30); {
+					case k == 0:
+						what = "restart: full sync with a fresh Applied"
+						s.applied = NewApplied()
+						s.full()
+					case k < 3:
+						what = "full sync"
+						s.full()
+					default:
+						var d *model.FamilyDelta
+						what, d = g.step(s)
+						s.apply(d)
+					}
+					log = append(log, what)
+					s.checkLikeFull(fmt.Sprintf("step %d (%s)", i, what))
+					if t.Failed() {
+						t.Fatalf("steps so far:\n%s", strings.Join(log, "\n"))
+					}
+				}
+				// Remove the services in conflict, let the stale delay pass, and both
+				// rulesets must hold exactly the same objects.
+				if conflicts := s.conflicted(); conflicts.Len() > 0 {
+					d := &model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{}}
+					for _, n := range s.state.SortedNames() {
+						if slices.ContainsFunc(s.claims(n), conflicts.Has) {
+							d.Services[n] = nil
+						}
+					}
+					s.apply(d)
+					log = append(log, fmt.Sprintf("deleted %d conflicting services", len(d.Services)))
+				}
+				if n := s.conflicted().Len(); n > 0 {
+					t.Fatalf("%d conflicts left", n)
+				}
+				s.now = s.now.Add(staleDelay)
+				s.partial()
+				if p := s.partial(); p.Tx.Len() != 0 {
+					t.Errorf("after cleanup: want no operations, got:\n%s", p.Tx)
+				}
+				fresh := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
+				if diff := cmp.Diff(contents(fresh), contents(s.rs)); diff != "" {
+					t.Errorf("after cleanup the table differs from a full render (-full +partial):\n%s\nsteps:\n%s", diff, strings.Join(log, "\n"))
+				}
+			})
+		}
+	}
+}
+
+var elemCommentRE = regexp.MustCompile(` comment "[^"]*"`)
+
+// tableContents is a ruleset's objects in a form that ignores the order
+// of creation: rules stay in order within their chain.
+type tableContents struct {
+	Objects []string            // chains, sets and maps, sorted
+	Elems   []string            // elements without comments, sorted
+	Rules   map[string][]string // chain -> rules, in order
+}
+
+func contents(rs *trace.Ruleset) tableContents {
+	c := tableContents{Rules: map[string][]string{}}
+	for _, l := range strings.Split(rs.String(), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		switch f[1] {
+		case "rule":
+			c.Rules[f[4]] = append(c.Rules[f[4]], strings.Join(f[5:], " "))
+		case "element":
+			c.Elems = append(c.Elems, elemCommentRE.ReplaceAllString(l, ""))
+		default:
+			c.Objects = append(c.Objects, l)
+		}
+	}
+	slices.Sort(c.Objects)
+	slices.Sort(c.Elems)
+	return c
+}
