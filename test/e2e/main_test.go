@@ -19,7 +19,11 @@ var kproxyBinary string
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
-	if reason := framework.SkipReason(); reason != "" && !framework.Mandatory() {
+	if reason := framework.SkipReason(); reason != "" {
+		if framework.Mandatory() {
+			fmt.Fprintf(os.Stderr, "e2e: %s=1 but: %s\n", framework.EnvRun, reason)
+			return 1
+		}
 		fmt.Fprintf(os.Stderr, "e2e: tests will skip: %s\n", reason)
 		return m.Run()
 	}
