@@ -121,10 +121,29 @@ func firstOfFamily(ps []netip.Prefix, like netip.Addr) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// hostSysctls prepare any namespace: IPv6 addresses usable at once.
+// hostSysctls prepare any namespace: IPv6 addresses usable at once, and no
+// ICMP redirects taken. A node that forwards a packet back out the LAN
+// interface it came in on (client -> service -> pod on the other node)
+// would otherwise teach the client a route for the service IP via the
+// other node, and later requests would silently take another path.
 var hostSysctls = []string{
 	"net.ipv6.conf.all.accept_dad", "0",
 	"net.ipv6.conf.default.accept_dad", "0",
+	"net.ipv4.conf.all.accept_redirects", "0",
+	"net.ipv4.conf.default.accept_redirects", "0",
+	"net.ipv6.conf.all.accept_redirects", "0",
+	"net.ipv6.conf.default.accept_redirects", "0",
+}
+
+// nodeSysctls make a namespace a router that sends no redirects, with pod
+// bridges whose bridged traffic passes the IP hooks (as kubenet sets it).
+var nodeSysctls = []string{
+	"net.ipv4.ip_forward", "1",
+	"net.ipv6.conf.all.forwarding", "1",
+	"net.ipv4.conf.all.send_redirects", "0",
+	"net.ipv4.conf.default.send_redirects", "0",
+	"net.bridge.bridge-nf-call-iptables", "1",
+	"net.bridge.bridge-nf-call-ip6tables", "1",
 }
 
 // NewCluster builds the topology in fresh namespaces.
@@ -180,12 +199,7 @@ func (c *Cluster) build(t testing.TB) error {
 	for _, ns := range spec.Nodes {
 		n := &Node{NS: New(t, c.ID, ns.Name), Spec: ns}
 		c.Nodes[ns.Name] = n
-		if err := n.Sysctls(append(slices.Clone(hostSysctls),
-			"net.ipv4.ip_forward", "1",
-			"net.ipv6.conf.all.forwarding", "1",
-			"net.bridge.bridge-nf-call-iptables", "1",
-			"net.bridge.bridge-nf-call-ip6tables", "1",
-		)...); err != nil {
+		if err := n.Sysctls(append(slices.Clone(hostSysctls), nodeSysctls...)...); err != nil {
 			return err
 		}
 		if err := attach(n.NS, ns.Addrs); err != nil {
@@ -286,6 +300,9 @@ func (c *Cluster) addPod(t testing.TB, ps PodSpec) error {
 		return err
 	}
 	if err := node.SetMaster(nodeSide, "cbr0"); err != nil {
+		return err
+	}
+	if err := node.SetHairpin(nodeSide, true); err != nil {
 		return err
 	}
 	for _, ip := range ps.IPs {

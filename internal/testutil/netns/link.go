@@ -57,6 +57,21 @@ func (n *NS) SetMaster(name, bridge string) error {
 	return nil
 }
 
+// SetHairpin lets a bridge port send frames back out the port they came in
+// on. A pod that reaches its own service is DNATed back to itself; with
+// bridge-nf-call-iptables the bridge then bridges the packet to the pod's
+// own port, which only hairpin mode allows (kubelet's hairpin-veth mode).
+func (n *NS) SetHairpin(name string, on bool) error {
+	l, err := n.link(name)
+	if err != nil {
+		return err
+	}
+	if err := n.nl.LinkSetHairpin(l, on); err != nil {
+		return fmt.Errorf("netns %s: hairpin mode of %s: %w", n.Name, name, err)
+	}
+	return nil
+}
+
 // Veth creates a veth pair: aName in a, its peer bName in b, both up. The
 // pair is created inside a with the peer placed directly in b, so it never
 // exists in the test process's own namespace.

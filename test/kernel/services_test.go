@@ -1,0 +1,161 @@
+package kernel
+
+// Traffic to the example's services, read-only: each test builds its own
+// cluster with kproxy on both nodes and checks a table of probes. Services
+// and pods are the example's (see cluster_test.go for the address plan).
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+// runProbes runs each probe as a subtest.
+func runProbes(t *testing.T, c *kcluster, probes []probe) {
+	t.Helper()
+	for _, p := range probes {
+		t.Run(p.String(), func(t *testing.T) { c.run(t, p) })
+	}
+}
+
+var (
+	web  = []string{webA, webB}
+	dns  = []string{dnsA, dnsB}
+	dual = []string{dualA, dualB}
+)
+
+// quick bounds a reject: an ICMP error or RST comes back at once.
+const quick = 500 * time.Millisecond
+
+// quickTCP6 bounds a reject of a TCP connection over IPv6. The ICMPv6 port
+// unreachable comes back at once (tcpdump in the client's namespace shows
+// it microseconds after the SYN), but between namespaces the whole round
+// trip happens inside the connect() call, while it holds the socket, and
+// Linux (6.18) then keeps the error as a soft one: connect() fails only
+// when the retransmitted SYN, 1 s later, is rejected again. IPv4 and UDP
+// see the refusal at once. A drop would still time out (2 s).
+const quickTCP6 = 1500 * time.Millisecond
+
+func TestClusterIP(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, clusterOptions{})
+	runProbes(t, c, []probe{
+		// web-clusterip 198.19.0.10:80 -> web pods :8080 on both nodes.
+		// From pods the source is kept; from the node itself and from
+		// outside the cluster CIDR it is masqueraded.
+		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+		{from: testerB, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+		{from: nodeA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: nodeB, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
+		{from: client, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+
+		// dns-udp 198.19.0.18: 53/UDP and 53/TCP.
+		{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+		{from: testerB, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+		{from: nodeA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: testerA, network: "tcp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerMasq, masqBy: nodeA},
+
+		// dual-stack: 198.19.0.17 and fd00:19::17, port 80.
+		{from: testerA, network: "tcp", dst: "198.19.0.17:80", servers: dual, every: true, peer: peerOwn},
+		{from: testerA, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerOwn},
+		{from: testerB, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerOwn},
+		{from: nodeA, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerMasq, masqBy: nodeA},
+		// ext-ip's cluster IPs, both families.
+		{from: testerB, network: "tcp", dst: "198.19.0.13:8080", servers: web, every: true, peer: peerOwn},
+		{from: testerB, network: "tcp", dst: "[fd00:19::13]:8080", servers: web, every: true, peer: peerOwn},
+
+		// A port the ClusterIP does not define is rejected, from a pod
+		// (forward), from the node (output) and from outside.
+		{from: testerA, network: "tcp", dst: "198.19.0.10:81", outcome: netns.Refused, within: quick},
+		{from: nodeA, network: "tcp", dst: "198.19.0.10:81", outcome: netns.Refused, within: quick},
+		{from: client, network: "tcp", dst: "198.19.0.10:81", outcome: netns.Refused, within: quick},
+		{from: testerA, network: "udp", dst: "198.19.0.10:81", outcome: netns.Refused, within: quick},
+		{from: testerA, network: "tcp", dst: "[fd00:19::17]:81", outcome: netns.Refused, within: quickTCP6},
+		{from: testerA, network: "udp", dst: "[fd00:19::17]:81", outcome: netns.Refused, within: quick},
+		{from: client, network: "udp", dst: "[fd00:19::13]:81", outcome: netns.Refused, within: quick},
+
+		// no-endpoints 198.19.0.20:80: rejected at once, not dropped.
+		{from: testerA, network: "tcp", dst: "198.19.0.20:80", outcome: netns.Refused, within: quick},
+		{from: testerB, network: "tcp", dst: "198.19.0.20:80", outcome: netns.Refused, within: quick},
+		{from: nodeA, network: "tcp", dst: "198.19.0.20:80", outcome: netns.Refused, within: quick},
+		{from: client, network: "tcp", dst: "198.19.0.20:80", outcome: netns.Refused, within: quick},
+
+		// terminating-only 198.19.0.21: no ready endpoint, so the serving
+		// terminating ones take the traffic.
+		{from: testerA, network: "tcp", dst: "198.19.0.21:80", servers: []string{drainingA, drainingB}, every: true, peer: peerOwn},
+
+		// topology 198.19.0.22: zone hints; each node only uses the
+		// endpoints hinted for its zone.
+		{from: testerA, network: "tcp", dst: "198.19.0.22:80", servers: []string{topoA1, topoA2}, every: true, peer: peerOwn},
+		{from: testerB, network: "tcp", dst: "198.19.0.22:80", servers: []string{topoB1, topoB2}, every: true, peer: peerOwn},
+
+		// itp-local 198.19.0.15: internalTrafficPolicy Local, its only
+		// endpoint is on node-a. node-b has no local endpoint: dropped.
+		{from: testerA, network: "tcp", dst: "198.19.0.15:80", n: 5, servers: []string{logger}, peer: peerOwn},
+		{from: nodeA, network: "tcp", dst: "198.19.0.15:80", n: 5, servers: []string{logger}, peer: peerMasq, masqBy: nodeA},
+		{from: testerB, network: "tcp", dst: "198.19.0.15:80", outcome: netns.Timeout},
+
+		// affinity 198.19.0.16: sessionAffinity ClientIP, so all
+		// connections of one client reach one pod.
+		{from: client, network: "tcp", dst: "198.19.0.16:80", n: 10, servers: []string{sessionA, sessionB}, same: true, peer: peerMasq, masqBy: nodeA},
+		{from: testerA, network: "tcp", dst: "198.19.0.16:80", n: 10, servers: []string{sessionA, sessionB}, same: true, peer: peerOwn},
+		{from: testerB, network: "tcp", dst: "198.19.0.16:80", n: 10, servers: []string{sessionA, sessionB}, same: true, peer: peerOwn},
+
+		// other-proxy 198.19.0.23 is left to another proxy and headless
+		// has no IP: nothing captures 198.19.0.23, so it leaves the node
+		// by its default route and dies (the client forwards nothing).
+		{from: testerA, network: "tcp", dst: "198.19.0.23:80", outcome: netns.Timeout},
+	})
+}
+
+// TestHairpin: a pod that reaches its own service and lands on itself must
+// see a masqueraded source, not its own address (it would answer itself
+// directly, bypassing the reverse NAT).
+func TestHairpin(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, clusterOptions{})
+	for _, tc := range []struct {
+		pod, dst, network string
+		// gateway is the pod's node's cbr0 address of the family of dst:
+		// where the node masquerades hairpin traffic to.
+		gateway string
+	}{
+		{webA, "198.19.0.10:80", "tcp", "198.18.129.1"},
+		{webB, "198.19.0.10:80", "tcp", "198.18.130.1"},
+		{dualA, "[fd00:19::17]:80", "tcp", "fd00:18:1:a::1"},
+		{dnsB, "198.19.0.18:53", "udp", "198.18.130.1"},
+	} {
+		t.Run(tc.pod+" "+tc.network+" "+tc.dst, func(t *testing.T) {
+			p := c.Pod(t, tc.pod)
+			hit := false
+			// Two endpoints, random choice: 40 tries miss the pod itself
+			// with probability 2^-40.
+			for i := 0; i < 40 && !hit; i++ {
+				r := p.Request(tc.network, ap(tc.dst), netns.DialOptions{})
+				if r.Outcome != netns.Answered {
+					t.Fatalf("request %d: %v", i+1, r)
+				}
+				if r.Server != tc.pod {
+					if r.Peer.Addr() != r.Local.Addr() {
+						t.Errorf("to another pod: %v; want the source kept (%s)", r, r.Local.Addr())
+					}
+					continue
+				}
+				hit = true
+				if r.Peer.Addr() == r.Local.Addr() {
+					t.Errorf("hairpin: %v; the pod saw its own address, want it masqueraded", r)
+				}
+				if r.Peer.Addr() != ip(tc.gateway) {
+					t.Errorf("hairpin: %v; want it masqueraded to the node's bridge address %s", r, tc.gateway)
+				}
+			}
+			if !hit {
+				t.Fatalf("40 requests never reached %s itself", tc.pod)
+			}
+		})
+	}
+}
