@@ -432,6 +432,19 @@ func (r *renderer) renderFull() {
 	}
 
 	names := r.in.State.SortedNames()
+	// UDP services gone since the last sync lose their flows as in a
+	// partial sync.
+	var gone []model.ServicePortName
+	for n, old := range r.last.services {
+		if _, ok := r.in.State.Services[n]; !ok && n.Protocol == model.UDP && len(old.reachable) > 0 {
+			gone = append(gone, n)
+		}
+	}
+	slices.SortFunc(gone, model.ServicePortName.Compare)
+	for _, n := range gone {
+		old := r.last.services[n]
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+	}
 	active := sets.New[string]()
 	for _, n := range names {
 		s := r.renderService(n, nil)
@@ -760,28 +773,48 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 				r.releaseElem(e)
 			}
 		}
-		if n.Protocol == model.UDP {
-			var removed []*model.Endpoint
-			for _, e := range old.reachable {
-				if !slices.ContainsFunc(sel.AllReachable, func(x *model.Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {
-					removed = append(removed, e)
-				}
-			}
-			if len(removed) > 0 {
-				r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, removed})
-			}
-			if len(old.reachable) == 0 && len(sel.AllReachable) > 0 {
-				r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
-			}
+	}
+	if n.Protocol == model.UDP {
+		prev, known := old, true
+		if r.in.Full {
+			// A full sync renders every service from scratch, but the
+			// changes it picks up (periodic sync, retry after a failure)
+			// need the same cleanup as in a partial sync. Only after a
+			// restart is there nothing to compare with.
+			prev, known = r.last.services[n], len(r.last.services) > 0
 		}
-	} else if n.Protocol == model.UDP && len(sel.AllReachable) > 0 && !r.in.Full {
-		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
+		if known {
+			r.udpChanges(sp, prev, sel)
+		}
 	}
 	for _, e := range s.elems {
 		r.claimElem(e)
 	}
 	r.plan.services[n] = applied
 	return applied
+}
+
+// udpChanges notes the conntrack work of a UDP service port: endpoints
+// it lost, or its first endpoints (prev nil: new to the kernel).
+func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model.Selection) {
+	if prev == nil {
+		if len(sel.AllReachable) > 0 {
+			r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
+		}
+		return
+	}
+	var removed []*model.Endpoint
+	for _, e := range prev.reachable {
+		if !slices.ContainsFunc(sel.AllReachable, func(x *model.Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {
+			removed = append(removed, e)
+		}
+	}
+	if len(removed) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{prev.sp, removed})
+	}
+	if len(prev.reachable) == 0 && len(sel.AllReachable) > 0 {
+		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
+	}
 }
 
 func (r *renderer) isStale(name string) bool {
