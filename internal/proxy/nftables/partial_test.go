@@ -654,6 +654,38 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 		t.Errorf("TCP change: %+v %+v", p.StaleUDP, p.NewlyServedUDP)
 	}
 	s.checkLikeFull("dns changes")
+
+	// Changes that a full sync picks up (the periodic one, or the retry
+	// after a failure) need the same cleanup.
+	s.now = s.now.Add(time.Second)
+	s.state.Apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps[1:]}})
+	p = s.full()
+	if len(p.StaleUDP) != 1 || p.StaleUDP[0].Service.Name != dns || len(p.StaleUDP[0].Endpoints) != 1 || p.StaleUDP[0].Endpoints[0].AddrPort() != eps[0].AddrPort() {
+		t.Errorf("endpoint removed, full sync: StaleUDP = %+v, want %s losing %s", p.StaleUDP, dns, eps[0])
+	}
+	s.now = s.now.Add(time.Second)
+	s.state.Apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: nil}})
+	s.full()
+	s.now = s.now.Add(time.Second)
+	s.state.Apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps}})
+	p = s.full()
+	if len(p.NewlyServedUDP) != 1 || p.NewlyServedUDP[0].Name != dns {
+		t.Errorf("endpoints back, full sync: NewlyServedUDP = %v", p.NewlyServedUDP)
+	}
+	s.now = s.now.Add(time.Second)
+	sp := s.state.Services[dns]
+	s.state.Apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{dns: nil}, Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: nil}})
+	p = s.full()
+	if len(p.StaleUDP) != 1 || p.StaleUDP[0].Service != sp || len(p.StaleUDP[0].Endpoints) != 2 {
+		t.Errorf("UDP service removed, full sync: StaleUDP = %+v, want both endpoints of %s", p.StaleUDP, dns)
+	}
+	// A restart knows nothing of what was there before: no cleanup
+	// (upstream's reconciler would compare with the conntrack table).
+	s.applied = NewApplied()
+	s.state.Apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{dns: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps}})
+	if p := s.full(); len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
+		t.Errorf("restart: %+v %v", p.StaleUDP, p.NewlyServedUDP)
+	}
 }
 
 // TestFullSyncOverExistingTable: a full sync over a table that already
