@@ -12,11 +12,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -295,5 +297,62 @@ func TestControlPlane(t *testing.T) {
 	}
 	if err := cp.APIServer.ExitError(); err != nil && !errors.As(err, new(interface{ ExitCode() int })) {
 		t.Errorf("kube-apiserver: %v", err)
+	}
+}
+
+func TestStaleName(t *testing.T) {
+	tests := []struct {
+		name    string
+		wantPID string // "" when the name is not ours
+	}{
+		{"kpe2e-cp-1234-0a1b2c3d", "1234"},
+		{"kpe2e-node-77-deadbeef", "77"},
+		{"kpe2e-t-5-00000000", "5"},
+		{"kpe2e-cp-0a1b2c3d", ""},         // old form without a PID
+		{"kproxy-test-1234-0a1b2c3d", ""}, // another suite's namespace
+		{"kpe2e-cp-1234-0A1B2C3D", ""},
+		{"kpe2e-cp-1234-0a1b2c3d-x", ""},
+	}
+	for _, tc := range tests {
+		m := staleName.FindStringSubmatch(tc.name)
+		got := ""
+		if m != nil {
+			got = m[1]
+		}
+		if got != tc.wantPID {
+			t.Errorf("%s: pid %q, want %q", tc.name, got, tc.wantPID)
+		}
+	}
+}
+
+// TestSweepStaleNamespaces: a namespace of a test process that is gone is
+// deleted, one of this (live) process is kept.
+func TestSweepStaleNamespaces(t *testing.T) {
+	requireRoot(t)
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("kpe2e-t-%d-%s", pidMax+1, randomSuffix(t)) // no process can have this PID
+	if _, err := Run(context.Background(), "ip", "netns", "add", dead); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if namespaceExists(dead) {
+			Run(context.Background(), "ip", "netns", "delete", dead)
+		}
+	})
+	live := AddNamespace(t, "kpe2e-t")
+
+	sweepStaleNamespaces()
+	if namespaceExists(dead) {
+		t.Errorf("%s of a dead process survived the sweep", dead)
+	}
+	if !namespaceExists(live) {
+		t.Errorf("%s of this process was swept", live)
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,13 +29,18 @@ const netnsDir = "/run/netns"
 // milliseconds, so one that takes longer is stuck, not slow.
 const commandTimeout = 30 * time.Second
 
-// AddNamespace creates a network namespace named prefix-<random>, brings its
-// loopback up and deletes it in t.Cleanup. Processes started inside it with
+// AddNamespace creates a network namespace named prefix-<pid>-<random>,
+// brings its loopback up and deletes it in t.Cleanup. Processes started inside it with
 // StartProcess must be stopped first, which the LIFO order of t.Cleanup
 // gives when they are started after this call.
+//
+// The name carries the test process's PID, so that namespaces left behind
+// by a test binary that was killed (a -timeout panic skips cleanups) are
+// recognised and deleted by the next run; see sweepStaleNamespaces.
 func AddNamespace(t testing.TB, prefix string) string {
 	t.Helper()
-	name := prefix + "-" + randomSuffix(t)
+	sweepOnce.Do(sweepStaleNamespaces)
+	name := fmt.Sprintf("%s-%d-%s", prefix, os.Getpid(), randomSuffix(t))
 	if _, err := Run(context.Background(), "ip", "netns", "add", name); err != nil {
 		t.Fatalf("creating network namespace: %v", err)
 	}
@@ -48,6 +56,38 @@ func AddNamespace(t testing.TB, prefix string) string {
 		t.Fatalf("bringing lo up in %s: %v", name, err)
 	}
 	return name
+}
+
+// staleName matches the names AddNamespace makes: prefix-PID-8 hex digits,
+// with a prefix starting "kpe2e-".
+var staleName = regexp.MustCompile(`^kpe2e-[a-z0-9-]*?-([0-9]+)-[0-9a-f]{8}$`)
+
+var sweepOnce sync.Once
+
+// sweepStaleNamespaces deletes namespaces made by AddNamespace in a test
+// process that no longer exists. Processes those tests ran inside them died
+// with the test binary (PDEATHSIG), but a mounted namespace outlives its
+// processes, veths and addresses included. Namespaces of live processes
+// (other test binaries running now) are left alone.
+func sweepStaleNamespaces() {
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil {
+		return // none yet
+	}
+	for _, e := range entries {
+		m := staleName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/proc", m[1])); err == nil {
+			continue // its test is still running
+		}
+		_, _ = Run(context.Background(), "ip", "netns", "delete", e.Name())
+	}
 }
 
 func randomSuffix(t testing.TB) string {
