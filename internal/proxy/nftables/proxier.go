@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,10 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 )
+
+// fullSyncFreeThreshold: below this many operations a full sync's batch is
+// too small to be worth returning to the OS eagerly.
+const fullSyncFreeThreshold = 50000
 
 // Proxier is the nftables backend of one IP family.
 type Proxier struct {
@@ -83,6 +88,12 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	plan.Commit(p.applied)
 	p.clearConntrack(plan)
+	if in.Full && plan.Tx.Len() > fullSyncFreeThreshold {
+		// A large full sync builds the whole batch in memory at once;
+		// hand that memory back to the OS rather than keeping the peak
+		// as resident size until the runtime's scavenger gets to it.
+		debug.FreeOSMemory()
+	}
 	return p.result(), nil
 }
 
