@@ -9,6 +9,7 @@
 //
 //	go test -count=1 ./test/kernel/
 //
-// Set KPROXY_KERNEL_TEST_DUMP=1 to see the nftables ruleset of every node of
+// KPROXY_KERNEL_TEST_BIN=/path/to/kproxy tests that binary instead of
+// building ./cmd/kproxy. Set KPROXY_KERNEL_TEST_DUMP=1 to see the nftables ruleset of every node of
 // a failed test.
 package kernel

@@ -21,6 +21,12 @@ func run(m *testing.M) int {
 		// Every test skips with the reason; nothing to build.
 		return m.Run()
 	}
+	if bin := os.Getenv("KPROXY_KERNEL_TEST_BIN"); bin != "" {
+		// A prebuilt kproxy (for example one with a feature disabled, to
+		// see that a test catches it).
+		kproxyBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "kproxy-kernel-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

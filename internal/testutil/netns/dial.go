@@ -172,8 +172,8 @@ func (n *NS) DialUDP(dst netip.AddrPort, o DialOptions) (net.Conn, error) {
 	return c, err
 }
 
-// Request sends one request to dst from inside the namespace (network "tcp"
-// or "udp") and reports who answered, or how it failed.
+// Request sends one request to dst from inside the namespace (network "tcp",
+// "udp" or "sctp") and reports who answered, or how it failed.
 func (n *NS) Request(network string, dst netip.AddrPort, o DialOptions) Reply {
 	start := time.Now()
 	r := n.request(network, dst, o)
@@ -185,8 +185,12 @@ func (n *NS) Request(network string, dst netip.AddrPort, o DialOptions) Reply {
 func (n *NS) request(network string, dst netip.AddrPort, o DialOptions) Reply {
 	deadline := time.Now().Add(o.timeout())
 	switch network {
-	case "tcp":
-		c, err := n.DialTCP(dst, o)
+	case "tcp", "sctp":
+		dial := n.DialTCP
+		if network == "sctp" {
+			dial = n.DialSCTP
+		}
+		c, err := dial(dst, o)
 		if err != nil {
 			return Reply{Err: err}
 		}

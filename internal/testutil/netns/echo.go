@@ -31,7 +31,7 @@ const IdleTimeout = 2 * time.Minute
 // EchoServer is a TCP or UDP echo server running in a namespace.
 type EchoServer struct {
 	Name    string
-	Network string // "tcp" or "udp"
+	Network string // "tcp", "udp" or "sctp"
 	Port    int
 
 	ln net.Listener
@@ -44,8 +44,8 @@ type EchoServer struct {
 }
 
 // ServeEcho starts an echo server named name in the namespace, listening on
-// every address of the namespace (both families) at port. network is "tcp"
-// or "udp". It is closed at the end of the test.
+// every address of the namespace (both families) at port. network is "tcp",
+// "udp" or "sctp" (SCTP speaks the TCP protocol; see SCTPSupported). It is closed at the end of the test.
 func ServeEcho(t testing.TB, n *NS, name, network string, port int) *EchoServer {
 	t.Helper()
 	s, err := StartEcho(n, name, network, port)
@@ -61,18 +61,23 @@ func ServeEcho(t testing.TB, n *NS, name, network string, port int) *EchoServer 
 func StartEcho(n *NS, name, network string, port int) (*EchoServer, error) {
 	s := &EchoServer{Name: name, Network: network, Port: port, conns: map[net.Conn]struct{}{}}
 	addr := ":" + strconv.Itoa(port)
-	err := n.Do(func() error {
-		var err error
-		switch network {
-		case "tcp":
+	var err error
+	switch network {
+	case "tcp":
+		err = n.Do(func() (err error) {
 			s.ln, err = net.Listen("tcp", addr)
-		case "udp":
+			return err
+		})
+	case "udp":
+		err = n.Do(func() (err error) {
 			s.pc, err = net.ListenPacket("udp", addr)
-		default:
-			err = fmt.Errorf("unsupported network %q", network)
-		}
-		return err
-	})
+			return err
+		})
+	case "sctp":
+		s.ln, err = n.listenSCTP(port)
+	default:
+		err = fmt.Errorf("unsupported network %q", network)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("echo server %s %s/%d in netns %s: %w", name, network, port, n.Name, err)
 	}

@@ -11,6 +11,7 @@ package netns
 //   198.19.0.0/16                    routed by the client via node-a; nothing answers there
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"strings"
@@ -195,4 +196,14 @@ func TestClassify(t *testing.T) {
 			t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+func TestSCTPSupported(t *testing.T) {
+	Require(t)
+	t.Parallel()
+	err := New(t, RandomID(3), "sctp").SCTPSupported()
+	if err != nil && !errors.Is(err, ErrSCTPUnsupported) {
+		t.Fatalf("SCTPSupported: %v; want nil or ErrSCTPUnsupported", err)
+	}
+	t.Logf("SCTPSupported: %v", err)
 }

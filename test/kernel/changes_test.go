@@ -1,0 +1,281 @@
+package kernel
+
+// Changes while traffic flows: endpoints going away (UDP conntrack cleanup,
+// established TCP connections left alone), kproxy killed and restarted, and
+// snapshots with a malformed object.
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+// conntrackGrace is how long after the rules show a change the test waits
+// before it expects the traffic to follow: kproxy clears stale UDP conntrack
+// entries right after it applied the rules, in the same sync.
+const conntrackGrace = 300 * time.Millisecond
+
+// TestStaleUDPConntrack: a UDP client that keeps its source port keeps its
+// conntrack entry, which pins it to the endpoint it first reached. When that
+// endpoint is removed, kproxy must delete the entry, or the client keeps
+// talking to the removed pod for as long as it keeps sending.
+func TestStaleUDPConntrack(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	svc := ap("198.19.0.18:53")
+
+	type flow struct {
+		from  string
+		conn  interface{ Close() error }
+		ask   func() netns.Reply
+		first string
+	}
+	var flows []*flow
+	for i, from := range []string{testerA, client} {
+		conn, err := c.ns(from).DialUDP(svc, netns.DialOptions{SourcePort: 40053 + i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		f := &flow{from: from, conn: conn, ask: func() netns.Reply {
+			return netns.UDPAsk(conn, time.Now().Add(time.Second))
+		}}
+		r := f.ask()
+		if r.Outcome != netns.Answered {
+			t.Fatalf("udp %s from %s: %v", svc, from, r)
+		}
+		f.first = r.Server
+		// The same source port stays with the same endpoint.
+		for j := 0; j < 5; j++ {
+			if r := f.ask(); r.Server != f.first {
+				t.Fatalf("udp %s from %s port %d: %v, but the first answer came from %s", svc, from, r.Local.Port(), r, f.first)
+			}
+		}
+		flows = append(flows, f)
+	}
+
+	// Remove the endpoint that answered the first flow; the second flow
+	// may or may not have been on it.
+	gone := flows[0].first
+	other := dnsA
+	if gone == dnsA {
+		other = dnsB
+	}
+	snap.removeEndpoint(t, "dns-udp", gone)
+	c.apply(snap)
+	goneIP := c.Pod(t, gone).IP(clientIP)
+	c.waitRules(nodeA, "dns-udp without "+gone, func(d string) bool {
+		return !c.mode.routesTo(d, "demo/dns-udp/udp/dns", goneIP) && c.mode.routesTo(d, "demo/dns-udp/udp/dns", c.Pod(t, other).IP(clientIP))
+	})
+	time.Sleep(conntrackGrace)
+	for _, f := range flows {
+		for j := 0; j < 5; j++ {
+			r := f.ask()
+			if r.Outcome != netns.Answered || r.Server != other {
+				t.Errorf("udp %s from %s port %d after %s was removed: %v; want answered by %s (a stale conntrack entry still sends to %s)",
+					svc, f.from, r.Local.Port(), gone, r, other, gone)
+				break
+			}
+		}
+	}
+}
+
+// openSessionTo opens long-lived connections from the namespace to dst
+// until one lands on the wanted pod (bounded), closing the others.
+func openSessionTo(t *testing.T, from *netns.NS, dst netip.AddrPort, pod string) *netns.Session {
+	t.Helper()
+	for i := 0; i < 40; i++ {
+		s, err := from.OpenSession(dst, netns.DialOptions{})
+		if err != nil {
+			t.Fatalf("session to %s from %s: %v", dst, from.Role, err)
+		}
+		if s.Greeting.Server == pod {
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		s.Close()
+	}
+	t.Fatalf("40 connections to %s from %s never reached %s", dst, from.Role, pod)
+	return nil
+}
+
+// checkSession checks that an established connection still carries data
+// both ways, to the same pod.
+func checkSession(t *testing.T, what string, s *netns.Session, pod string) {
+	t.Helper()
+	msg := fmt.Sprintf("still-there-%d", time.Now().UnixNano())
+	got, err := s.Echo(msg, 2*time.Second)
+	if err != nil || got != pod+" "+msg {
+		t.Errorf("%s: echo %q = %q, %v; want %q", what, msg, got, err, pod+" "+msg)
+	}
+}
+
+// TestEndpointChangeKeepsEstablished: web-clusterip and web-nodeport share
+// the pods web-a and web-b. Removing web-b from web-nodeport moves new
+// web-nodeport traffic to web-a only, but an established connection to
+// web-clusterip that landed on web-b keeps working.
+func TestEndpointChangeKeepsEstablished(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	fromPod := openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB)
+	fromOutside := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webB)
+	// An established connection to the service that changes, on the pod
+	// that stays, is kept too.
+	toChanged := openSessionTo(t, c.Client, ap("198.18.0.10:30080"), webA)
+
+	snap.removeEndpoint(t, "web-nodeport", webB)
+	c.apply(snap)
+	webBIP := c.Pod(t, webB).IP(clientIP)
+	c.waitRules(nodeA, "web-nodeport without web-b", func(d string) bool {
+		return !c.mode.routesTo(d, "demo/web-nodeport/tcp/http", webBIP) && c.mode.routesTo(d, "demo/web-clusterip/tcp/http", webBIP)
+	})
+
+	checkSession(t, "pod's connection to web-clusterip on web-b", fromPod, webB)
+	checkSession(t, "client's connection to web-clusterip on web-b", fromOutside, webB)
+	checkSession(t, "client's connection to web-nodeport on web-a", toChanged, webA)
+	runProbes(t, c, []probe{
+		{from: testerA, network: "tcp", dst: "198.19.0.11:80", n: 10, servers: []string{webA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.18.0.10:30080", n: 10, servers: []string{webA}, peer: peerMasq, masqBy: nodeA},
+		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+	})
+}
+
+// TestKproxyKilledAndRestarted: kproxy killed with SIGKILL leaves its rules;
+// established connections and new ones keep working while it is down. A
+// change made meanwhile is applied by the restarted kproxy, which takes
+// over its old tables without breaking established connections.
+func TestKproxyKilledAndRestarted(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	fromPod := openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB)
+	fromOutside := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webA)
+
+	if err := c.kproxy[nodeA].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	checkSession(t, "pod's connection while kproxy is down", fromPod, webB)
+	c.run(t, probe{from: client, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerMasq, masqBy: nodeA})
+
+	snap.removeEndpoint(t, "web-nodeport", webB)
+	c.apply(snap)
+	c.restartKproxy(nodeA)
+	webBIP := c.Pod(t, webB).IP(clientIP)
+	c.waitRules(nodeA, "web-nodeport without web-b", func(d string) bool {
+		return !c.mode.routesTo(d, "demo/web-nodeport/tcp/http", webBIP)
+	})
+
+	checkSession(t, "pod's connection to web-clusterip after the restart", fromPod, webB)
+	checkSession(t, "client's connection to web-clusterip after the restart", fromOutside, webA)
+	runProbes(t, c, []probe{
+		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.18.0.10:30080", n: 10, servers: []string{webA}, peer: peerMasq, masqBy: nodeA},
+		{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+		{from: testerA, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerOwn},
+		{from: testerA, network: "tcp", dst: "198.19.0.20:80", outcome: netns.Refused, within: quick},
+	})
+	// One table per family, each defined once: the restart reused them.
+	d, err := c.mode.dump(c.Nodes[nodeA].NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(d, "table ip kube-proxy {"); n != 1 {
+		t.Errorf("%d ip kube-proxy tables after the restart, want 1", n)
+	}
+}
+
+// malformedObjects are objects the API server would refuse; a file source
+// (or a buggy controller) can still deliver them. kproxy must skip them and
+// serve the rest.
+const malformedService = `
+apiVersion: v1
+kind: Service
+metadata:
+  name: broken-ip
+  namespace: demo
+  resourceVersion: "9001"
+  uid: 6b1f0c2e-9001-4a5b-9c8d-000000009001
+spec:
+  clusterIP: not-an-ip
+  clusterIPs: [not-an-ip]
+  ipFamilies: [IPv4]
+  ports:
+  - name: http
+    port: 80
+    protocol: TCP
+    targetPort: 8080
+  type: ClusterIP
+`
+
+const malformedPort = `
+apiVersion: v1
+kind: Service
+metadata:
+  name: broken-port
+  namespace: demo
+  resourceVersion: "9002"
+  uid: 6b1f0c2e-9002-4a5b-9c8d-000000009002
+spec:
+  clusterIP: 198.19.0.99
+  clusterIPs: [198.19.0.99]
+  ipFamilies: [IPv4]
+  ports:
+  - name: http
+    port: eighty
+    protocol: TCP
+  type: ClusterIP
+`
+
+// TestMalformedService: a snapshot with malformed Services still programs
+// every other service, at start and when the bad objects arrive later along
+// with a good change.
+func TestMalformedService(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// atStart: the bad objects are in the first snapshot; else they
+		// come with a later change.
+		atStart bool
+	}{
+		{"at start", true},
+		{"in a change", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snap := exampleSnapshot(t)
+			if tc.atStart {
+				snap.add(t, malformedService)
+				snap.add(t, malformedPort)
+			}
+			c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+			if !tc.atStart {
+				snap.add(t, malformedService)
+				snap.add(t, malformedPort)
+			}
+			// A good change in the same file must be applied.
+			snap.removeEndpoint(t, "web-nodeport", webB)
+			c.apply(snap)
+			webBIP := c.Pod(t, webB).IP(clientIP)
+			c.waitRules(nodeA, "web-nodeport without web-b", func(d string) bool {
+				return !c.mode.routesTo(d, "demo/web-nodeport/tcp/http", webBIP)
+			})
+			runProbes(t, c, []probe{
+				{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+				{from: testerA, network: "tcp", dst: "198.19.0.11:80", n: 5, servers: []string{webA}, peer: peerOwn},
+				{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+				{from: client, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerMasq, masqBy: nodeA},
+				// The malformed services program nothing.
+				{from: testerA, network: "tcp", dst: "198.19.0.99:80", outcome: netns.Timeout},
+			})
+			if done, err := c.kproxy[nodeA].Exited(); done {
+				t.Fatalf("kproxy exited: %v", err)
+			}
+		})
+	}
+}

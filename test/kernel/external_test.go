@@ -1,0 +1,160 @@
+package kernel
+
+// Traffic from outside the cluster: NodePorts, load balancer IPs, external
+// IPs, loadBalancerSourceRanges and externalTrafficPolicy Local.
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+func TestExternalTraffic(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, clusterOptions{})
+	runProbes(t, c, []probe{
+		// web-nodeport: NodePort 30080 on each node's IP, policy Cluster:
+		// any endpoint, masqueraded by the node that was hit.
+		{from: client, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "tcp", dst: "198.18.0.11:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
+		{from: testerB, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		// Only the node's primary IPs take NodePorts (nftables default):
+		// not node-a's pod gateway. Nothing listens there: refused.
+		{from: testerA, network: "tcp", dst: "198.18.129.1:30080", outcome: netns.Refused, within: quick},
+
+		// lb-ranges: LoadBalancer, VIP 198.19.200.1 (ipMode VIP),
+		// NodePort 30443, source ranges 198.18.0.0/24 and 203.0.113.0/24.
+		{from: client, network: "tcp", dst: "198.19.200.1:443", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, source: clientAlt, network: "tcp", dst: "198.19.200.1:443", servers: web, n: 5, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "tcp", dst: "198.18.0.10:30443", servers: web, n: 5, peer: peerMasq, masqBy: nodeA},
+		// A pod's source (198.18.129.200) is in no source range: dropped,
+		// as upstream filters the LB IP for pods too.
+		{from: testerA, network: "tcp", dst: "198.19.200.1:443", outcome: netns.Timeout},
+		// From the node itself (198.18.0.10, inside 198.18.0.0/24) the VIP
+		// is captured on the node.
+		{from: nodeA, network: "tcp", dst: "198.19.200.1:443", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		// 198.19.200.2 has ipMode Proxy: the node must not capture it but
+		// send it to the load balancer (on the client, the LAN router).
+		{from: nodeA, network: "tcp", dst: "198.19.200.2:443", n: 5, servers: []string{lbProxy}},
+		{from: testerA, network: "tcp", dst: "198.19.200.2:443", n: 5, servers: []string{lbProxy}, peer: peerOwn},
+
+		// ext-ip: external IPs 198.19.200.10 and fd00:19::c8:a, port
+		// 8080, policy Cluster: masqueraded, also from pods.
+		{from: client, network: "tcp", dst: "198.19.200.10:8080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "tcp", dst: "[fd00:19::c8:a]:8080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: testerA, network: "tcp", dst: "198.19.200.10:8080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: nodeA, network: "tcp", dst: "[fd00:19::c8:a]:8080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		// An external IP is no ClusterIP: a port it does not define is not
+		// rejected by kproxy, the packet just leaves by the default route.
+		{from: client, network: "tcp", dst: "198.19.200.10:8081", outcome: netns.Timeout},
+	})
+}
+
+// TestLoadBalancerSourceRanges narrows lb-ranges' loadBalancerSourceRanges
+// and checks that the client's address outside the remaining range is
+// dropped at the VIP, while the NodePort (not filtered) still answers it.
+func TestLoadBalancerSourceRanges(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	allowed := probe{from: client, network: "tcp", dst: "198.19.200.1:443", servers: web, n: 3, peer: peerMasq, masqBy: nodeA}
+	alt := allowed
+	alt.source = clientAlt
+	c.run(t, allowed)
+	c.run(t, alt)
+
+	snap.editService(t, "lb-ranges", func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"198.18.0.0/24"}
+	})
+	c.apply(snap)
+	c.waitRules(nodeA, "203.0.113.0/24 gone from lb-ranges' firewall", func(d string) bool {
+		return !strings.Contains(d, "203.0.113.0/24")
+	})
+
+	dropped := alt
+	dropped.servers, dropped.n, dropped.peer, dropped.outcome = nil, 1, peerAny, netns.Timeout
+	c.run(t, dropped)
+	c.run(t, allowed)
+	nodePort := alt
+	nodePort.dst = "198.18.0.10:30443"
+	c.run(t, nodePort)
+}
+
+// healthCheck is what a health check node port answers.
+type healthCheck struct {
+	Service struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"service"`
+	LocalEndpoints      int  `json:"localEndpoints"`
+	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
+}
+
+// TestExternalTrafficPolicyLocal: etp-local (NodePort 30081, LB
+// 198.19.200.3, health check node port 32081, endpoints shop-a on node-a
+// and shop-b on node-b). External traffic only goes to the node's own
+// endpoint and keeps the client's address; pods still reach every
+// endpoint. When node-b loses its endpoint, its health check says 503 and
+// external traffic to it is dropped.
+func TestExternalTrafficPolicyLocal(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap})
+	shop := []string{shopA, shopB}
+	runProbes(t, c, []probe{
+		{from: client, network: "tcp", dst: "198.18.0.10:30081", n: 10, servers: []string{shopA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.19.200.3:80", n: 10, servers: []string{shopA}, peer: peerOwn},
+		{from: client, source: clientAlt, network: "tcp", dst: "198.19.200.3:80", n: 3, servers: []string{shopA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.18.0.11:30081", n: 10, servers: []string{shopB}, peer: peerOwn},
+		// Pods short-circuit to the cluster-wide endpoints.
+		{from: testerA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerOwn},
+		{from: testerA, network: "tcp", dst: "198.19.0.14:80", servers: shop, every: true, peer: peerOwn},
+		// The node itself: masqueraded, all endpoints.
+		{from: nodeA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerMasq, masqBy: nodeA},
+	})
+
+	checkHealth := func(node string, wantCode, wantLocal int) (bool, string) {
+		url := "http://" + c.Nodes[node].Addr(clientIP).String() + ":32081/"
+		code, body, err := c.Client.HTTPGet(url, 2*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		var hc healthCheck
+		if err := json.Unmarshal([]byte(body), &hc); err != nil {
+			return false, "body " + body + ": " + err.Error()
+		}
+		ok := code == wantCode && hc.LocalEndpoints == wantLocal &&
+			hc.Service.Namespace == "demo" && hc.Service.Name == "etp-local"
+		return ok, fmt.Sprintf("GET %s: %d %s", url, code, body)
+	}
+	for _, node := range []string{nodeA, nodeB} {
+		netns.Eventually(t, syncTimeout, "health check of "+node+" to say 200 with 1 local endpoint", func() (bool, string) {
+			return checkHealth(node, 200, 1)
+		})
+	}
+
+	snap.removeEndpoint(t, "etp-local", shopB)
+	c.apply(snap)
+	c.waitRules(nodeB, "etp-local without shop-b", func(d string) bool {
+		return !c.mode.routesTo(d, "demo/etp-local/tcp/http", c.Pod(t, shopB).IP(clientIP))
+	})
+	netns.Eventually(t, syncTimeout, "health check of node-b to say 503 with 0 local endpoints", func() (bool, string) {
+		return checkHealth(nodeB, 503, 0)
+	})
+	if ok, msg := checkHealth(nodeA, 200, 1); !ok {
+		t.Errorf("node-a's health check changed: %s", msg)
+	}
+	runProbes(t, c, []probe{
+		// No local endpoint on node-b: external traffic there is dropped.
+		{from: client, network: "tcp", dst: "198.18.0.11:30081", outcome: netns.Timeout},
+		{from: client, network: "tcp", dst: "198.18.0.10:30081", n: 5, servers: []string{shopA}, peer: peerOwn},
+		// Pods on node-b still reach the remaining endpoint.
+		{from: testerB, network: "tcp", dst: "198.19.0.14:80", n: 5, servers: []string{shopA}, peer: peerOwn},
+	})
+}
