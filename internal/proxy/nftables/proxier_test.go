@@ -1,0 +1,491 @@
+package nftables
+
+// Proxier tests: the backend applying plans to the stateful nft fake. The
+// address plan is at the top of fixtures_test.go; services added here use
+// 198.19.1.0/24 cluster IPs and 198.19.201.0/24 external and LB IPs.
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/trace"
+)
+
+// proxierRig is a Proxier on the fake kernel, fed like the sync loop feeds
+// it: one State it changes through deltas, the changed names per sync.
+type proxierRig struct {
+	t     *testing.T
+	fake  *nfttest.Fake
+	ct    *conntrack.Fake
+	p     *Proxier
+	opts  Options
+	node  *model.Node
+	state *model.State
+	// pending are the names changed since the last successful sync (the
+	// loop keeps them across a failed sync).
+	pending sets.Set[model.ServicePortName]
+	now     time.Time
+}
+
+// requireFakeSupport skips the test while nfttest.Fake refuses a statement
+// the renderer writes (EOPNOTSUPP: not implemented in the fake), so that
+// the fake's gaps show as skips rather than as proxier failures.
+func requireFakeSupport(t *testing.T, c *exampleCluster, f v1.IPFamily) {
+	t.Helper()
+	err := nfttest.New().Apply(context.Background(), c.renderFull(t, exampleOptions(f)).Tx)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		t.Skipf("nfttest.Fake does not support what the renderer writes yet: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("the fake refuses a full render of the example: %v", err)
+	}
+}
+
+func newProxierRig(t *testing.T, c *exampleCluster, f v1.IPFamily) *proxierRig {
+	requireFakeSupport(t, c, f)
+	r := &proxierRig{
+		t:       t,
+		fake:    nfttest.New(),
+		ct:      &conntrack.Fake{},
+		opts:    exampleOptions(f),
+		node:    c.node,
+		state:   c.states[f].Clone(),
+		pending: sets.New[model.ServicePortName](),
+		now:     epoch,
+	}
+	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
+	return r
+}
+
+func (r *proxierRig) sync(full bool) (*proxy.Result, error) {
+	r.t.Helper()
+	res, err := r.p.Sync(context.Background(), &proxy.Request{State: r.state, Changed: r.pending.Clone(), Node: r.node, Full: full, Now: r.now})
+	if err == nil {
+		r.pending = sets.New[model.ServicePortName]()
+	}
+	return res, err
+}
+
+func (r *proxierRig) mustSync(full bool) *proxy.Result {
+	r.t.Helper()
+	res, err := r.sync(full)
+	if err != nil {
+		r.t.Fatalf("sync: %v", err)
+	}
+	return res
+}
+
+func (r *proxierRig) apply(d *model.FamilyDelta) {
+	r.pending = r.pending.Union(r.state.Apply(d))
+}
+
+func (r *proxierRig) family() nft.Family { return nft.FamilyFor(r.opts.Family) }
+
+func (r *proxierRig) dump() string { return r.fake.DumpTable(r.family(), DefaultTableName) }
+
+// lastApply is the last Apply call the fake saw.
+func (r *proxierRig) lastApply() nfttest.ApplyRecord {
+	r.t.Helper()
+	a := r.fake.Applies()
+	if len(a) == 0 {
+		r.t.Fatal("no Apply call")
+	}
+	return a[len(a)-1]
+}
+
+// isFull reports whether a transaction is a full sync: it (re)declares the
+// table and flushes the fixed maps.
+func isFull(tx *nft.Transaction) bool {
+	return tx.Len() > 0 && tx.Ops[0].Kind == nft.OpAdd && tx.Ops[0].Table != nil &&
+		strings.Contains(tx.String(), "flush map ip"+map[bool]string{true: "6", false: ""}[tx.Family == nft.IPv6]+" kube-proxy service-ips\n")
+}
+
+// freshDump is what a fresh node holds after a full sync of the state.
+func (r *proxierRig) freshDump() string {
+	r.t.Helper()
+	f := nfttest.New()
+	cfg := r.opts.RenderConfig(r.node, nil)
+	in := &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Now: r.now}
+	if err := f.Apply(context.Background(), Render(cfg, in, NewApplied()).Tx); err != nil {
+		r.t.Fatalf("a fresh full render does not apply: %v", err)
+	}
+	return f.DumpTable(r.family(), DefaultTableName)
+}
+
+// rules traces the fake kernel's current table.
+func (r *proxierRig) rules() *trace.Ruleset {
+	r.t.Helper()
+	return parse(r.t, r.dump())
+}
+
+func TestProxierSync(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+
+	// The first sync is full even when not asked for.
+	res := r.mustSync(false)
+	if a := r.lastApply(); !isFull(a.Tx) {
+		t.Errorf("first sync is not a full sync:\n%s", a.Tx)
+	}
+	if diff := cmp.Diff(r.freshDump(), r.dump()); diff != "" {
+		t.Errorf("kernel after the first sync differs from a full render (-want +got):\n%s", diff)
+	}
+	etp := types.NamespacedName{Namespace: example.Namespace, Name: "etp-local"}
+	if diff := cmp.Diff(map[types.NamespacedName]uint16{etp: 32081}, res.HealthCheckPorts); diff != "" {
+		t.Errorf("health check ports (-want +got):\n%s", diff)
+	}
+	if res.LocalEndpoints[etp] != 1 {
+		t.Errorf("local endpoints of %s: %d, want 1", etp, res.LocalEndpoints[etp])
+	}
+	if diff := cmp.Diff(map[string]int{"internal": 0, "external": 0}, res.NoLocalEndpoints); diff != "" {
+		t.Errorf("no-local-endpoint counts (-want +got):\n%s", diff)
+	}
+
+	// Nothing changed: no kernel work at all.
+	calls, ops := len(r.fake.Applies()), r.fake.OpsApplied()
+	r.now = r.now.Add(time.Second)
+	r.mustSync(false)
+	if len(r.fake.Applies()) != calls || r.fake.OpsApplied() != ops {
+		t.Errorf("unchanged sync sent work to the kernel: %d calls, %d ops (before: %d, %d)", len(r.fake.Applies()), r.fake.OpsApplied(), calls, ops)
+	}
+
+	// One change: a partial transaction naming only that service.
+	web := spName("web-clusterip", "http", model.TCP)
+	r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: r.state.Endpoints[web][:1]}})
+	r.mustSync(false)
+	a := r.lastApply()
+	if isFull(a.Tx) || a.Ops == 0 {
+		t.Errorf("one change: want a partial transaction, got %d ops:\n%s", a.Ops, a.Tx)
+	}
+	for i := range a.Tx.Ops {
+		if op := a.Tx.OpText(i); !servicesMentioned(op).Equal(sets.New("web-clusterip")) && !strings.Contains(op, "198.19.0.10") {
+			t.Errorf("partial sync touches another service: %s", op)
+		}
+	}
+	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{
+		{name: "one endpoint left", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080"},
+	})
+
+	// A requested full sync rewrites everything and leaves the same
+	// table as a fresh node once the stale endpoint chain is gone.
+	r.now = r.now.Add(time.Second)
+	r.mustSync(true)
+	if a := r.lastApply(); !isFull(a.Tx) {
+		t.Errorf("requested full sync is partial:\n%s", a.Tx)
+	}
+	if diff := cmp.Diff(r.freshDump(), r.dump()); diff != "" {
+		t.Errorf("after a full sync (-want +got):\n%s", diff)
+	}
+}
+
+func TestProxierApplyFailure(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	for _, tc := range []struct {
+		name   string
+		break_ func(r *proxierRig)
+	}{{
+		name: "kernel refuses the transaction",
+		break_: func(r *proxierRig) {
+			r.fake.BeforeApply = func(*nft.Transaction) error {
+				r.fake.BeforeApply = nil // only this once
+				return &nft.OpError{Index: -1, Err: unix.ENOMEM, Message: "out of memory"}
+			}
+		},
+	}, {
+		// Someone deleted our table behind our back: the partial
+		// transaction refers to chains that are gone.
+		name: "table deleted by someone else",
+		break_: func(r *proxierRig) {
+			if err := r.fake.DeleteTable(context.Background(), r.family(), DefaultTableName); err != nil {
+				r.t.Fatal(err)
+			}
+		},
+	}, {
+		// Someone emptied a service chain and deleted the endpoint chain
+		// it used: the partial transaction sends traffic to a chain it
+		// believes exists, and the kernel refuses it.
+		name: "endpoint chain deleted by someone else",
+		break_: func(r *proxierRig) {
+			web := spName("web-clusterip", "http", model.TCP)
+			tx := nft.NewTransaction(r.family(), DefaultTableName)
+			tx.Flush(&nft.Chain{Name: serviceChainName(prefixServiceChain, web)})
+			ep := &nft.Chain{Name: endpointChainName(web, r.state.Endpoints[web][1])}
+			tx.Flush(ep)
+			tx.Delete(ep)
+			if err := r.fake.Apply(context.Background(), tx); err != nil {
+				r.t.Fatal(err)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newProxierRig(t, c, model.IPv4)
+			r.mustSync(false)
+			good := r.dump()
+
+			tc.break_(r)
+			before := r.dump()
+			web := spName("web-clusterip", "http", model.TCP)
+			r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: r.state.Endpoints[web][1:]}})
+			r.now = r.now.Add(time.Second)
+			if _, err := r.sync(false); err == nil {
+				t.Fatalf("sync succeeded; want an error. Last transaction:\n%s", r.lastApply().Tx)
+			} else if tc.name == "kernel refuses the transaction" && !errors.Is(err, unix.ENOMEM) {
+				t.Errorf("error does not wrap the kernel's: %v", err)
+			}
+			if diff := cmp.Diff(before, r.dump()); diff != "" {
+				t.Errorf("a failed sync changed the kernel (-before +after):\n%s", diff)
+			}
+			if tc.name == "kernel refuses the transaction" && r.dump() != good {
+				t.Errorf("previous rules not kept")
+			}
+
+			// The next sync is full and repairs everything.
+			r.now = r.now.Add(time.Second)
+			r.mustSync(false)
+			if a := r.lastApply(); !isFull(a.Tx) {
+				t.Errorf("sync after a failure is partial:\n%s", a.Tx)
+			}
+			runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{
+				{name: "change applied", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.130.10:8080"},
+				{name: "others intact", src: localPod, iif: podIIF, dst: "198.19.0.16:80", output: affinityEps},
+			})
+			// Once stale objects are gone the kernel holds exactly what a
+			// fresh node would.
+			r.now = r.now.Add(time.Minute)
+			r.mustSync(false)
+			if diff := cmp.Diff(r.freshDump(), r.dump()); diff != "" {
+				t.Errorf("after recovery (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestProxierRestart: a new proxier over the table of an old one takes it
+// over; what the old one had and the new state lacks is removed after the
+// stale delay.
+func TestProxierRestart(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	old := newProxierRig(t, c, model.IPv4)
+	old.mustSync(false)
+
+	r := newProxierRig(t, c, model.IPv4)
+	r.fake = old.fake
+	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
+	gone := spName("affinity", "http", model.TCP)
+	delete(r.state.Services, gone)
+	delete(r.state.Endpoints, gone)
+	r.now = r.now.Add(time.Hour)
+	r.mustSync(false)
+	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{
+		{name: "removed while down", src: localPod, iif: podIIF, dst: "198.19.0.16:80", output: "ACCEPT"},
+		{name: "others intact", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: webEps},
+	})
+	leftovers := func() []string {
+		var out []string
+		for _, l := range strings.Split(r.dump(), "\n") {
+			if strings.Contains(l, "demo/affinity/") && (strings.HasPrefix(l, "add chain") || strings.HasPrefix(l, "add set")) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if n := len(leftovers()); n != 5 {
+		t.Errorf("want the 3 chains and 2 sets of the removed service kept (flushed) for now, got %d:\n%s", n, strings.Join(leftovers(), "\n"))
+	}
+	r.now = r.now.Add(staleDelay)
+	r.mustSync(false)
+	if l := leftovers(); len(l) != 0 {
+		t.Errorf("left over after the stale delay:\n%s", strings.Join(l, "\n"))
+	}
+	if diff := cmp.Diff(r.freshDump(), r.dump()); diff != "" {
+		t.Errorf("after the takeover (-want +got):\n%s", diff)
+	}
+}
+
+// TestProxierInvalidService: a service the tracker finds invalid is left
+// out (or only its invalid parts are), and every other service is still
+// programmed.
+func TestProxierInvalidService(t *testing.T) {
+	objs := example.Objects()
+	svc := func(name, clusterIP string, tweak func(*v1.Service)) *v1.Service {
+		s := &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: example.Namespace, Name: name},
+			Spec: v1.ServiceSpec{
+				Type: v1.ServiceTypeClusterIP, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
+				IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+				Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}
+		if tweak != nil {
+			tweak(s)
+		}
+		return s
+	}
+	// Between the example's services, so that neither order of feeding
+	// nor of rendering can hide a failure.
+	bad := []*v1.Service{
+		svc("bad-cluster-ip", "198.19.1.300", nil),
+		svc("bad-parts", "198.19.1.2", func(s *v1.Service) {
+			s.Spec.ExternalIPs = []string{"not-an-ip", "198.19.201.5"}
+			s.Spec.Ports = append(s.Spec.Ports,
+				v1.ServicePort{Name: "zero", Port: 0, Protocol: v1.ProtocolTCP},
+				v1.ServicePort{Name: "weird", Port: 81, Protocol: "ICMP"})
+		}),
+	}
+	objs.Services = append(objs.Services[:3], append(bad, objs.Services[3:]...)...)
+
+	var invalid []string
+	tracker := model.NewTracker(model.TrackerOptions{
+		Hostname:  example.NodeA,
+		Families:  []v1.IPFamily{model.IPv4, model.IPv6},
+		OnInvalid: func(e *model.InvalidError) { invalid = append(invalid, e.Object+" "+e.Field) },
+	})
+	objs.Feed(tracker)
+	u := tracker.Take()
+	slices.Sort(invalid)
+	want := []string{
+		"demo/bad-cluster-ip spec.clusterIPs[0]",
+		"demo/bad-parts spec.externalIPs[0]",
+		"demo/bad-parts spec.ports[1].port",
+		"demo/bad-parts spec.ports[2].protocol",
+	}
+	if diff := cmp.Diff(want, invalid); diff != "" {
+		t.Errorf("reported invalid parts (-want +got):\n%s", diff)
+	}
+
+	c := loadExample(t, example.NodeA)
+	st := model.NewState(model.IPv4)
+	st.Apply(u.Families[model.IPv4])
+	c.states[model.IPv4] = st
+	r := newProxierRig(t, c, model.IPv4)
+	r.mustSync(false)
+	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{
+		{name: "valid part of the bad service", src: outside, iif: lanIIF, dst: "198.19.201.5:80", output: "REJECT"},
+		{name: "bad service's cluster IP", src: localPod, iif: podIIF, dst: "198.19.1.2:80", output: "REJECT"},
+		{name: "invalid port left out", src: localPod, iif: podIIF, dst: "198.19.1.2:0", output: "REJECT"},
+		{name: "clusterIP", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: webEps},
+		{name: "nodePort", src: outside, iif: lanIIF, dst: "198.18.0.10:30080", output: webEps, masq: true},
+		{name: "LB", src: outside, iif: lanIIF, dst: "198.19.200.1:443", output: webEps, masq: true},
+		{name: "UDP", proto: v1.ProtocolUDP, src: localPod, iif: podIIF, dst: "198.19.0.18:53", output: dnsEps},
+		{name: "topology", src: localPod, iif: podIIF, dst: "198.19.0.22:80", output: topoZoneAEps},
+	})
+	if n := len(st.Services); n != 15 {
+		t.Errorf("%d IPv4 service ports programmed, want the example's 14 and bad-parts' valid one", n)
+	}
+}
+
+// TestProxierUDPConntrack: the conntrack entries the proxier asks to
+// delete when UDP endpoints go away or a UDP service gets endpoints.
+func TestProxierUDPConntrack(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+	// A UDP service reachable every way: cluster IP, external IP, an LB
+	// VIP, an ipMode Proxy ingress IP (not ours) and a NodePort.
+	game := makeSP("game", "198.19.1.7", 7777, func(sp *model.ServicePort) {
+		sp.Protocol = model.UDP
+		sp.Type, sp.NodePort = v1.ServiceTypeLoadBalancer, 30777
+		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("198.19.201.7")}
+		sp.LoadBalancerIngress = []model.LoadBalancerIngress{
+			{IP: netip.MustParseAddr("198.19.201.8")},
+			{IP: netip.MustParseAddr("198.19.201.9"), Proxy: true},
+		}
+	})
+	gameEps := []*model.Endpoint{makeEP("198.18.129.77", 7777, true, nil), makeEP("198.18.130.77", 7777, false, nil)}
+	r.apply(&model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{game.Name: game},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{game.Name: gameEps},
+	})
+	r.mustSync(false)
+	if len(r.ct.Calls) != 0 {
+		t.Errorf("first (full) sync deleted conntrack entries: %+v", r.ct.Calls)
+	}
+	addr := netip.MustParseAddr
+	step := func(name string, d *model.FamilyDelta, want []conntrack.Filter) {
+		t.Helper()
+		r.ct.Calls = nil
+		r.apply(d)
+		r.now = r.now.Add(time.Second)
+		r.mustSync(false)
+		var got []conntrack.Filter
+		for _, call := range r.ct.Calls {
+			if call.IPv6 {
+				t.Errorf("%s: IPv6 conntrack call from the IPv4 proxier", name)
+			}
+			got = append(got, call.Filters...)
+		}
+		less := func(a, b conntrack.Filter) int { return strings.Compare(a.String(), b.String()) }
+		slices.SortFunc(got, less)
+		slices.SortFunc(want, less)
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("%s: conntrack filters (-want +got):\n%s", name, diff)
+		}
+	}
+	dns := spName("dns-udp", "dns", model.UDP)
+	dnsEpsAll := r.state.Endpoints[dns]
+
+	step("a UDP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: dnsEpsAll[:1]}},
+		[]conntrack.Filter{{OrigDst: addr("198.19.0.18"), OrigDstPort: 53, ReplySrc: addr("198.18.130.53")}})
+	step("a TCP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{spName("dns-udp", "dns-tcp", model.TCP): dnsEpsAll[:1]}},
+		nil)
+	step("a UDP endpoint of an externally reachable service goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{game.Name: gameEps[1:]}},
+		[]conntrack.Filter{
+			{OrigDst: addr("198.19.1.7"), OrigDstPort: 7777, ReplySrc: addr("198.18.129.77")},
+			{OrigDst: addr("198.19.201.7"), OrigDstPort: 7777, ReplySrc: addr("198.18.129.77")},
+			{OrigDst: addr("198.19.201.8"), OrigDstPort: 7777, ReplySrc: addr("198.18.129.77")},
+			{OrigDstPort: 30777, ReplySrc: addr("198.18.129.77")},
+		})
+	step("the last UDP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: nil}},
+		[]conntrack.Filter{{OrigDst: addr("198.19.0.18"), OrigDstPort: 53, ReplySrc: addr("198.18.129.53")}})
+	step("a UDP service gets its first endpoint", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: dnsEpsAll}},
+		[]conntrack.Filter{{OrigDst: addr("198.19.0.18"), OrigDstPort: 53}})
+	step("a UDP service with endpoints is deleted", &model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{game.Name: nil},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{game.Name: nil},
+	}, []conntrack.Filter{
+		{OrigDst: addr("198.19.1.7"), OrigDstPort: 7777, ReplySrc: addr("198.18.130.77")},
+		{OrigDst: addr("198.19.201.7"), OrigDstPort: 7777, ReplySrc: addr("198.18.130.77")},
+		{OrigDst: addr("198.19.201.8"), OrigDstPort: 7777, ReplySrc: addr("198.18.130.77")},
+		{OrigDstPort: 30777, ReplySrc: addr("198.18.130.77")},
+	})
+	// Upstream's reconciler (pkg/proxy/conntrack, 1.32+) keeps flows to
+	// every serving endpoint: "changes to the service should not affect
+	// existing flows", so neither traffic policy, topology nor
+	// terminating status count. kproxy forgets an endpoint as soon as it
+	// is no longer selected for new connections.
+	draining := *dnsEpsAll[1]
+	draining.Ready, draining.Terminating = false, true
+	r.ct.Calls = nil
+	r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: {dnsEpsAll[0], &draining}}})
+	r.now = r.now.Add(time.Second)
+	r.mustSync(false)
+	t.Run("terminating endpoint keeps its flows", func(t *testing.T) {
+		if len(r.ct.Calls) == 0 {
+			t.Fatal("kproxy now keeps flows to terminating endpoints, as upstream: remove this known-difference check")
+		}
+		t.Skipf("known difference from upstream: a UDP endpoint that starts terminating (still serving) loses its flows: %+v", r.ct.Calls)
+	})
+	newUDP := makeSP("new-udp", "198.19.1.8", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
+	step("a new UDP service with endpoints", &model.FamilyDelta{
+		Services:  map[model.ServicePortName]*model.ServicePort{newUDP.Name: newUDP},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{newUDP.Name: {makeEP("198.18.129.88", 53, true, nil)}},
+	}, []conntrack.Filter{{OrigDst: addr("198.19.1.8"), OrigDstPort: 53}})
+}
