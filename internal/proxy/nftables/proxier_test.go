@@ -489,3 +489,104 @@ func TestProxierUDPConntrack(t *testing.T) {
 		Endpoints: map[model.ServicePortName][]*model.Endpoint{newUDP.Name: {makeEP("198.18.129.88", 53, true, nil)}},
 	}, []conntrack.Filter{{OrigDst: addr("198.19.1.8"), OrigDstPort: 53}})
 }
+
+// upstreamLayout rewrites a full render of the example into the base
+// chain layout of an upstream kube-proxy release, so that a kproxy start on
+// a node upstream ran on can be tested. Chains, sets and per-service
+// objects keep kproxy's form (upstream names them the same way).
+func upstreamLayout(text string, preDNAT bool) string {
+	base := sets.New[string]()
+	for _, b := range baseChains {
+		base.Insert(b.name)
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && (f[1] == "chain" || f[1] == "rule") && base.Has(f[4]) {
+			continue
+		}
+		out = append(out, l)
+	}
+	// Upstream 1.29 to 1.33.4: the same chains as kproxy. Upstream 1.34
+	// and 1.33.5 on (PR #132456): firewall checks in *-pre-dnat chains,
+	// endpoint checks after DNAT at priority 0.
+	chains := `add chain ip kube-proxy filter-prerouting { type filter hook prerouting priority -110 ; }
+add chain ip kube-proxy filter-input { type filter hook input priority -110 ; }
+add chain ip kube-proxy filter-forward { type filter hook forward priority -110 ; }
+add chain ip kube-proxy filter-output { type filter hook output priority -110 ; }
+add chain ip kube-proxy filter-output-post-dnat { type filter hook output priority -90 ; }
+add rule ip kube-proxy filter-prerouting ct state new jump firewall-check
+add rule ip kube-proxy filter-output ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-output ct state new jump firewall-check
+add rule ip kube-proxy filter-output-post-dnat ct state new jump cluster-ips-check
+`
+	if preDNAT {
+		chains = `add chain ip kube-proxy filter-prerouting-pre-dnat { type filter hook prerouting priority -110 ; }
+add chain ip kube-proxy filter-output-pre-dnat { type filter hook output priority -110 ; }
+add chain ip kube-proxy filter-input { type filter hook input priority 0 ; }
+add chain ip kube-proxy filter-forward { type filter hook forward priority 0 ; }
+add chain ip kube-proxy filter-output { type filter hook output priority 0 ; }
+add rule ip kube-proxy filter-prerouting-pre-dnat ct state new jump firewall-check
+add rule ip kube-proxy filter-output-pre-dnat ct state new jump firewall-check
+add rule ip kube-proxy filter-output ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-output ct state new jump cluster-ips-check
+`
+	}
+	chains += `add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }
+add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }
+add rule ip kube-proxy filter-input ct state new jump nodeport-endpoints-check
+add rule ip kube-proxy filter-input ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-forward ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-forward ct state new jump cluster-ips-check
+add rule ip kube-proxy nat-prerouting jump services
+add rule ip kube-proxy nat-output jump services
+add rule ip kube-proxy nat-postrouting jump masquerading
+`
+	return strings.Join(out, "\n") + "\n" + chains
+}
+
+// TestProxierTakeOverUpstreamTable: kproxy started on a node where
+// upstream kube-proxy ran in nftables mode takes its table over (the names
+// say so) and ends with exactly the table of a fresh node.
+func TestProxierTakeOverUpstreamTable(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	for _, tc := range []struct {
+		name      string
+		preDNAT   bool
+		knownDiff string
+	}{
+		{name: "upstream 1.29 to 1.33.4 layout"},
+		{name: "upstream 1.34 layout", preDNAT: true,
+			knownDiff: "kproxy keeps the pre-#132456 base chains: it cannot re-add filter-input/forward/output at priority -110 over upstream's priority 0 ones, and never removes filter-*-pre-dnat"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newProxierRig(t, c, model.IPv4)
+			old := upstreamLayout(c.renderFull(t, exampleOptions(model.IPv4)).Tx.String(), tc.preDNAT)
+			if err := r.fake.Load(old); err != nil {
+				t.Fatalf("loading the upstream table: %v\n%s", err, old)
+			}
+			_, err := r.sync(false)
+			if err == nil {
+				r.now = r.now.Add(time.Minute)
+				r.mustSync(false)
+			}
+			var diff string
+			if err == nil {
+				diff = cmp.Diff(r.freshDump(), r.dump())
+			}
+			if tc.knownDiff != "" {
+				if err == nil && diff == "" {
+					t.Fatalf("kproxy now takes this table over: remove the knownDiff note %q", tc.knownDiff)
+				}
+				t.Skipf("known difference from upstream: %s (sync error: %v)", tc.knownDiff, err)
+			}
+			if err != nil {
+				t.Fatalf("first sync over upstream's table: %v", err)
+			}
+			if diff != "" {
+				t.Errorf("table after the takeover differs from a fresh node's (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
