@@ -1,15 +1,19 @@
 package kernel
 
 // Changes while traffic flows: endpoints going away (UDP conntrack cleanup,
-// established TCP connections left alone), kproxy killed and restarted, and
-// snapshots with a malformed object.
+// established TCP connections left alone), services changed, added and
+// deleted, kproxy killed and restarted, and snapshots with malformed
+// objects.
 
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
@@ -31,7 +35,6 @@ func TestStaleUDPConntrack(t *testing.T) {
 
 	type flow struct {
 		from  string
-		conn  interface{ Close() error }
 		ask   func() netns.Reply
 		first string
 	}
@@ -42,7 +45,7 @@ func TestStaleUDPConntrack(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		f := &flow{from: from, conn: conn, ask: func() netns.Reply {
+		f := &flow{from: from, ask: func() netns.Reply {
 			return netns.UDPAsk(conn, time.Now().Add(time.Second))
 		}}
 		r := f.ask()
@@ -73,16 +76,38 @@ func TestStaleUDPConntrack(t *testing.T) {
 		return !c.mode.routesTo(d, "demo/dns-udp/udp/dns", goneIP) && c.mode.routesTo(d, "demo/dns-udp/udp/dns", c.Pod(t, other).IP(clientIP))
 	})
 	time.Sleep(conntrackGrace)
-	for _, f := range flows {
-		for j := 0; j < 5; j++ {
-			r := f.ask()
-			if r.Outcome != netns.Answered || r.Server != other {
-				t.Errorf("udp %s from %s port %d after %s was removed: %v; want answered by %s (a stale conntrack entry still sends to %s)",
-					svc, f.from, r.Local.Port(), gone, r, other, gone)
-				break
+	expect := func(phase string, want netns.Outcome, servers ...string) {
+		t.Helper()
+		for _, f := range flows {
+			for j := 0; j < 5; j++ {
+				r := f.ask()
+				if r.Outcome != want || (want == netns.Answered && !slices.Contains(servers, r.Server)) {
+					t.Errorf("%s: udp %s from %s port %d: %v; want %v by one of %v", phase, svc, f.from, r.Local.Port(), r, want, servers)
+					break
+				}
 			}
 		}
 	}
+	expect(gone+" removed (a stale conntrack entry would still send to it)", netns.Answered, other)
+
+	// Scale to zero and back, a known regression case upstream: with no
+	// endpoint the flows are rejected; when endpoints return, the same
+	// source ports are answered again.
+	snap.removeEndpoint(t, "dns-udp", other)
+	c.apply(snap)
+	c.waitRules(nodeA, "dns-udp without endpoints", func(d string) bool {
+		return !c.mode.routesTo(d, "demo/dns-udp/udp/dns", c.Pod(t, other).IP(clientIP))
+	})
+	time.Sleep(conntrackGrace)
+	expect("no endpoints", netns.Refused)
+
+	restored := exampleSnapshot(t)
+	c.apply(restored)
+	c.waitRules(nodeA, "dns-udp with both endpoints again", func(d string) bool {
+		return c.mode.routesTo(d, "demo/dns-udp/udp/dns", goneIP) && c.mode.routesTo(d, "demo/dns-udp/udp/dns", c.Pod(t, other).IP(clientIP))
+	})
+	time.Sleep(conntrackGrace)
+	expect("endpoints back", netns.Answered, dnsA, dnsB)
 }
 
 // openSessionTo opens long-lived connections from the namespace to dst
@@ -278,4 +303,116 @@ func TestMalformedService(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newWebService is a Service added while kproxy runs, with its slice.
+const newWebService = `
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-new
+  namespace: demo
+  resourceVersion: "9101"
+  uid: 6b1f0c2e-9101-4a5b-9c8d-000000009101
+spec:
+  clusterIP: 198.19.0.30
+  clusterIPs: [198.19.0.30]
+  ipFamilies: [IPv4]
+  ipFamilyPolicy: SingleStack
+  ports:
+  - name: http
+    port: 80
+    protocol: TCP
+    targetPort: 8080
+  - name: dns
+    port: 53
+    protocol: UDP
+    targetPort: 53
+  selector:
+    app: web
+  type: ClusterIP
+`
+
+// newWebSlices serve web-new: the ports of a slice apply to all its
+// endpoints, so one slice per port (web-b answers TCP 8080, dns-a UDP 53).
+const newWebSlices = `
+apiVersion: v1
+kind: List
+items:
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  addressType: IPv4
+  metadata:
+    name: web-new-http
+    namespace: demo
+    resourceVersion: "9102"
+    labels:
+      kubernetes.io/service-name: web-new
+  endpoints:
+  - addresses: [198.18.130.10]
+    conditions: {ready: true, serving: true, terminating: false}
+    nodeName: node-b
+    targetRef: {kind: Pod, name: web-6f7c9d-d3e4f, namespace: demo}
+  ports:
+  - name: http
+    port: 8080
+    protocol: TCP
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  addressType: IPv4
+  metadata:
+    name: web-new-dns
+    namespace: demo
+    resourceVersion: "9103"
+    labels:
+      kubernetes.io/service-name: web-new
+  endpoints:
+  - addresses: [198.18.129.53]
+    conditions: {ready: true, serving: true, terminating: false}
+    nodeName: node-a
+    targetRef: {kind: Pod, name: dns-5b8c7d-a8s4d, namespace: demo}
+  ports:
+  - name: dns
+    port: 53
+    protocol: UDP
+`
+
+// TestServiceChanges changes services while kproxy runs (partial syncs):
+// a port renumbered, a NodePort moved, a service deleted, one added.
+func TestServiceChanges(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+
+	snap.editService(t, "web-clusterip", func(s *v1.Service) { s.Spec.Ports[0].Port = 8081 })
+	snap.editService(t, "web-nodeport", func(s *v1.Service) { s.Spec.Ports[0].NodePort = 30085 })
+	var kept []map[string]any
+	for _, o := range snap.Items {
+		if _, name := kindName(o); name != "topology" && !strings.HasPrefix(name, "topology-") {
+			kept = append(kept, o)
+		}
+	}
+	snap.Items = kept
+	snap.add(t, newWebService)
+	snap.addList(t, newWebSlices)
+	c.apply(snap)
+	c.waitRules(nodeA, "the changed services", func(d string) bool {
+		return strings.Contains(d, "198.19.0.10 . tcp . 8081") && strings.Contains(d, "tcp . 30085") &&
+			strings.Contains(d, "198.19.0.30 . udp . 53") && !strings.Contains(d, "198.19.0.22")
+	})
+	runProbes(t, c, []probe{
+		{from: testerA, network: "tcp", dst: "198.19.0.10:8081", servers: web, every: true, peer: peerOwn},
+		// The old port is now an undefined port of the ClusterIP.
+		{from: testerA, network: "tcp", dst: "198.19.0.10:80", outcome: netns.Refused, within: quick},
+		{from: client, network: "tcp", dst: "198.18.0.10:30085", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		// Nothing listens on the old NodePort: the node itself resets.
+		{from: client, network: "tcp", dst: "198.18.0.10:30080", outcome: netns.Refused, within: quick},
+		// The deleted service's IP is not captured any more: it leaves by
+		// the default route and dies.
+		{from: testerA, network: "tcp", dst: "198.19.0.22:80", outcome: netns.Timeout},
+		{from: testerA, network: "tcp", dst: "198.19.0.30:80", n: 5, servers: []string{webB}, peer: peerOwn},
+		{from: client, network: "udp", dst: "198.19.0.30:53", n: 5, servers: []string{dnsA}, peer: peerMasq, masqBy: nodeA},
+		// Unchanged services are untouched.
+		{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+	})
 }

@@ -24,6 +24,10 @@ func TestExternalTraffic(t *testing.T) {
 		{from: client, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		{from: client, network: "tcp", dst: "198.18.0.11:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
 		{from: testerB, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		// The node reaches its own NodePort; in nftables mode not on
+		// localhost (nothing listens there: refused).
+		{from: nodeA, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: nodeA, network: "tcp", dst: "127.0.0.1:30080", outcome: netns.Refused, within: quick},
 		// Only the node's primary IPs take NodePorts (nftables default):
 		// not node-a's pod gateway. Nothing listens there: refused.
 		{from: testerA, network: "tcp", dst: "198.18.129.1:30080", outcome: netns.Refused, within: quick},
@@ -157,4 +161,55 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 		// Pods on node-b still reach the remaining endpoint.
 		{from: testerB, network: "tcp", dst: "198.19.0.14:80", n: 5, servers: []string{shopA}, peer: peerOwn},
 	})
+}
+
+// TestDualStackExternal makes the example's dual-stack services reachable
+// from outside in both families: dual-stack becomes a LoadBalancer with
+// externalTrafficPolicy Local (NodePort 30090, health check 32090, ingress
+// 198.19.200.17 and fd00:19::c8:17), ext-ip a NodePort (30088, policy
+// Cluster).
+func TestDualStackExternal(t *testing.T) {
+	t.Parallel()
+	snap := exampleSnapshot(t)
+	snap.editService(t, "dual-stack", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 32090
+		s.Spec.Ports[0].NodePort = 30090
+		vip := v1.LoadBalancerIPModeVIP
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{
+			{IP: "198.19.200.17", IPMode: &vip}, {IP: "fd00:19::c8:17", IPMode: &vip},
+		}
+	})
+	snap.editService(t, "ext-ip", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyCluster
+		s.Spec.Ports[0].NodePort = 30088
+	})
+	c := newCluster(t, clusterOptions{snapshot: snap})
+	runProbes(t, c, []probe{
+		// Policy Local: only the hit node's endpoint, client address kept.
+		{from: client, network: "tcp", dst: "[fd00:18::10]:30090", n: 10, servers: []string{dualA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.18.0.10:30090", n: 10, servers: []string{dualA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "[fd00:18::11]:30090", n: 10, servers: []string{dualB}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "[fd00:19::c8:17]:80", n: 10, servers: []string{dualA}, peer: peerOwn},
+		{from: client, network: "tcp", dst: "198.19.200.17:80", n: 10, servers: []string{dualA}, peer: peerOwn},
+		// Pods short-circuit to every endpoint.
+		{from: testerA, network: "tcp", dst: "[fd00:19::c8:17]:80", servers: dual, every: true, peer: peerOwn},
+		// Policy Cluster over IPv6: any endpoint, masqueraded.
+		{from: client, network: "tcp", dst: "[fd00:18::10]:30088", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+		{from: client, network: "tcp", dst: "[fd00:18::11]:30088", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
+		{from: client, network: "tcp", dst: "198.18.0.11:30088", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
+	})
+	for _, url := range []string{"http://198.18.0.10:32090/", "http://[fd00:18::10]:32090/", "http://[fd00:18::11]:32090/"} {
+		netns.Eventually(t, syncTimeout, "health check "+url, func() (bool, string) {
+			code, body, err := c.Client.HTTPGet(url, 2*time.Second)
+			var hc healthCheck
+			if err == nil {
+				err = json.Unmarshal([]byte(body), &hc)
+			}
+			return err == nil && code == 200 && hc.LocalEndpoints == 1 && hc.Service.Name == "dual-stack",
+				fmt.Sprintf("GET %s: %d %q %v", url, code, body, err)
+		})
+	}
 }

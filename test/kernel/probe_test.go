@@ -30,13 +30,13 @@ type probe struct {
 	dst     string // "198.19.0.10:80"
 	// source binds the client socket to this address (client: clientAlt).
 	source netip.Addr
-	// n requests; 0 means 1, or 20 with every.
+	// n requests; 0 means 1, or 24 with every.
 	n int
 
 	outcome netns.Outcome // the zero value is Answered
 	// servers: each answer comes from one of these pods; every: and each
 	// of them answers at least once (n random picks among two endpoints
-	// all land on one with probability 2^-(n-1)).
+	// all land on one with probability 2^-(n-1): 1e-7 for the default n).
 	servers []string
 	every   bool
 	// same: all answers come from one server (session affinity).
@@ -70,7 +70,7 @@ func (c *kcluster) run(t *testing.T, p probe) {
 	if n == 0 {
 		n = 1
 		if p.every {
-			n = 20
+			n = 24
 		}
 	}
 	opts := netns.DialOptions{Source: p.source}

@@ -25,16 +25,18 @@ var (
 	dual = []string{dualA, dualB}
 )
 
-// quick bounds a reject: an ICMP error or RST comes back at once.
-const quick = 500 * time.Millisecond
+// quick bounds a reject: an ICMP error or RST comes back at once, well
+// before TCP would retransmit a SYN (1 s).
+const quick = 900 * time.Millisecond
 
 // quickTCP6 bounds a reject of a TCP connection over IPv6. The ICMPv6 port
 // unreachable comes back at once (tcpdump in the client's namespace shows
 // it microseconds after the SYN), but between namespaces the whole round
 // trip happens inside the connect() call, while it holds the socket, and
-// Linux (6.18) then keeps the error as a soft one: connect() fails only
-// when the retransmitted SYN, 1 s later, is rejected again. IPv4 and UDP
-// see the refusal at once. A drop would still time out (2 s).
+// tcp_v6_err keeps an error for a SYN_SENT socket owned by the user as a
+// soft one: connect() fails only when the retransmitted SYN, 1 s later, is
+// rejected again. IPv4 and UDP
+// see the refusal at once. A drop would still time out (3 s).
 const quickTCP6 = 1500 * time.Millisecond
 
 func TestClusterIP(t *testing.T) {

@@ -202,6 +202,16 @@ func (s *snapshot) add(t *testing.T, objYAML string) {
 	s.Items = append(s.Items, m)
 }
 
+// addList appends the items of a List given as YAML.
+func (s *snapshot) addList(t *testing.T, listYAML string) {
+	t.Helper()
+	var l snapshot
+	if err := yaml.Unmarshal([]byte(listYAML), &l); err != nil {
+		t.Fatalf("test objects: %v", err)
+	}
+	s.Items = append(s.Items, l.Items...)
+}
+
 // podInfo is a pod that endpoints of the snapshot point at.
 type podInfo struct {
 	name, node string

@@ -149,7 +149,7 @@ var nodeSysctls = []string{
 // NewCluster builds the topology in fresh namespaces.
 func NewCluster(t testing.TB, spec ClusterSpec) *Cluster {
 	t.Helper()
-	c := &Cluster{ID: RandomID(3), Nodes: map[string]*Node{}, Pods: map[string]*Pod{}, Spec: spec}
+	c := &Cluster{ID: RandomID(4), Nodes: map[string]*Node{}, Pods: map[string]*Pod{}, Spec: spec}
 	if err := c.build(t); err != nil {
 		t.Fatalf("building the cluster topology: %v", err)
 	}

@@ -98,8 +98,9 @@ type DialOptions struct {
 }
 
 // DefaultTimeout bounds a request when DialOptions.Timeout is 0. Traffic
-// between namespaces answers in milliseconds, so anything slower is a drop.
-const DefaultTimeout = 2 * time.Second
+// between namespaces answers in well under a millisecond; the margin covers
+// a loaded machine and one lost SYN (retransmitted after 1 s).
+const DefaultTimeout = 3 * time.Second
 
 func (o DialOptions) timeout() time.Duration {
 	if o.Timeout > 0 {

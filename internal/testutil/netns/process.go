@@ -30,8 +30,15 @@ type Process struct {
 // StopTimeout is how long Stop waits after SIGTERM before it sends SIGKILL.
 const StopTimeout = 5 * time.Second
 
+// QuitTimeout is how long Stop waits after SIGQUIT before SIGKILL.
+const QuitTimeout = 2 * time.Second
+
 // LogTailLines is how many log lines a failed test shows per process.
 const LogTailLines = 60
+
+// StackTailLines is how many log lines are shown when a process had to be
+// stopped with SIGQUIT (its goroutine stacks).
+const StackTailLines = 400
 
 // StartProcess starts argv in the namespace. Its output goes to
 // logDir/<name>.log (appended, so restarts keep one log). At the end of the
@@ -45,7 +52,10 @@ func StartProcess(t testing.TB, n *NS, name, logDir string, argv ...string) *Pro
 	}
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
-			t.Logf("stopping %s: %v", p.Name, err)
+			// A process that ignores SIGTERM is a bug of its own; show
+			// the stacks SIGQUIT printed.
+			t.Errorf("stopping %s: %v\n%s", p.Name, err, p.Tail(StackTailLines))
+			return
 		}
 		if t.Failed() {
 			t.Logf("last lines of %s (%s):\n%s", p.Name, p.LogPath, p.Tail(LogTailLines))
@@ -120,9 +130,11 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
-// Stop sends SIGTERM and waits up to StopTimeout, then SIGKILLs. Stopping
-// an exited process is a no-op. The error is only about stopping (an exit
-// status from SIGTERM is expected and not reported).
+// Stop sends SIGTERM and waits up to StopTimeout. A process still running
+// then gets SIGQUIT (a Go program prints every goroutine's stack to its
+// log and exits, showing where it hung) and, after QuitTimeout, SIGKILL.
+// Stopping an exited process is a no-op. The error is only about stopping
+// (an exit status from SIGTERM is expected and not reported).
 func (p *Process) Stop() error {
 	done := p.doneChan()
 	select {
@@ -139,10 +151,16 @@ func (p *Process) Stop() error {
 		return nil
 	case <-time.After(StopTimeout):
 	}
+	_ = proc.Signal(syscall.SIGQUIT)
+	select {
+	case <-done:
+		return fmt.Errorf("did not exit within %v of SIGTERM; sent SIGQUIT (stacks in %s)", StopTimeout, p.LogPath)
+	case <-time.After(QuitTimeout):
+	}
 	_ = proc.Kill()
 	select {
 	case <-done:
-		return fmt.Errorf("did not exit within %v of SIGTERM; killed", StopTimeout)
+		return fmt.Errorf("did not exit within %v of SIGTERM, nor after SIGQUIT; killed", StopTimeout)
 	case <-time.After(StopTimeout):
 		return errors.New("did not exit even after SIGKILL")
 	}
