@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -35,6 +37,8 @@ type fileSource struct {
 	path     string
 	poll     time.Duration
 	debounce time.Duration
+	// reloads counts rereads (tests check that unrelated files cause none).
+	reloads atomic.Int64
 }
 
 // New returns a Source that reads path (a file or a directory, see Load)
@@ -90,8 +94,22 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		return fmt.Errorf("file source: %w", err)
 	}
 	dir := s.path
+	single := false
 	if st, err := os.Stat(s.path); err == nil && !st.IsDir() {
-		dir = filepath.Dir(s.path)
+		dir, single = filepath.Dir(s.path), true
+	}
+	// relevant tells whether an event in the watched directory concerns
+	// the snapshot: its own file, or (directory mode) a file Load reads.
+	// Anything else (a log written next to the snapshot, an editor's swap
+	// file) must not trigger a reread, or a log of the rereads would
+	// itself cause one every debounce period.
+	relevant := func(name string) bool {
+		base := filepath.Base(name)
+		if single {
+			return base == filepath.Base(s.path)
+		}
+		// ConfigMap volumes switch files by renaming the "..data" link.
+		return wantedFile(base) || strings.HasPrefix(base, "..")
 	}
 
 	// Watch before the first read, so that a change made while reading is
@@ -128,6 +146,7 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 	defer poll.Stop()
 
 	reload := func(why string) {
+		s.reloads.Add(1)
 		now := time.Now()
 		newStamp := stampOf(s.path)
 		objs, errs, res := load(s.path)
@@ -159,6 +178,9 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
+				continue
+			}
+			if !relevant(ev.Name) {
 				continue
 			}
 			klog.V(5).InfoS("File event", "event", ev.String())

@@ -113,6 +113,12 @@ func writeFile(t *testing.T, path, data string) {
 // the test, checking that Run returns nil.
 func run(t *testing.T, path string, poll, debounce time.Duration) *recorder {
 	t.Helper()
+	rec, _ := runSource(t, path, poll, debounce)
+	return rec
+}
+
+func runSource(t *testing.T, path string, poll, debounce time.Duration) (*recorder, *fileSource) {
+	t.Helper()
 	rec := &recorder{}
 	src := &fileSource{path: path, poll: poll, debounce: debounce}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -129,7 +135,32 @@ func run(t *testing.T, path string, poll, debounce time.Duration) *recorder {
 			t.Errorf("Run did not return after cancel")
 		}
 	})
-	return rec
+	return rec, src
+}
+
+// TestWatchIgnoresOtherFiles: files written next to a watched snapshot (a
+// log, an editor's swap file) must not make the source reread it.
+func TestWatchIgnoresOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.yaml")
+	writeFile(t, path, docs(svcDoc("web", "1", 80)))
+	rec, src := runSource(t, path, never, fast)
+	n := rec.expect(t, 0, 0, "update Service demo/web rv=1", "synced")
+	for i := range 5 {
+		writeFile(t, filepath.Join(dir, "kproxy.log"), strings.Repeat("log line\n", i+1))
+		writeFile(t, filepath.Join(dir, ".state.yaml.swp"), "x")
+		writeFile(t, filepath.Join(dir, "other.yaml"), docs(svcDoc("other", "1", 80)))
+		time.Sleep(2 * fast)
+	}
+	rec.expect(t, n, quiet)
+	if got := src.reloads.Load(); got != 0 {
+		t.Fatalf("%d rereads caused by other files", got)
+	}
+	replaceFile(t, path, docs(svcDoc("web", "2", 80)))
+	rec.expect(t, n, quiet, "update Service demo/web rv=2")
+	if src.reloads.Load() == 0 {
+		t.Fatal("a change of the snapshot itself was not reread")
+	}
 }
 
 const (
