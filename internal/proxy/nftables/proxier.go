@@ -30,6 +30,8 @@ type Proxier struct {
 	localAddrs func() ([]netip.Addr, error)
 	applied    *Applied
 	cfg        *Config
+	// wroteTable is set once a sync of this process has been applied.
+	wroteTable bool
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -63,6 +65,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			return nil, err
 		}
 		if exists {
+			in.Takeover = !p.wroteTable
 			if in.ExistingChains, err = p.nft.ListChains(ctx, fam, table); err != nil {
 				return nil, err
 			}
@@ -87,6 +90,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		klog.V(3).InfoS("Applied nftables transaction", "ipFamily", p.opts.Family, "operations", plan.Tx.Len(), "full", in.Full, "seconds", time.Since(start).Seconds())
 	}
 	plan.Commit(p.applied)
+	p.wroteTable = true
 	p.clearConntrack(plan)
 	if in.Full && plan.Tx.Len() > fullSyncFreeThreshold {
 		// A large full sync builds the whole batch in memory at once;

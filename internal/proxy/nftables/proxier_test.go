@@ -557,8 +557,7 @@ func TestProxierTakeOverUpstreamTable(t *testing.T) {
 		knownDiff string
 	}{
 		{name: "upstream 1.29 to 1.33.4 layout"},
-		{name: "upstream 1.34 layout", preDNAT: true,
-			knownDiff: "kproxy keeps the pre-#132456 base chains: it cannot re-add filter-input/forward/output at priority -110 over upstream's priority 0 ones, and never removes filter-*-pre-dnat"},
+		{name: "upstream 1.34 layout", preDNAT: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newProxierRig(t, c, model.IPv4)

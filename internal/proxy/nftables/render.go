@@ -77,7 +77,15 @@ type Input struct {
 	Full           bool
 	ExistingChains []string
 	ExistingSets   []string
-	Now            time.Time
+	// Takeover marks the first full sync over a table this process did
+	// not write (left by an earlier run, or by upstream kube-proxy, whose
+	// layout differs between versions): every chain in it is flushed, and
+	// base chains and chains and sets kproxy does not know are deleted, so
+	// that nothing of another layout keeps running. Base chains are then
+	// re-added with kproxy's hooks and priorities (the kernel cannot change
+	// the priority of an existing base chain). All in the one transaction.
+	Takeover bool
+	Now      time.Time
 }
 
 // Applied is what the last successful sync left in the kernel. Render reads
@@ -402,6 +410,9 @@ var fixedChainOrder = []string{
 func (r *renderer) renderFull() {
 	tx := r.tx
 	tx.Add(&nft.Table{Family: r.cfg.family(), Name: r.cfg.table(), Comment: tableComment})
+	if r.in.Takeover {
+		r.takeOver()
+	}
 	// Sets and maps are flushed and refilled: after a failure or at start
 	// we cannot trust that what we think is there is there.
 	for _, s := range r.sets() {
@@ -479,6 +490,37 @@ func (r *renderer) renderFull() {
 		}
 	}
 	r.flushElements()
+}
+
+// takeOver clears what another layout may have left: flush every chain
+// (so no rule references anything), then delete base chains and unknown
+// chains and sets. Known regular chains stay: per-service chains of the old
+// table may still reference them until they are rewritten or made stale.
+func (r *renderer) takeOver() {
+	known := sets.New[string](fixedChainOrder...)
+	base := sets.New[string]()
+	for _, b := range baseChains {
+		base.Insert(b.name)
+	}
+	knownSets := sets.New[string]()
+	for _, s := range r.sets() {
+		knownSets.Insert(s.Name)
+	}
+	existing := slices.Sorted(slices.Values(r.in.ExistingChains))
+	for _, c := range existing {
+		r.tx.Flush(&nft.Chain{Name: c})
+	}
+	for _, c := range existing {
+		if base.Has(c) || (!known.Has(c) && !isOurs(c)) {
+			r.tx.Delete(&nft.Chain{Name: c})
+			r.existing.Delete(c)
+		}
+	}
+	for _, s := range slices.Sorted(slices.Values(r.in.ExistingSets)) {
+		if !knownSets.Has(s) && !isOurs(s) {
+			r.tx.Delete(&nft.Set{Name: s})
+		}
+	}
 }
 
 func toAny[T any](xs []*T) []any {

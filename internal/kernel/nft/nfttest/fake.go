@@ -787,6 +787,12 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 				return err
 			}
 		}
+	case nft.MatchNumgen:
+		// The kernel takes any modulus; kproxy's lowering refuses a value
+		// that can never match, and so does the fake.
+		if s.Mod == 0 || s.Value >= s.Mod {
+			return kerr(unix.EINVAL, "numgen random mod %d %d can never match", s.Mod, s.Value)
+		}
 	case nft.Verdict:
 		return a.checkJump(s)
 	default:
