@@ -469,8 +469,7 @@ func TestProxierUDPConntrack(t *testing.T) {
 	// Upstream's reconciler (pkg/proxy/conntrack, 1.32+) keeps flows to
 	// every serving endpoint: "changes to the service should not affect
 	// existing flows", so neither traffic policy, topology nor
-	// terminating status count. kproxy forgets an endpoint as soon as it
-	// is no longer selected for new connections.
+	// terminating status count; kproxy does the same.
 	draining := *dnsEpsAll[1]
 	draining.Ready, draining.Terminating = false, true
 	r.ct.Calls = nil
@@ -478,10 +477,9 @@ func TestProxierUDPConntrack(t *testing.T) {
 	r.now = r.now.Add(time.Second)
 	r.mustSync(false)
 	t.Run("terminating endpoint keeps its flows", func(t *testing.T) {
-		if len(r.ct.Calls) == 0 {
-			t.Fatal("kproxy now keeps flows to terminating endpoints, as upstream: remove this known-difference check")
+		if len(r.ct.Calls) != 0 {
+			t.Fatalf("flows to a serving terminating endpoint were deleted: %+v", r.ct.Calls)
 		}
-		t.Skipf("known difference from upstream: a UDP endpoint that starts terminating (still serving) loses its flows: %+v", r.ct.Calls)
 	})
 	newUDP := makeSP("new-udp", "198.19.1.8", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
 	step("a new UDP service with endpoints", &model.FamilyDelta{

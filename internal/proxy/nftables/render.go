@@ -826,7 +826,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			prev, known = r.last.services[n], len(r.last.services) > 0
 		}
 		if known {
-			r.udpChanges(sp, prev, sel)
+			r.udpChanges(sp, prev, sel, r.in.State.Endpoints[n])
 		}
 	}
 	for _, e := range s.elems {
@@ -837,8 +837,11 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 }
 
 // udpChanges notes the conntrack work of a UDP service port: endpoints
-// it lost, or its first endpoints (prev nil: new to the kernel).
-func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model.Selection) {
+// it lost, or its first endpoints (prev nil: new to the kernel). As
+// upstream's conntrack cleanup, flows to an endpoint that still serves
+// (a terminating one included) are kept even when new traffic no longer
+// goes there.
+func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model.Selection, eps []*model.Endpoint) {
 	if prev == nil {
 		if len(sel.AllReachable) > 0 {
 			r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
@@ -847,7 +850,8 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 	}
 	var removed []*model.Endpoint
 	for _, e := range prev.reachable {
-		if !slices.ContainsFunc(sel.AllReachable, func(x *model.Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {
+		serving := slices.ContainsFunc(eps, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
+		if !serving {
 			removed = append(removed, e)
 		}
 	}
