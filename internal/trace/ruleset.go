@@ -198,6 +198,8 @@ func stmtRefs(s nft.Stmt) (chains, sets []string) {
 		chains = append(chains, s.Chains...)
 	case nft.VmapLookup:
 		sets = append(sets, s.Map)
+	case nft.MatchInSet:
+		sets = append(sets, s.Set)
 	case nft.MatchAddr:
 		if s.Set != "" {
 			sets = append(sets, s.Set)
@@ -291,6 +293,19 @@ func (t *table) validate() *ParseError {
 					for i, f := range st.Fields {
 						if want := fieldType(t.family, f); m.def.Key[i] != want {
 							return fail(origin{r.line, r.gen}, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.def.Key[i], want)
+						}
+					}
+				case nft.MatchInSet:
+					m := t.sets[st.Set]
+					if m == nil {
+						return fail(origin{r.line, r.gen}, "no set %q in table %s %s", st.Set, t.family, t.name)
+					}
+					if m.def.IsMap() || len(m.def.Key) != len(st.Fields) {
+						return fail(origin{r.line, r.gen}, "set %q does not match a lookup of %d fields", st.Set, len(st.Fields))
+					}
+					for i, f := range st.Fields {
+						if want := fieldType(t.family, f); m.def.Key[i] != want {
+							return fail(origin{r.line, r.gen}, "set %q key field %d is %s, lookup gives %s", st.Set, i+1, m.def.Key[i], want)
 						}
 					}
 				case nft.MatchAddr:

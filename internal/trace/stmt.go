@@ -237,6 +237,11 @@ func parseVmap(c *cursor, f nft.Family, first nft.Field) (nft.Stmt, error) {
 		}
 		fields = append(fields, fl)
 	}
+	if p := c.peek(); len(fields) > 1 && strings.HasPrefix(p, "@") && len(p) > 1 {
+		// "FIELD . FIELD @set": membership of the concatenation.
+		c.word("@set")
+		return nft.MatchInSet{Fields: fields, Set: p[1:]}, nil
+	}
 	if _, err := c.expect("vmap"); err != nil {
 		return nil, err
 	}

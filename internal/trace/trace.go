@@ -477,6 +477,10 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			}
 			s.step("%s: %s -> %s", c.def.Name, text(), verdictString(v))
 			return w.verdict(s, t, v)
+		case nft.MatchInSet:
+			if t.sets[st.Set].lookup(w.keyOf(s, st.Fields)) == nil {
+				return false, nil
+			}
 		case nft.MatchNumgen:
 			// Fork: the rule fails for (MOD-1)/MOD of packets (the walk
 			// goes on with the next rule), and goes on matching for 1/MOD.

@@ -255,6 +255,7 @@ func everyThing(a famAddrs) *Transaction {
 		&Set{Name: "no-endpoint-nodeports", Key: []DataType{TypeInetProto, TypeInetService}, Data: TypeVerdict},
 		&Set{Name: "firewall-ips", Key: []DataType{addr}, Data: TypeVerdict, Interval: true},
 		&Set{Name: "by-addr", Key: []DataType{addr}, Data: TypeVerdict, Timeout: 10 * time.Second},
+		&Set{Name: "hairpin", Key: []DataType{addr, addr}},
 	)
 	tx.Add(
 		&Element{Set: "cluster-ips", Key: []Value{{Addr: a.svc1}}},
@@ -277,6 +278,7 @@ func everyThing(a famAddrs) *Transaction {
 		&Element{Set: "firewall-ips", Key: []Value{{Prefix: a.nodeNet}}, Verdict: &Verdict{Kind: Goto, Chain: "firewall-1"}, Comment: "LB range"},
 		&Element{Set: "firewall-ips", Key: []Value{{Addr: a.svc2}}, Verdict: &Verdict{Kind: Accept}},
 		&Element{Set: "by-addr", Key: []Value{{Addr: a.pod1}}, Verdict: &Verdict{Kind: Return}},
+		&Element{Set: "hairpin", Key: []Value{{Addr: a.pod1}, {Addr: a.pod1}}},
 	)
 	rules := []*Rule{
 		{Chain: "nat-prerouting", Stmts: []Stmt{Verdict{Kind: Jump, Chain: "services"}}},
@@ -286,6 +288,7 @@ func everyThing(a famAddrs) *Transaction {
 		{Chain: "filter-forward", Stmts: []Stmt{MatchCtStateNew{}, Counter{}, VmapLookup{Fields: []Field{FieldDaddr}, Map: "firewall-ips"}}},
 		{Chain: "filter-forward", Stmts: []Stmt{MatchAddr{Set: "nodeport-ips"}, VmapLookup{Fields: []Field{FieldL4Proto, FieldDport}, Map: "no-endpoint-nodeports"}}},
 		{Chain: "filter-forward", Stmts: []Stmt{VmapLookup{Fields: []Field{FieldSaddr}, Map: "by-addr"}}},
+		{Chain: "masquerading", Stmts: []Stmt{MatchInSet{Fields: []Field{FieldSaddr, FieldDaddr}, Set: "hairpin"}, Masquerade{}}},
 		{Chain: "masquerading", Stmts: []Stmt{MatchMarkZero{Mask: 0x4000}, Verdict{Kind: Return}}},
 		{Chain: "masquerading", Stmts: []Stmt{SetMarkXor{Mask: 0x4000}}},
 		{Chain: "masquerading", Stmts: []Stmt{Masquerade{}}},
@@ -294,6 +297,7 @@ func everyThing(a famAddrs) *Transaction {
 		{Chain: "mark-for-masquerade", Stmts: []Stmt{SetMarkOr{Mask: 0x4000}}},
 		{Chain: "service-1", Stmts: []Stmt{MatchAddr{Source: true, Negate: true, Prefixes: []netip.Prefix{a.podNet}}, MatchAddr{Prefixes: []netip.Prefix{single(a.svc1)}}, MatchDport{Proto: v1.ProtocolTCP, Port: 80}, Verdict{Kind: Jump, Chain: "mark-for-masquerade"}}},
 		{Chain: "service-1", Stmts: []Stmt{NumgenVmap{Chains: []string{"endpoint-1", "endpoint-2"}}}, Comment: "2 endpoints"},
+		{Chain: "service-1", Stmts: []Stmt{MatchNumgen{Mod: 3, Value: 0}, UpdateSaddr{Set: "affinity-1"}, DNAT{Proto: v1.ProtocolTCP, To: netip.AddrPortFrom(a.pod1, 8080)}}},
 		{Chain: "endpoint-1", Stmts: []Stmt{MatchAddr{Source: true, Prefixes: []netip.Prefix{single(a.pod1)}}, Verdict{Kind: Jump, Chain: "mark-for-masquerade"}}},
 		{Chain: "endpoint-1", Stmts: []Stmt{UpdateSaddr{Set: "affinity-1"}}},
 		{Chain: "endpoint-1", Stmts: []Stmt{DNAT{Proto: v1.ProtocolTCP, To: netip.AddrPortFrom(a.pod1, 8080)}}},
@@ -344,6 +348,9 @@ func TestKernelNetlinkMatchesNft(t *testing.T) {
 					tx.Add(&Rule{Chain: "endpoint-3", Stmts: []Stmt{DNAT{Proto: v1.ProtocolTCP, To: netip.AddrPortFrom(addrs.pod2, 8080)}}})
 					tx.Flush(&Chain{Name: "service-1"})
 					tx.Add(&Rule{Chain: "service-1", Stmts: []Stmt{NumgenVmap{Chains: []string{"endpoint-1", "endpoint-2", "endpoint-3"}}}})
+					// Inserted rules go to the head of the chain, each before the previous one.
+					tx.Insert(&Rule{Chain: "service-1", Stmts: []Stmt{Verdict{Kind: Goto, Chain: "endpoint-2"}}})
+					tx.Insert(&Rule{Chain: "service-1", Stmts: []Stmt{MatchNumgen{Mod: 2, Value: 0}, Verdict{Kind: Goto, Chain: "endpoint-3"}}})
 					// A set that already has elements: no first segment.
 					tx.Add(&Element{Set: "nodeport-ips", Key: []Value{{Prefix: addrs.podNet}}})
 					tx.Delete(&Element{Set: "nodeport-ips", Key: []Value{{Addr: addrs.svc1}}})

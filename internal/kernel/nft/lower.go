@@ -888,12 +888,36 @@ func (r *ruleBuilder) emit(es ...expr.Any) {
 	}
 }
 
+// loadConcat loads fields into consecutive registers, as nft lays out a
+// concatenation: each field starts at a 4-byte register boundary.
+func (l *lowerer) loadConcat(rb *ruleBuilder, fields []Field) error {
+	slot := 0
+	for _, f := range fields {
+		reg := concatReg(slot)
+		switch f {
+		case FieldDaddr, FieldSaddr:
+			p := loadAddr(l.fam, f == FieldSaddr, reg)
+			rb.emit(p)
+			slot += int(p.Len) / 4
+		case FieldL4Proto:
+			rb.emit(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg})
+			slot++
+		case FieldDport:
+			rb.emit(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			slot++
+		default:
+			return invalidf("unknown field %q", f)
+		}
+	}
+	return nil
+}
+
 func native32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
 
 func (l *lowerer) lowerRule(i int, op *Op) error {
 	r := op.Rule
-	if op.Kind != OpAdd {
-		return invalidf("rules can only be added (flush or delete their chain instead)")
+	if op.Kind != OpAdd && op.Kind != OpInsert {
+		return invalidf("rules can only be added or inserted (flush or delete their chain instead)")
 	}
 	if err := CheckComment(r.Comment); err != nil {
 		return err
@@ -910,7 +934,13 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 	var a attrs
 	a.str(unix.NFTA_RULE_TABLE, l.tx.Table)
 	a.str(unix.NFTA_RULE_CHAIN, r.Chain)
-	m := nlMsg{typ: unix.NFT_MSG_NEWRULE, flags: unix.NLM_F_CREATE | unix.NLM_F_APPEND, family: l.fam, op: i}
+	flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_APPEND)
+	if op.Kind == OpInsert {
+		// Without NLM_F_APPEND and without a position the kernel puts the
+		// rule first in its chain.
+		flags = unix.NLM_F_CREATE
+	}
+	m := nlMsg{typ: unix.NFT_MSG_NEWRULE, flags: flags, family: l.fam, op: i}
 	var list attrs
 	for k, e := range rb.exprs {
 		b, err := expr.Marshal(l.fam, e)
@@ -1071,6 +1101,14 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			loadAddr(l.fam, true, reg1),
 			&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, SetID: id, Operation: unix.NFT_DYNSET_OP_UPDATE},
 		)
+	case MatchInSet:
+		if len(s.Fields) == 0 {
+			return invalidf("set lookup without fields")
+		}
+		if err := l.loadConcat(rb, s.Fields); err != nil {
+			return err
+		}
+		rb.emit(&expr.Lookup{SourceRegister: reg1, SetName: s.Set, SetID: l.batchID(s.Set)})
 	case VmapLookup:
 		if len(s.Fields) == 0 {
 			return invalidf("vmap lookup without fields")

@@ -136,7 +136,7 @@ func parseLine(line string) (Family, string, Op, error) {
 	p := &tokens{t: toks}
 	var op Op
 	switch k := OpKind(p.next()); k {
-	case OpAdd, OpFlush, OpDelete:
+	case OpAdd, OpFlush, OpDelete, OpInsert:
 		op.Kind = k
 	default:
 		return "", "", op, fmt.Errorf("unknown command %q", k)
@@ -169,8 +169,8 @@ func parseLine(line string) (Family, string, Op, error) {
 	case "element":
 		op.Element, err = p.element(op.Kind)
 	case "rule":
-		if op.Kind != OpAdd {
-			return "", "", op, fmt.Errorf("only rules can be added")
+		if op.Kind != OpAdd && op.Kind != OpInsert {
+			return "", "", op, fmt.Errorf("rules can only be added or inserted")
 		}
 		op.Rule, err = p.rule(fam)
 	default:
@@ -432,6 +432,10 @@ func (p *tokens) vmapRest(fam Family, first Field) (Stmt, error) {
 			return nil, err
 		}
 		s.Fields = append(s.Fields, f)
+	}
+	if strings.HasPrefix(p.peek(), "@") && len(s.Fields) > 1 {
+		// "FIELD . FIELD @set": a membership test, not a vmap.
+		return MatchInSet{Fields: s.Fields, Set: p.next()[1:]}, nil
 	}
 	if err := p.expect("vmap"); err != nil {
 		return nil, err

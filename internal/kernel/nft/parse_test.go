@@ -72,7 +72,6 @@ func TestParseSplitsTables(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	for _, line := range []string{
 		"add table inet t",
-		"insert rule ip t c accept",
 		"add rule ip t c tcp sport 80",
 		"add rule ip t c jump",
 		"add set ip t s { type ipv4_addr ; flags constant ; }",

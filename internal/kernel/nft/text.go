@@ -252,6 +252,14 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 			fmt.Fprintf(b, "%d : goto %s", i, c)
 		}
 		b.WriteString(" }")
+	case MatchInSet:
+		for i, fl := range s.Fields {
+			if i > 0 {
+				b.WriteString(" . ")
+			}
+			b.WriteString(fieldString(f, fl))
+		}
+		b.WriteString(" @" + s.Set)
 	case MatchNumgen:
 		fmt.Fprintf(b, "numgen random mod %d %d", s.Mod, s.Value)
 	case Reject:

@@ -225,6 +225,16 @@ type VmapLookup struct {
 // NumgenVmap is "numgen random mod N vmap { 0 : goto C0, 1 : goto C1, ... }".
 type NumgenVmap struct{ Chains []string }
 
+// MatchInSet matches "FIELD . FIELD ... @SET": the concatenation of the
+// packet's fields is an element of a named set. kproxy uses
+// "ip saddr . ip daddr @hairpin" in postrouting: a packet DNATed back to
+// the pod that sent it has equal source and destination, and nft cannot
+// compare two fields directly.
+type MatchInSet struct {
+	Fields []Field
+	Set    string
+}
+
 // MatchNumgen is "numgen random mod MOD VALUE": true for a uniformly random
 // 1/MOD of packets, drawn afresh by each rule. A chain of such rules with
 // MOD = N, N-1, ..., 2 and a last unconditional rule picks each of N
@@ -262,6 +272,7 @@ func (UpdateSaddr) stmt()     {}
 func (VmapLookup) stmt()      {}
 func (NumgenVmap) stmt()      {}
 func (MatchNumgen) stmt()     {}
+func (MatchInSet) stmt()      {}
 func (Reject) stmt()          {}
 func (Counter) stmt()         {}
 
@@ -272,6 +283,8 @@ type OpKind string
 // exists, Flush empties a chain or set, Delete removes.
 const (
 	OpAdd    OpKind = "add"
+	// OpInsert puts a rule at the head of its chain ("insert rule").
+	OpInsert OpKind = "insert"
 	OpFlush  OpKind = "flush"
 	OpDelete OpKind = "delete"
 )
@@ -301,6 +314,14 @@ func NewTransaction(f Family, table string) *Transaction {
 
 // Add appends "add" operations for each object given.
 func (t *Transaction) Add(objs ...any) { t.op(OpAdd, objs) }
+
+// Insert appends "insert rule" operations: each rule goes to the head of
+// its chain, so rules inserted one after another end up in reverse order.
+func (t *Transaction) Insert(rules ...*Rule) {
+	for _, r := range rules {
+		t.Ops = append(t.Ops, Op{Kind: OpInsert, Rule: r})
+	}
+}
 
 // Flush appends "flush" operations (chains, sets, the table).
 func (t *Transaction) Flush(objs ...any) { t.op(OpFlush, objs) }

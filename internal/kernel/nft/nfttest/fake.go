@@ -359,6 +359,8 @@ func ruleSets(r nft.Rule) []string {
 			out = append(out, s.Set)
 		case nft.VmapLookup:
 			out = append(out, s.Map)
+		case nft.MatchInSet:
+			out = append(out, s.Set)
 		}
 	}
 	return out
@@ -641,8 +643,8 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 }
 
 func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
-	if kind != nft.OpAdd {
-		return kerr(unix.EINVAL, "rules can only be added (flush or delete their chain instead)")
+	if kind != nft.OpAdd && kind != nft.OpInsert {
+		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
 	}
 	c := a.t.chains[r.Chain]
 	if c == nil {
@@ -659,7 +661,12 @@ func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
 	}
 	nr := *r
 	nr.Stmts = slices.Clone(r.Stmts)
-	c.rules = append(c.rules, &ruleEntry{rule: nr, op: i})
+	e := &ruleEntry{rule: nr, op: i}
+	if kind == nft.OpInsert {
+		c.rules = append([]*ruleEntry{e}, c.rules...)
+	} else {
+		c.rules = append(c.rules, e)
+	}
 	return nil
 }
 
@@ -744,6 +751,30 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		if set.def.IsMap() || len(set.def.Key) != 1 || set.def.Key[0] != addrType {
 			return kerr(unix.EINVAL, "set %s is not a set of %s", s.Set, addrType)
+		}
+	case nft.MatchInSet:
+		m := a.t.sets[s.Set]
+		if m == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+		}
+		if m.def.IsMap() {
+			return kerr(unix.EINVAL, "%s is a map, not a set", s.Set)
+		}
+		var want []nft.DataType
+		for _, f := range s.Fields {
+			switch f {
+			case nft.FieldDaddr, nft.FieldSaddr:
+				want = append(want, addrType)
+			case nft.FieldL4Proto:
+				want = append(want, nft.TypeInetProto)
+			case nft.FieldDport:
+				want = append(want, nft.TypeInetService)
+			default:
+				return kerr(unix.EINVAL, "unknown field %q", f)
+			}
+		}
+		if !slices.Equal(want, m.def.Key) {
+			return kerr(unix.EINVAL, "set %s has key %v, the lookup gives %v", s.Set, m.def.Key, want)
 		}
 	case nft.VmapLookup:
 		m := a.t.sets[s.Map]
