@@ -620,7 +620,7 @@ func TestKernelListings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantSets := []string{"affinity-1", "by-addr", "cluster-ips", "firewall-ips", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
+			wantSets := []string{"affinity-1", "by-addr", "cluster-ips", "firewall-ips", "hairpin", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
 				"ports", "protos", "service-ips", "service-nodeports", "triples", "zero-ips"}
 			if d := cmp.Diff(wantSets, sets); d != "" {
 				t.Errorf("ListSets (-want +got):\n%s", d)

@@ -282,7 +282,7 @@ type OpKind string
 // Operations. Add is idempotent (creates if missing), Create fails if it
 // exists, Flush empties a chain or set, Delete removes.
 const (
-	OpAdd    OpKind = "add"
+	OpAdd OpKind = "add"
 	// OpInsert puts a rule at the head of its chain ("insert rule").
 	OpInsert OpKind = "insert"
 	OpFlush  OpKind = "flush"
