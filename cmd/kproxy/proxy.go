@@ -156,6 +156,9 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 	fams := families(c, ipv6Available())
 	klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName)
 	metrics.SetInfo(mode, "nftables", version)
+	if err := cleanupOtherModes(ctx); err != nil {
+		klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's iptables and IPVS modes; running nftables mode anyway")
+	}
 
 	syncPeriod, minSyncPeriod := config.SyncPeriods(c)
 	clk := clock.RealClock{}
@@ -250,13 +253,14 @@ func newSource(o *config.Options, fromFile, node string) (source.Source, error) 
 	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), nil
 }
 
-// cleanup removes kproxy's nftables tables in both families.
+// cleanup removes kproxy's nftables tables in both families, and what
+// kube-proxy's iptables and IPVS modes left.
 func cleanup(ctx context.Context) error {
+	errs := []error{cleanupOtherModes(ctx)}
 	iface, err := nft.NewNetlink()
 	if err != nil {
-		return fmt.Errorf("cleanup: %w", err)
+		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
-	var errs []error
 	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
 		exists, err := iface.TableExists(ctx, f, nftables.DefaultTableName)
 		if err != nil {
