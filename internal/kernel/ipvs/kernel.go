@@ -3,12 +3,20 @@ package ipvs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+)
+
+// Files that tell whether ip_vs and ip_set are loaded.
+var (
+	procIPVS = "/proc/net/ip_vs"
+	sysIPSet = "/sys/module/ip_set"
 )
 
 // errUnsupported: the kernel lacks the feature (ipset).
@@ -119,6 +127,12 @@ func (k *netlinkKernel) localAddrs() ([]netip.Addr, error) {
 }
 
 func (k *netlinkKernel) ipsets() ([]ipset, error) {
+	// Same for ipset: nfnetlink loads ip_set on the first request. The
+	// module directory exists once it is loaded or built in (it has
+	// parameters).
+	if _, err := os.Stat(sysIPSet); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("ipset: %w: %s does not exist", errUnsupported, sysIPSet)
+	}
 	res, err := k.h.IpsetListAll()
 	if err != nil {
 		// nfnetlink answers for a subsystem it does not have (no ip_set
@@ -158,6 +172,13 @@ func (k *netlinkKernel) destroyIPSet(name string) error {
 // has no IPVS (CONFIG_IP_VS off, or the ip_vs module not loaded, in which
 // case kube-proxy cannot have left virtual servers either).
 func (k *netlinkKernel) ipvsFamily() (uint16, error) {
+	// Asking generic netlink for an unknown family makes the kernel try to
+	// load its module (ip_vs has a family alias). /proc/net/ip_vs exists in
+	// every namespace once ip_vs is loaded: without it there is no IPVS
+	// state to clean, and nothing is loaded just to look.
+	if _, err := os.Stat(procIPVS); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
 	f, err := k.h.GenlFamilyGet(ipvsGenlName)
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
