@@ -200,6 +200,9 @@ type tablePlan struct {
 	// through other kept chains: deleting them would make the whole
 	// table's restore fail, and flushing them would break that tool.
 	kept []string
+	// unhooked are the kept chains that built-in chains jump to: those
+	// jumps go all the same.
+	unhooked []string
 }
 
 // makePlan decides, per table, which rules and chains go.
@@ -234,6 +237,9 @@ func makePlan(tables []*saveTable) []tablePlan {
 			// that are kept: the node must stop using kube-proxy's rules.
 			if t.builtin[r.chain] && ours[r.target] {
 				p.deletes = append(p.deletes, "-D"+strings.TrimPrefix(r.text, "-A"))
+				if kept[r.target] && !slices.Contains(p.unhooked, r.target) {
+					p.unhooked = append(p.unhooked, r.target)
+				}
 			}
 		}
 		for _, c := range t.chains {
@@ -288,6 +294,18 @@ func chainsOf(plans []tablePlan, kept bool) []Chain {
 	return out
 }
 
+// leftovers lists what FindLeftovers reports: the chains to delete, then
+// the kept chains that lose their jumps from built-in chains.
+func leftovers(plans []tablePlan) []Chain {
+	out := chainsOf(plans, false)
+	for _, p := range plans {
+		for _, c := range p.unhooked {
+			out = append(out, Chain{Table: p.table, Name: c})
+		}
+	}
+	return out
+}
+
 // cleanupScript turns iptables-save output into the iptables-restore
 // --noflush input that removes kube-proxy's rules, and lists the chains it
 // deletes. An empty script means there is nothing to do.
@@ -301,7 +319,9 @@ func cleanupScript(saveOutput string) (script string, chains []Chain, err error)
 }
 
 // FindLeftovers lists the chains of kube-proxy's iptables and IPVS modes
-// that CleanupLeftovers would delete for this backend and family. A
+// that CleanupLeftovers would delete for this backend and family, and
+// those it keeps (another tool's chain jumps to them) but unhooks from the
+// built-in chains. Empty means CleanupLeftovers has nothing to do. A
 // missing binary is an error matching ErrNotInstalled.
 func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]Chain, error) {
 	t, err := newTool(b, f, newOptions(opts))
@@ -316,7 +336,7 @@ func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]
 	if err != nil {
 		return nil, fmt.Errorf("xtables: parsing %s output: %w", t.save, err)
 	}
-	return chainsOf(makePlan(tables), false), nil
+	return leftovers(makePlan(tables)), nil
 }
 
 // CleanupLeftovers removes kube-proxy's jumps from built-in chains and its

@@ -288,11 +288,13 @@ func TestKeptChains(t *testing.T) {
 	// and why, is reported by CleanupLeftovers in its log.
 	save := `*nat
 :PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
 :CNI-HOSTPORT-DNAT - [0:0]
 :KUBE-MARK-MASQ - [0:0]
 :KUBE-SEP-IT2ZTR26TO4XFPTO - [0:0]
 :KUBE-SERVICES - [0:0]
 :KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+-A OUTPUT -p tcp -m tcp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU
 -A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport 8053 -j KUBE-SVC-TCOU7JCQXEZGVUNU
 -A KUBE-SEP-IT2ZTR26TO4XFPTO -s 10.244.0.2/32 -j KUBE-MARK-MASQ
 -A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU
@@ -310,6 +312,14 @@ COMMIT
 	}
 	if d := cmp.Diff(chainList("nat", "KUBE-SERVICES"), chainsOf(plans, false)); d != "" {
 		t.Errorf("removed (-want +got):\n%s", d)
+	}
+	// The jump from OUTPUT to a kept chain goes: FindLeftovers reports
+	// the chain so that the caller runs the cleanup.
+	if d := cmp.Diff(chainList("nat", "KUBE-SERVICES", "KUBE-SVC-TCOU7JCQXEZGVUNU"), leftovers(plans)); d != "" {
+		t.Errorf("leftovers (-want +got):\n%s", d)
+	}
+	if got := render(plans); !strings.Contains(got, "-D OUTPUT -p tcp -m tcp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU\n") {
+		t.Errorf("script does not unhook the kept chain:\n%s", got)
 	}
 }
 
