@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"k8s.io/klog/v2"
 )
@@ -62,16 +61,34 @@ var ipsetSuffixes = []string{
 	"IPVS-IPS",
 }
 
-// setSuffix returns the part after KUBE- or KUBE-6- of one of kube-proxy's
-// set names, or "".
-func setSuffix(name string) string {
-	for _, p := range []string{"KUBE-6-", "KUBE-"} {
-		if s, ok := strings.CutPrefix(name, p); ok && slices.Contains(ipsetSuffixes, s) {
-			return s
+// maxSetName is the longest ipset name the kernel takes (32 bytes with the
+// NUL). kube-proxy cuts longer IPv6 names (KUBE-6-LOAD-BALANCER-SOURCE-CID).
+const maxSetName = 31
+
+// setNames are kube-proxy's set names in lookup order, IPv4 then IPv6, and
+// setSuffixes maps each to its suffix.
+var setNames, setSuffixes = func() ([]string, map[string]string) {
+	var names []string
+	suffixes := map[string]string{}
+	for _, p := range []string{"KUBE-", "KUBE-6-"} {
+		for _, s := range ipsetSuffixes {
+			n := p + s
+			if len(n) > maxSetName {
+				n = n[:maxSetName]
+			}
+			names = append(names, n)
+			suffixes[n] = s
 		}
 	}
-	return ""
-}
+	return names, suffixes
+}()
+
+// kubeProxySetNames lists every name kube-proxy's sets may have.
+func kubeProxySetNames() []string { return slices.Clone(setNames) }
+
+// setSuffix returns the part after KUBE- or KUBE-6- of one of kube-proxy's
+// set names (uncut), or "".
+func setSuffix(name string) string { return setSuffixes[name] }
 
 // IP protocol numbers, as IPVS and ipset carry them.
 const (

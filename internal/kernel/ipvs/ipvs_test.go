@@ -289,14 +289,23 @@ func TestSetSuffix(t *testing.T) {
 		"KUBE-6-CLUSTER-IP":              "CLUSTER-IP",
 		"KUBE-6-IPVS-IPS":                "IPVS-IPS",
 		"KUBE-NODE-PORT-LOCAL-SCTP-HASH": "NODE-PORT-LOCAL-SCTP-HASH",
-		"KUBE-SRC-DQZ3TM3B6LDWP5K4":      "",
-		"KUBE-6-SRC-DQZ3TM3B6LDWP5K4":    "",
-		"KUBE-CLUSTER-IPS":               "",
-		"CLUSTER-IP":                     "",
+		// IPv6 names longer than 31 characters are cut, as kube-proxy does.
+		"KUBE-6-NODE-PORT-LOCAL-SCTP-HAS":  "NODE-PORT-LOCAL-SCTP-HASH",
+		"KUBE-6-LOAD-BALANCER-SOURCE-CID":  "LOAD-BALANCER-SOURCE-CIDR",
+		"KUBE-6-LOAD-BALANCER-SOURCE-CIDR": "",
+		"KUBE-SRC-DQZ3TM3B6LDWP5K4":        "",
+		"KUBE-6-SRC-DQZ3TM3B6LDWP5K4":      "",
+		"KUBE-CLUSTER-IPS":                 "",
+		"CLUSTER-IP":                       "",
 	}
 	for name, want := range tests {
 		if got := setSuffix(name); got != want {
 			t.Errorf("setSuffix(%q) = %q, want %q", name, got, want)
+		}
+	}
+	for _, n := range kubeProxySetNames() {
+		if len(n) > maxSetName {
+			t.Errorf("set name %q is longer than the kernel allows", n)
 		}
 	}
 }

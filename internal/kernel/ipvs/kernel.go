@@ -133,30 +133,34 @@ func (k *netlinkKernel) ipsets() ([]ipset, error) {
 	if _, err := os.Stat(sysIPSet); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("ipset: %w: %s does not exist", errUnsupported, sysIPSet)
 	}
-	res, err := k.h.IpsetListAll()
-	if err != nil {
-		// nfnetlink answers for a subsystem it does not have (no ip_set
-		// module) with one of these.
-		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("ipset: %w: %w", errUnsupported, err)
-		}
-		return nil, fmt.Errorf("listing ipsets: %w", err)
-	}
+	// Only kube-proxy's sets, one by one: listing all would dump every
+	// member of other tools' sets too (Calico's and kube-router's can be
+	// large).
 	var out []ipset
-	for _, r := range res {
+	for _, name := range kubeProxySetNames() {
+		r, err := k.h.IpsetList(name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			// nfnetlink answers for a subsystem it does not have with one
+			// of these.
+			if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) {
+				return nil, fmt.Errorf("ipset: %w: %w", errUnsupported, err)
+			}
+			return nil, fmt.Errorf("listing ipset %s: %w", name, err)
+		}
 		s := ipset{Name: r.SetName}
-		if setSuffix(r.SetName) != "" {
-			for _, e := range r.Entries {
-				if ip, ok := netip.AddrFromSlice(e.IP); ok {
-					s.Addrs = append(s.Addrs, ip.Unmap())
+		for _, e := range r.Entries {
+			if ip, ok := netip.AddrFromSlice(e.IP); ok {
+				s.Addrs = append(s.Addrs, ip.Unmap())
+			}
+			if e.Port != nil {
+				pe := portEntry{Port: *e.Port}
+				if e.Protocol != nil {
+					pe.Protocol = *e.Protocol
 				}
-				if e.Port != nil {
-					pe := portEntry{Port: *e.Port}
-					if e.Protocol != nil {
-						pe.Protocol = *e.Protocol
-					}
-					s.Ports = append(s.Ports, pe)
-				}
+				s.Ports = append(s.Ports, pe)
 			}
 		}
 		out = append(out, s)

@@ -131,6 +131,7 @@ var kubeProxySets = []testSet{
 	{name: "KUBE-LOOP-BACK", typ: "hash:ip,port,ip"},
 	{name: "KUBE-IPVS-IPS", typ: "hash:ip", ips: []string{"10.96.0.1", "10.96.0.10"}},
 	{name: "KUBE-6-IPVS-IPS", typ: "hash:ip", v6: true, ips: []string{"fd00:96::1"}},
+	{name: "KUBE-6-LOAD-BALANCER-SOURCE-CID", typ: "hash:ip,port,net", v6: true}, // name cut to 31
 	// Empty: vishvananda/netlink cannot add to bitmap:port sets (the
 	// kernel rejects the protocol attribute it always sends).
 	{name: "KUBE-NODE-PORT-TCP", typ: "bitmap:port"},
@@ -157,7 +158,7 @@ func TestKernelCleanupLeftovers(t *testing.T) {
 	}
 	want := Leftovers{
 		Link:        DummyDevice,
-		IPSets:      []string{"KUBE-6-IPVS-IPS", "KUBE-CLUSTER-IP", "KUBE-HEALTH-CHECK-NODE-PORT", "KUBE-IPVS-IPS", "KUBE-LOOP-BACK", "KUBE-NODE-PORT-TCP"},
+		IPSets:      []string{"KUBE-6-IPVS-IPS", "KUBE-6-LOAD-BALANCER-SOURCE-CID", "KUBE-CLUSTER-IP", "KUBE-HEALTH-CHECK-NODE-PORT", "KUBE-IPVS-IPS", "KUBE-LOOP-BACK", "KUBE-NODE-PORT-TCP"},
 		IPVSChecked: l.IPVSChecked, // depends on the kernel
 	}
 	slices.Sort(l.IPSets)
