@@ -197,6 +197,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 		Clock:      clk,
 		Health:     health,
 		Services:   svcHealth,
+		Request:    func() { run.Request() },
 	})
 	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 

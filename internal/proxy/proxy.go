@@ -43,6 +43,9 @@ type Result struct {
 	// NoLocalEndpoints counts services whose Local policy has no local
 	// endpoint, by traffic policy ("internal", "external").
 	NoLocalEndpoints map[string]int
+	// CleanupPending asks for another sync soon even if nothing changes:
+	// the backend deferred work (deletions) to keep this sync fast.
+	CleanupPending bool
 }
 
 // Backend programs one IP family of one mode.
@@ -71,6 +74,9 @@ type Options struct {
 	Clock      clock.PassiveClock
 	Health     HealthReporter // optional
 	Services   ServiceHealth  // optional
+	// Request asks for another sync (the runner's Request); used when a
+	// backend has clean-up pending. Optional.
+	Request func()
 }
 
 // Loop is the level-triggered sync: every call of Sync reconciles the
@@ -83,6 +89,7 @@ type Loop struct {
 	pending  map[v1.IPFamily]sets.Set[model.ServicePortName]
 	needFull map[v1.IPFamily]bool
 	lastFull map[v1.IPFamily]time.Time
+	cleanup  map[v1.IPFamily]bool
 	node     *model.Node
 	// triggers: per family, the trigger times of changes not yet applied.
 	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
@@ -99,6 +106,7 @@ func New(opts Options) *Loop {
 		pending:  map[v1.IPFamily]sets.Set[model.ServicePortName]{},
 		needFull: map[v1.IPFamily]bool{},
 		lastFull: map[v1.IPFamily]time.Time{},
+		cleanup:  map[v1.IPFamily]bool{},
 		triggers: map[v1.IPFamily]map[types.NamespacedName]time.Time{},
 	}
 	for f := range opts.Backends {
@@ -173,7 +181,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	for f, b := range l.opts.Backends {
 		now := l.opts.Clock.Now()
 		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.opts.SyncPeriod
-		if !full && l.pending[f].Len() == 0 {
+		if !full && l.pending[f].Len() == 0 && !l.cleanup[f] {
 			if l.opts.Health != nil {
 				l.opts.Health.Updated(f)
 			}
@@ -210,6 +218,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 		}
 		l.observeTriggers(f)
 		if res != nil {
+			l.cleanup[f] = res.CleanupPending
 			for policy, n := range res.NoLocalEndpoints {
 				metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(policy, fam).Set(float64(n))
 			}
@@ -223,6 +232,12 @@ func (l *Loop) Sync(ctx context.Context) error {
 					klog.ErrorS(err, "Failed to sync health check endpoint counts")
 				}
 			}
+		}
+	}
+	for _, pending := range l.cleanup {
+		if pending && l.opts.Request != nil {
+			l.opts.Request()
+			break
 		}
 	}
 	if len(errs) > 0 {

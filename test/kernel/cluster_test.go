@@ -130,13 +130,27 @@ var nftablesMode = proxyMode{
 		return b.String(), nil
 	},
 	routesTo: func(dump, servicePort string, endpoint netip.Addr) bool {
-		// Endpoint chains are named endpoint-HASH-<ns>/<svc>/<proto>/<port>__<ip>/<port>
-		// (':' of IPv6 written as '.'); a service chain jumps to them with
-		// "goto". A chain no longer referenced may linger a moment before
-		// it is deleted, so look for the reference, not the chain.
-		name := servicePort + "__" + strings.ReplaceAll(endpoint.String(), ":", ".") + "/"
-		re := regexp.MustCompile(`goto endpoint-[A-Z0-9]+-` + regexp.QuoteMeta(name))
-		return re.MatchString(dump)
+		// A service port's policy chains (service-HASH-<ns>/<svc>/<proto>/<port>,
+		// and local-… for traffic policy Local) DNAT straight to the
+		// endpoints. A partial sync inserts a chain's new rules at its
+		// head, closed by "return", above the old ones until the next
+		// full sync: only the rules before the first "return" are live.
+		target := "dnat to " + netip.AddrPortFrom(endpoint, 0).String()
+		target = strings.TrimSuffix(target, ":0") + ":"
+		head := regexp.MustCompile(`^\s*chain (service|local)-[A-Z0-9]+-` + regexp.QuoteMeta(servicePort) + ` \{$`)
+		live := false
+		for _, line := range strings.Split(dump, "\n") {
+			switch {
+			case head.MatchString(line):
+				live = true
+			case !live:
+			case strings.TrimSpace(line) == "}" || strings.TrimSpace(line) == "return":
+				live = false
+			case strings.Contains(line, target):
+				return true
+			}
+		}
+		return false
 	},
 }
 

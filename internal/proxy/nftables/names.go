@@ -39,13 +39,17 @@ const (
 
 // Sets and maps.
 const (
-	setClusterIPs            = "cluster-ips"
-	setNodePortIPs           = "nodeport-ips"
-	mapServiceIPs            = "service-ips"
-	mapServiceNodePorts      = "service-nodeports"
-	mapNoEndpointServices    = "no-endpoint-services"
-	mapNoEndpointNodePorts   = "no-endpoint-nodeports"
-	mapFirewallIPs           = "firewall-ips"
+	setClusterIPs          = "cluster-ips"
+	setNodePortIPs         = "nodeport-ips"
+	mapServiceIPs          = "service-ips"
+	mapServiceNodePorts    = "service-nodeports"
+	mapNoEndpointServices  = "no-endpoint-services"
+	mapNoEndpointNodePorts = "no-endpoint-nodeports"
+	mapFirewallIPs         = "firewall-ips"
+	// setHairpin holds "ep . ep" for every endpoint address: a packet DNATed
+	// back to the pod that sent it has source == destination in
+	// postrouting, which nft can only test through such a set.
+	setHairpin               = "hairpin-endpoints"
 	prefixServiceChain       = "service-"
 	prefixExternalChain      = "external-"
 	prefixLocalChain         = "local-"
@@ -61,6 +65,7 @@ const (
 	noEndpointServicesComent = "vmap to drop or reject packets to services with no endpoints"
 	noEndpointNodePortsComnt = "vmap to drop or reject packets to service nodeports with no endpoints"
 	firewallIPsComment       = "destinations that are subject to LoadBalancerSourceRanges"
+	hairpinComment           = "endpoint . endpoint: traffic a service sent back to its source"
 )
 
 // isOurs reports whether a chain or set name is one of the per-service

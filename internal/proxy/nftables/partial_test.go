@@ -72,6 +72,14 @@ func (s *syncer) run(in *Input) *Plan {
 	}
 	s.texts = append(s.texts, text)
 	plan.Commit(s.applied)
+	if plan.Cleanup != nil {
+		ct := plan.Cleanup.String()
+		if err := s.rs.Apply(ct); err != nil {
+			s.t.Fatalf("clean-up transaction refused at %s: %v\n%s", in.Now.Sub(epoch), err, ct)
+		}
+		s.texts = append(s.texts, ct)
+		plan.CommitCleanup(s.applied)
+	}
 	for n, sp := range s.state.Services {
 		s.seen[n] = sp
 	}
@@ -290,37 +298,35 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		}
 	}
 	svc := serviceChainName(prefixServiceChain, web)
-	epKept := endpointChainName(web, old[0])
-	epGone := endpointChainName(web, old[1])
-	epNew := endpointChainName(web, &moved)
-	// The rules written are those a full render writes for the new
-	// endpoint's chain and the service chain.
+	// The rules written are those a full render writes for the service
+	// chain, inserted at its head (so in reverse order, after a closing
+	// "return"), plus the hairpin pair of the new endpoint. Nothing is
+	// deleted: a deletion costs the kernel an RCU grace period.
 	fresh := opTexts(Render(s.cfg, s.input(true, nil), NewApplied()))
-	rulesOf := func(chain string) []string {
-		var out []string
-		for _, op := range fresh {
-			if strings.HasPrefix(op, "add rule ip kube-proxy "+chain+" ") {
-				out = append(out, op)
-			}
+	var svcRules []string
+	for _, op := range fresh {
+		if strings.HasPrefix(op, "add rule ip kube-proxy "+svc+" ") {
+			svcRules = append(svcRules, op)
 		}
-		if len(out) == 0 {
-			t.Fatalf("a full render writes no rules in %s", chain)
-		}
-		return out
 	}
-	want := []string{
-		"add chain ip kube-proxy " + epNew,
-		"add chain ip kube-proxy " + svc,
-		"flush chain ip kube-proxy " + svc,
+	if len(svcRules) == 0 {
+		t.Fatalf("a full render writes no rules in %s", svc)
 	}
-	want = append(want, rulesOf(epNew)...)
-	want = append(want, rulesOf(svc)...)
-	want = append(want, "flush chain ip kube-proxy "+epGone)
-	if svcRules := strings.Join(rulesOf(svc), "\n"); strings.Contains(svcRules, epGone) || !strings.Contains(svcRules, epKept) || !strings.Contains(svcRules, epNew) {
-		t.Errorf("service chain must send to %s and %s only:\n%s", epKept, epNew, svcRules)
+	if joined := strings.Join(svcRules, "\n"); strings.Contains(joined, "198.18.130.10:") || !strings.Contains(joined, "198.18.129.10:8080") || !strings.Contains(joined, "198.18.130.11:8080") {
+		t.Errorf("service chain must send to 198.18.129.10 and 198.18.130.11 only:\n%s", joined)
 	}
+	want := []string{"insert rule ip kube-proxy " + svc + " return"}
+	for i := len(svcRules) - 1; i >= 0; i-- {
+		want = append(want, "insert"+strings.TrimPrefix(svcRules[i], "add"))
+	}
+	want = append(want, `add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 comment "demo/web-clusterip:http/TCP" }`)
 	if diff := cmp.Diff(want, ops); diff != "" {
 		t.Errorf("transaction (-want +got):\n%s", diff)
+	}
+	for _, op := range ops {
+		if strings.HasPrefix(op, "delete") || strings.HasPrefix(op, "flush") {
+			t.Errorf("a partial sync deletes: %s", op)
+		}
 	}
 	if len(plan.StaleUDP) != 0 || len(plan.NewlyServedUDP) != 0 {
 		t.Errorf("TCP change reported UDP work: %+v %+v", plan.StaleUDP, plan.NewlyServedUDP)
@@ -330,16 +336,31 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		{name: "new endpoint in use", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
 	})
 
-	// The old endpoint's chain is deleted one second later, with nothing else.
-	s.now = s.now.Add(999 * time.Millisecond)
-	if p := s.partial(); p.Tx.Len() != 0 {
-		t.Errorf("sync before the stale delay: want no operations, got:\n%s", p.Tx)
+	// The first sync a second later sends nothing in its sync transaction;
+	// its clean-up rewrites the chain without the shadowed rules: the
+	// table is then exactly what a
+	// fresh full render gives. A full sync changes nothing after that.
+	s.now = s.now.Add(time.Second)
+	p := s.partial()
+	if p.Tx.Len() != 0 {
+		t.Errorf("sync with nothing changed: want no operations, got:\n%s", p.Tx)
 	}
-	s.now = s.now.Add(time.Millisecond)
-	if diff := cmp.Diff([]string{"delete chain ip kube-proxy " + epGone}, opTexts(s.partial())); diff != "" {
-		t.Errorf("sync after the stale delay (-want +got):\n%s", diff)
+	// (198.18.130.10 still backs other services: its hairpin pair stays.)
+	if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "flush chain ip kube-proxy "+svc) {
+		t.Errorf("clean-up a second later: want the service chain rewritten, got:\n%v", p.Cleanup)
 	}
-	s.checkLikeFull("stale chain deleted")
+	fresh1 := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
+	if diff := cmp.Diff(contents(fresh1), contents(s.rs)); diff != "" {
+		t.Errorf("after the clean-up the table differs from a fresh full render (-fresh +synced):\n%s", diff)
+	}
+	if p := s.partial(); p.Tx.Len() != 0 || p.Cleanup != nil {
+		t.Errorf("nothing left to clean up, yet:\n%s%v", p.Tx, p.Cleanup)
+	}
+	s.full()
+	fresh2 := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
+	if diff := cmp.Diff(contents(fresh2), contents(s.rs)); diff != "" {
+		t.Errorf("after a full sync the table differs from a fresh full render (-fresh +synced):\n%s", diff)
+	}
 }
 
 func TestPartialSyncNothingChanged(t *testing.T) {
@@ -390,8 +411,8 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 		// chains and sets the service owns.
 		chains, sets int
 	}{
-		{"web-clusterip", web, 3, 0},
-		{"affinity (with sets)", aff, 3, 2},
+		{"web-clusterip", web, 1, 0},
+		{"affinity (with sets)", aff, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSyncer(t, c, model.IPv4)
@@ -418,19 +439,18 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 				t.Fatalf("service owns chains %v and sets %v; want %d and %d", ch, st, tc.chains, tc.sets)
 			}
 
-			// Removal: chains and sets flushed, elements deleted, nothing
-			// deleted yet.
+			// Removal: its map and set elements are deleted (the hairpin
+			// pairs wait for a full sync); its chains and sets stay, unused,
+			// until a full sync after the stale delay.
 			s.now = s.now.Add(10 * time.Second)
 			removedAt := s.now
 			p := s.apply(&model.FamilyDelta{
 				Services:  map[model.ServicePortName]*model.ServicePort{tc.n: nil},
 				Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: nil},
 			})
-			var flushes, elemDeletes int
+			var elemDeletes int
 			for _, op := range opTexts(p) {
 				switch {
-				case strings.HasPrefix(op, "flush chain "), strings.HasPrefix(op, "flush set "):
-					flushes++
 				case strings.HasPrefix(op, "delete element "):
 					elemDeletes++
 				default:
@@ -441,34 +461,47 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 					t.Errorf("removal: operation names %v: %s", sets.List(m), op)
 				}
 			}
-			if flushes != tc.chains+tc.sets || elemDeletes != 2 {
-				t.Errorf("removal: %d flushes, %d element deletes; want %d and 2 (cluster-ips, service-ips):\n%s", flushes, elemDeletes, tc.chains+tc.sets, p.Tx)
+			if elemDeletes != 2 {
+				t.Errorf("removal: %d element deletes; want 2 (cluster-ips, service-ips):\n%s", elemDeletes, p.Tx)
 			}
 			s.checkLikeFull("removed")
 			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 				{name: "removed service is not ours", src: localPod, iif: podIIF, dst: dst, output: "ACCEPT"},
 			})
 
-			// Deleted only once the stale delay has passed.
+			// No sync deletes them before the stale delay; the first
+			// sync after it does, in a clean-up transaction of its own.
 			s.now = removedAt.Add(staleDelay - time.Millisecond)
-			if p := s.partial(); p.Tx.Len() != 0 {
-				t.Errorf("before the stale delay: want no operations, got:\n%s", p.Tx)
+			if p := s.partial(); p.Tx.Len() != 0 || p.Cleanup != nil {
+				t.Errorf("partial sync before the stale delay: want no operations, got:\n%s%v", p.Tx, p.Cleanup)
+			}
+			if p := s.full(); p.Cleanup != nil {
+				t.Errorf("full sync before the stale delay cleans up:\n%s", p.Cleanup)
 			}
 			s.now = removedAt.Add(staleDelay)
 			p = s.partial()
+			if p.Tx.Len() != 0 {
+				t.Errorf("partial sync after the stale delay: want only a clean-up, got:\n%s", p.Tx)
+			}
+			if p.Cleanup == nil {
+				t.Fatal("sync after the stale delay: no clean-up")
+			}
 			var deletes []string
-			for _, op := range opTexts(p) {
-				if !strings.HasPrefix(op, "delete chain ") && !strings.HasPrefix(op, "delete set ") {
+			for _, op := range strings.Split(strings.TrimSpace(p.Cleanup.String()), "\n") {
+				switch {
+				case strings.HasPrefix(op, "flush chain "):
+				case strings.HasPrefix(op, "delete chain "), strings.HasPrefix(op, "delete set "):
+					deletes = append(deletes, op)
+				default:
 					t.Errorf("stale cleanup: unexpected operation %s", op)
 				}
-				deletes = append(deletes, op)
 			}
 			if len(deletes) != tc.chains+tc.sets {
-				t.Errorf("stale cleanup: want %d deletes, got:\n%s", tc.chains+tc.sets, p.Tx)
+				t.Errorf("stale cleanup: want %d deletes, got:\n%s", tc.chains+tc.sets, p.Cleanup)
 			}
 			// Chains are deleted before the sets their rules used.
 			if i := slices.IndexFunc(deletes, func(op string) bool { return strings.HasPrefix(op, "delete set ") }); i >= 0 && slices.ContainsFunc(deletes[i:], func(op string) bool { return strings.HasPrefix(op, "delete chain ") }) {
-				t.Errorf("a set is deleted before a chain:\n%s", p.Tx)
+				t.Errorf("a set is deleted before a chain:\n%s", p.Cleanup)
 			}
 			if ch, st := owned(); len(ch)+len(st) != 0 {
 				t.Errorf("left in the table: %v %v", ch, st)
@@ -479,8 +512,8 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 			}
 			s.checkLikeFull("stale deleted")
 
-			// Remove again, and bring it back before the delay ends:
-			// the flushed objects are filled again and never deleted.
+			// Remove again, and bring it back before a full sync: the
+			// stale objects are used again and never deleted.
 			s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{tc.n: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{tc.n: eps}})
 			s.checkLikeFull("re-added")
 			s.now = s.now.Add(time.Hour)
@@ -501,6 +534,9 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 				s.now = removedAt.Add(later)
 				if p := s.partial(); p.Tx.Len() != 0 {
 					t.Errorf("%s after the removal: the revived service must not be touched, got:\n%s", later, p.Tx)
+				}
+				if p := s.full(); p.Cleanup != nil {
+					t.Errorf("%s after the removal: a full sync deletes objects of the revived service:\n%s", later, p.Cleanup)
 				}
 			}
 			if ch, st := owned(); len(ch) != tc.chains || len(st) != tc.sets {
@@ -705,11 +741,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSyncer(t, c, model.IPv4)
 			s.full()
-			leftovers := []string{
-				serviceChainName(prefixServiceChain, gone),
-				endpointChainName(gone, s.state.Endpoints[gone][0]),
-				endpointChainName(gone, s.state.Endpoints[gone][1]),
-			}
+			leftovers := []string{serviceChainName(prefixServiceChain, gone)}
 			// The service goes away while no sync runs (a restart, or
 			// a change folded into the periodic full sync).
 			delete(s.state.Services, gone)
@@ -726,7 +758,6 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 			for _, set := range (&renderer{cfg: s.cfg}).sets() {
 				fixed.Insert(set.Name)
 			}
-			var flushedLeftovers []string
 			for i, op := range opTexts(p) {
 				f := strings.Fields(op)
 				if len(f) < 5 {
@@ -737,7 +768,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 					t.Errorf("op %d: a full sync deletes at once: %s", i, op)
 				}
 				if f[0] == "flush" && slices.Contains(leftovers, name) {
-					flushedLeftovers = append(flushedLeftovers, name)
+					t.Errorf("op %d: a leftover is flushed in the sync transaction (it waits for the clean-up): %s", i, op)
 				}
 				// A fixed chain or map is only flushed before it is
 				// filled: never after one of its rules or elements.
@@ -749,22 +780,31 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 					}
 				}
 			}
-			slices.Sort(flushedLeftovers)
-			slices.Sort(leftovers)
-			if diff := cmp.Diff(leftovers, flushedLeftovers); diff != "" {
-				t.Errorf("leftover chains flushed (-want +got):\n%s", diff)
+			if p.Cleanup != nil {
+				t.Errorf("leftovers found now are cleaned up at once:\n%s", p.Cleanup)
 			}
 			s.checkLikeFull("full sync over the old table")
 			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 				{name: "source ranges still enforced", src: outsideDenied, iif: lanIIF, dst: "198.19.200.1:443", output: "DROP"},
 				{name: "removed service gone", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "ACCEPT"},
 			})
-			// One second later exactly the leftovers are deleted, and the
-			// transaction loads (nothing in use is deleted).
+			// The next full sync, one second later, deletes exactly the
+			// leftovers in its clean-up transaction, and it loads (nothing
+			// in use is deleted).
 			s.now = s.now.Add(staleDelay)
+			cp := s.partial()
+			if cp.Tx.Len() != 0 {
+				t.Errorf("a partial sync after the delay: want only a clean-up, got:\n%s", cp.Tx)
+			}
+			if cp.Cleanup == nil {
+				t.Fatal("no clean-up transaction after the stale delay")
+			}
 			var deleted []string
-			for _, op := range opTexts(s.partial()) {
+			for _, op := range strings.Split(strings.TrimSpace(cp.Cleanup.String()), "\n") {
 				f := strings.Fields(op)
+				if f[0] == "flush" {
+					continue
+				}
 				if f[0] != "delete" {
 					t.Errorf("stale cleanup: unexpected %s", op)
 					continue

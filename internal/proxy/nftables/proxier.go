@@ -92,13 +92,24 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	plan.Commit(p.applied)
 	p.wroteTable = true
 	p.clearConntrack(plan)
+	if plan.Cleanup != nil {
+		if err := p.nft.Apply(ctx, plan.Cleanup); err != nil {
+			// Stale objects stay stale; the next full sync tries again.
+			metrics.NFTablesCleanupFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+			klog.ErrorS(err, "Failed to delete stale nftables chains and sets", "ipFamily", p.opts.Family, "operations", plan.Cleanup.Len())
+		} else {
+			plan.CommitCleanup(p.applied)
+		}
+	}
 	if in.Full && plan.Tx.Len() > fullSyncFreeThreshold {
 		// A large full sync builds the whole batch in memory at once;
 		// hand that memory back to the OS rather than keeping the peak
 		// as resident size until the runtime's scavenger gets to it.
 		debug.FreeOSMemory()
 	}
-	return p.result(), nil
+	res := p.result()
+	res.CleanupPending = plan.CleanupPending(p.applied)
+	return res, nil
 }
 
 func (p *Proxier) table() string {

@@ -223,14 +223,15 @@ func TestProxierApplyFailure(t *testing.T) {
 		// Someone emptied a service chain and deleted the endpoint chain
 		// it used: the partial transaction sends traffic to a chain it
 		// believes exists, and the kernel refuses it.
-		name: "endpoint chain deleted by someone else",
+		name: "service chain deleted by someone else",
 		break_: func(r *proxierRig) {
 			web := spName("web-clusterip", "http", model.TCP)
+			sp := r.state.Services[web]
 			tx := nft.NewTransaction(r.family(), DefaultTableName)
-			tx.Flush(&nft.Chain{Name: serviceChainName(prefixServiceChain, web)})
-			ep := &nft.Chain{Name: endpointChainName(web, r.state.Endpoints[web][1])}
-			tx.Flush(ep)
-			tx.Delete(ep)
+			tx.Delete(&nft.Element{Set: mapServiceIPs, Key: []nft.Value{{Addr: sp.ClusterIP}, {Proto: sp.Protocol}, {Port: uint16(sp.Port)}}})
+			ch := &nft.Chain{Name: serviceChainName(prefixServiceChain, web)}
+			tx.Flush(ch)
+			tx.Delete(ch)
 			if err := r.fake.Apply(context.Background(), tx); err != nil {
 				r.t.Fatal(err)
 			}
@@ -308,11 +309,16 @@ func TestProxierRestart(t *testing.T) {
 		}
 		return out
 	}
-	if n := len(leftovers()); n != 5 {
-		t.Errorf("want the 3 chains and 2 sets of the removed service kept (flushed) for now, got %d:\n%s", n, strings.Join(leftovers(), "\n"))
+	if n := len(leftovers()); n != 3 {
+		t.Errorf("want the chain and 2 sets of the removed service kept for now, got %d:\n%s", n, strings.Join(leftovers(), "\n"))
 	}
+	// The first sync after the stale delay deletes them, in a clean-up
+	// transaction of its own.
 	r.now = r.now.Add(staleDelay)
-	r.mustSync(false)
+	res := r.mustSync(false)
+	if res.CleanupPending {
+		t.Error("clean-up still pending after the stale delay")
+	}
 	if l := leftovers(); len(l) != 0 {
 		t.Errorf("left over after the stale delay:\n%s", strings.Join(l, "\n"))
 	}

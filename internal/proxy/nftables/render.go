@@ -99,6 +99,12 @@ type Applied struct {
 	owners map[elemKey][]*ownedElem
 	// stale per-service chains and sets: flushed, to be deleted later.
 	stale map[string]staleObj
+	// rewrite holds service ports whose chains carry rules shadowed by a
+	// partial sync's inserted ones (see renderService), since when; and
+	// hairpinGarbage the hairpin pairs no service wants any more. Both are
+	// cleaned up by a later sync's clean-up transaction.
+	rewrite        map[model.ServicePortName]time.Time
+	hairpinGarbage map[elemKey]garbageElem
 	// healthChecked holds the service ports with a health check node
 	// port; noLocal counts Local policies without local endpoints. Both
 	// are kept up to date by Commit so that reading them costs nothing
@@ -106,6 +112,11 @@ type Applied struct {
 	healthChecked map[model.ServicePortName]ServiceStats
 	noLocalInt    int
 	noLocalExt    int
+}
+
+type garbageElem struct {
+	elem  *nft.Element
+	since time.Time
 }
 
 type staleObj struct {
@@ -163,10 +174,12 @@ type StaleUDP struct {
 // NewApplied returns the state of a kernel kproxy has not written yet.
 func NewApplied() *Applied {
 	return &Applied{
-		services:      map[model.ServicePortName]*svcApplied{},
-		owners:        map[elemKey][]*ownedElem{},
-		stale:         map[string]staleObj{},
-		healthChecked: map[model.ServicePortName]ServiceStats{},
+		services:       map[model.ServicePortName]*svcApplied{},
+		owners:         map[elemKey][]*ownedElem{},
+		stale:          map[string]staleObj{},
+		healthChecked:  map[model.ServicePortName]ServiceStats{},
+		rewrite:        map[model.ServicePortName]time.Time{},
+		hairpinGarbage: map[elemKey]garbageElem{},
 	}
 }
 
@@ -182,16 +195,51 @@ type Plan struct {
 	// NewlyServedUDP are UDP service ports that had no endpoints and now
 	// have some: conntrack entries for their IPs (cached rejects) must go.
 	NewlyServedUDP []*model.ServicePort
+	// Cleanup deletes per-service objects that have been stale for at
+	// least staleDelay, in a transaction of its own applied after Tx
+	// (full syncs only). When it fails nothing else is affected: the
+	// objects stay stale and the next full sync tries again.
+	Cleanup *nft.Transaction
 
-	full     bool
-	services map[model.ServicePortName]*svcApplied // nil value: gone
-	owners   map[elemKey][]*ownedElem
-	stale    map[string]*staleObj // nil value: no longer stale
+	cleaned []string
+	// rewritten / collected: entries the clean-up resolves; rewrite and
+	// garbage: new entries this plan's Tx creates.
+	rewritten []model.ServicePortName
+	collected []elemKey
+	rewrite   map[model.ServicePortName]time.Time
+	garbage   map[elemKey]garbageElem
+	full      bool
+	services  map[model.ServicePortName]*svcApplied // nil value: gone
+	owners    map[elemKey][]*ownedElem
+	stale     map[string]*staleObj // nil value: no longer stale
 }
 
-// Commit records the plan as applied.
+// CommitCleanup records that Cleanup was applied.
+func (p *Plan) CommitCleanup(a *Applied) {
+	for _, n := range p.cleaned {
+		delete(a.stale, n)
+	}
+	for _, n := range p.rewritten {
+		delete(a.rewrite, n)
+	}
+	for _, k := range p.collected {
+		delete(a.hairpinGarbage, k)
+	}
+}
+
+// CleanupPending reports whether, once the plan is committed, something is
+// left for a later clean-up transaction: the caller should sync again
+// after staleDelay even when nothing changes.
+func (p *Plan) CleanupPending(a *Applied) bool {
+	return len(a.stale) > 0 || len(a.rewrite) > 0 || len(a.hairpinGarbage) > 0
+}
+
+// Commit records the plan (Tx) as applied.
 func (p *Plan) Commit(a *Applied) {
 	if p.full {
+		// A full sync rewrites every chain and refills every set.
+		a.rewrite = map[model.ServicePortName]time.Time{}
+		a.hairpinGarbage = map[elemKey]garbageElem{}
 		a.services = map[model.ServicePortName]*svcApplied{}
 		a.owners = map[elemKey][]*ownedElem{}
 		a.healthChecked = map[model.ServicePortName]ServiceStats{}
@@ -213,6 +261,18 @@ func (p *Plan) Commit(a *Applied) {
 			delete(a.owners, k)
 		} else {
 			a.owners[k] = o
+		}
+	}
+	for n, t := range p.rewrite {
+		if _, ok := a.rewrite[n]; !ok {
+			a.rewrite[n] = t
+		}
+	}
+	for k, g := range p.garbage {
+		if g.elem == nil {
+			delete(a.hairpinGarbage, k)
+		} else if _, ok := a.hairpinGarbage[k]; !ok {
+			a.hairpinGarbage[k] = g
 		}
 	}
 	for n, s := range p.stale {
@@ -290,6 +350,8 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 			services: map[model.ServicePortName]*svcApplied{},
 			owners:   map[elemKey][]*ownedElem{},
 			stale:    map[string]*staleObj{},
+			rewrite:  map[model.ServicePortName]time.Time{},
+			garbage:  map[elemKey]garbageElem{},
 		},
 		before:   map[elemKey]*ownedElem{},
 		existing: sets.New(in.ExistingChains...),
@@ -318,6 +380,7 @@ func (r *renderer) sets() []*nft.Set {
 		{Name: mapNoEndpointServices, Key: svcKey, Data: nft.TypeVerdict, Comment: noEndpointServicesComent},
 		{Name: mapNoEndpointNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: noEndpointNodePortsComnt},
 		{Name: mapFirewallIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: firewallIPsComment},
+		{Name: setHairpin, Key: []nft.DataType{a, a}, Comment: hairpinComment},
 	}
 }
 
@@ -371,6 +434,9 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 		chainNATOutput:            {r.rule(chainNATOutput, jump(chainServices))},
 		chainNATPostrouting:       {r.rule(chainNATPostrouting, jump(chainMasquerading))},
 		chainMasquerading: {
+			// Hairpin traffic first: mark it like any other traffic to
+			// masquerade (see setHairpin).
+			r.rule(chainMasquerading, nft.MatchInSet{Fields: []nft.Field{nft.FieldSaddr, nft.FieldDaddr}, Set: setHairpin}, nft.SetMarkOr{Mask: mask}),
 			r.rule(chainMasquerading, nft.MatchMarkZero{Mask: mask}, nft.Verdict{Kind: nft.Return}),
 			// Clear the mark so that a packet re-entering the stack (e.g.
 			// through a tunnel) is not masqueraded twice.
@@ -543,6 +609,54 @@ func (r *renderer) renderPartial() {
 		r.renderService(n, old)
 	}
 	r.flushElements()
+	r.renderPartialCleanup()
+}
+
+// renderPartialCleanup writes a partial sync's clean-up transaction for
+// what earlier partial syncs left behind at least staleDelay ago: chains
+// with shadowed rules are flushed and written again, hairpin pairs nobody
+// wants are deleted. Stale chains and sets wait for the same delay (see
+// renderStale). It costs one RCU grace period, off the path of the change
+// that caused it.
+func (r *renderer) renderPartialCleanup() {
+	tx := nft.NewTransaction(r.cfg.family(), r.cfg.table())
+	var names []model.ServicePortName
+	for n, since := range r.last.rewrite {
+		if r.in.Now.Sub(since) >= staleDelay && !r.in.Changed.Has(n) {
+			names = append(names, n)
+		}
+	}
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	for _, n := range names {
+		sp, ok := r.in.State.Services[n]
+		applied := r.last.services[n]
+		if ok && applied != nil {
+			sel := model.SelectEndpoints(sp, r.in.State.Endpoints[n], r.in.NodeName, r.in.Zone)
+			s := r.describe(sp, sel)
+			for _, c := range s.order {
+				ch := &nft.Chain{Name: c}
+				tx.Add(ch)
+				tx.Flush(ch)
+				tx.Add(toAny(s.chains[c])...)
+			}
+		}
+		r.plan.rewritten = append(r.plan.rewritten, n)
+	}
+	var keys []elemKey
+	for k, g := range r.last.hairpinGarbage {
+		if r.in.Now.Sub(g.since) >= staleDelay && len(r.ownersOf(k)) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b elemKey) int { return strings.Compare(a.key, b.key) })
+	for _, k := range keys {
+		tx.Delete(r.last.hairpinGarbage[k].elem)
+		r.plan.collected = append(r.plan.collected, k)
+	}
+	r.renderStaleInto(tx)
+	if tx.Len() > 0 || len(r.plan.rewritten) > 0 || len(r.plan.collected) > 0 {
+		r.plan.Cleanup = tx
+	}
 }
 
 // markStale flushes a per-service object now and schedules its deletion.
@@ -550,16 +664,28 @@ func (r *renderer) markStale(name string, isSet bool) {
 	if _, already := r.last.stale[name]; already {
 		return
 	}
-	if isSet {
-		r.tx.Flush(&nft.Set{Name: name})
-	} else {
-		r.tx.Flush(&nft.Chain{Name: name})
-	}
+	// Nothing references a stale object any more; it is flushed and
+	// deleted by the clean-up transaction of a later full sync, so that
+	// no partial sync pays for a deletion.
 	r.plan.stale[name] = &staleObj{since: r.in.Now, isSet: isSet}
 }
 
-// renderStale deletes per-service objects flushed at least staleDelay ago.
+// renderStale writes the clean-up transaction of a full sync.
 func (r *renderer) renderStale() {
+	if !r.in.Full {
+		return
+	}
+	tx := nft.NewTransaction(r.cfg.family(), r.cfg.table())
+	r.renderStaleInto(tx)
+	if tx.Len() > 0 {
+		r.plan.Cleanup = tx
+	}
+}
+
+// renderStaleInto adds to tx the deletion of per-service objects stale for
+// at least staleDelay: flushed and deleted, chains first (a chain may
+// reference a set, never the other way round).
+func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 	var names []string
 	for name, st := range r.last.stale {
 		if p, ok := r.plan.stale[name]; ok && p == nil {
@@ -570,21 +696,20 @@ func (r *renderer) renderStale() {
 		}
 	}
 	slices.Sort(names)
-	// Chains first: a chain may reference a set, never the other way round.
 	for _, isSet := range []bool{false, true} {
 		for _, name := range names {
-			st := r.last.stale[name]
-			if st.isSet != isSet {
+			if r.last.stale[name].isSet != isSet {
 				continue
 			}
 			if isSet {
-				r.tx.Delete(&nft.Set{Name: name})
+				tx.Delete(&nft.Set{Name: name})
 			} else {
-				r.tx.Delete(&nft.Chain{Name: name})
+				tx.Flush(&nft.Chain{Name: name})
+				tx.Delete(&nft.Chain{Name: name})
 			}
-			r.plan.stale[name] = nil
 		}
 	}
+	r.plan.cleaned = names
 }
 
 func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
@@ -653,9 +778,10 @@ func (r *renderer) claimElem(e *ownedElem) {
 	}
 	owners = append(owners, e)
 	r.plan.owners[e.key] = owners
-	// Ports of one service share their cluster IP; anything else shared
-	// between two services is a conflict.
-	if len(owners) > 1 && owners[0].owner.NamespacedName != e.owner.NamespacedName {
+	// Set elements may be shared (ports of a service share their cluster
+	// IP, services share endpoints in the hairpin set); a verdict map key
+	// wanted by two services is a conflict.
+	if len(owners) > 1 && e.elem.Verdict != nil && owners[0].owner.NamespacedName != e.owner.NamespacedName {
 		r.plan.Conflicts = append(r.plan.Conflicts, fmt.Sprintf("%s wants %s { %s } which %s already has", e.owner, e.key.set, e.key.key, owners[0].owner))
 	}
 }
@@ -682,11 +808,27 @@ func (r *renderer) flushElements() {
 		if o := r.ownersOf(k); len(o) > 0 {
 			after = o[0]
 		}
+		if after != nil && k.set == setHairpin {
+			// Wanted again: no longer garbage.
+			if _, ok := r.last.hairpinGarbage[k]; ok {
+				r.plan.garbage[k] = garbageElem{}
+				if before == nil {
+					continue // still in the kernel
+				}
+			}
+		}
 		switch {
 		case before == nil && after == nil:
 		case before == nil:
 			adds = append(adds, after.elem)
 		case after == nil:
+			if k.set == setHairpin && !r.in.Full {
+				// A stale "ep . ep" pair is harmless (it says what is true
+				// of any address); a later clean-up deletes it rather than
+				// this sync paying for a deletion.
+				r.plan.garbage[k] = garbageElem{elem: before.elem, since: r.in.Now}
+				continue
+			}
 			r.tx.Delete(before.elem)
 		case !before.sameValue(after):
 			r.tx.Delete(before.elem)
@@ -764,8 +906,9 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 		}
 	}
 	type pending struct {
-		name  string
-		rules []*nft.Rule
+		name   string
+		rules  []*nft.Rule
+		insert bool
 	}
 	var writes []pending
 	for _, c := range s.order {
@@ -784,16 +927,36 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			existed = had
 		}
 		ch := &nft.Chain{Name: c}
-		r.tx.Add(ch)
-		// A chain new to the kernel needs no flush; one that may hold
-		// rules does (restart, stale revival, rewrite).
-		if existed || stale || (r.in.Full && r.existing.Has(c)) {
-			r.tx.Flush(ch)
+		switch {
+		case r.in.Full:
+			r.tx.Add(ch)
+			if r.existing.Has(c) {
+				r.tx.Flush(ch)
+			}
+			writes = append(writes, pending{c, s.chains[c], false})
+		case existed || stale:
+			// A live chain is rewritten without deleting anything: every
+			// transaction that deletes a rule, element or chain waits for
+			// an RCU grace period (~15 ms here, more under load). The new
+			// rules go to the head of the chain, ending in "return" (the
+			// same as falling off a chain reached by goto), and shadow the
+			// old ones until the next full sync flushes them.
+			writes = append(writes, pending{c, s.chains[c], true})
+			r.plan.rewrite[n] = r.in.Now
+		default:
+			r.tx.Add(ch)
+			writes = append(writes, pending{c, s.chains[c], false})
 		}
-		writes = append(writes, pending{c, s.chains[c]})
 	}
 	for _, w := range writes {
-		r.tx.Add(toAny(w.rules)...)
+		if !w.insert {
+			r.tx.Add(toAny(w.rules)...)
+			continue
+		}
+		r.tx.Insert(&nft.Rule{Chain: w.name, Stmts: []nft.Stmt{nft.Verdict{Kind: nft.Return}}})
+		for i := len(w.rules) - 1; i >= 0; i-- {
+			r.tx.Insert(w.rules[i])
+		}
 	}
 	if old != nil {
 		for c := range old.chains {
@@ -917,9 +1080,6 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	}
 
 	// Endpoint chains exist first so that policy chains can goto them.
-	for _, e := range sel.AllReachable {
-		s.chain(endpointChainName(n, e))
-	}
 	if usesCluster {
 		s.chain(clusterChain)
 	}
@@ -1034,33 +1194,32 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	if usesLocal {
 		r.endpointDispatch(s, sp, localChain, sel.Local)
 	}
+	// Hairpin: a pod reaching itself through its service must be
+	// masqueraded or it would answer itself directly. After DNAT such a
+	// packet has equal source and destination; postrouting marks it
+	// through the hairpin set of "ep . ep" pairs.
 	for _, e := range sel.AllReachable {
-		c := endpointChainName(n, e)
-		// The chain name already carries the service port and endpoint;
-		// the rest of its content is protocol and affinity set.
-		s.keys[c] = string(proto) + "|" + affinityKey(sp, e)
-		// Hairpin: a pod reaching itself through its service must be
-		// masqueraded or it would answer itself directly.
-		s.rule(c, "", nft.MatchAddr{Source: true, Prefixes: []netip.Prefix{netip.PrefixFrom(e.IP, e.IP.BitLen())}}, masq)
-		if sp.SessionAffinity() {
-			s.rule(c, "", nft.UpdateSaddr{Set: affinitySetName(n, e, sp.StickyMaxAgeSeconds)})
-		}
-		s.rule(c, "", nft.DNAT{Proto: proto, To: e.AddrPort()})
+		s.elem(setHairpin, nil, nft.Value{Addr: e.IP}, nft.Value{Addr: e.IP})
 	}
 	return s
 }
 
-func affinityKey(sp *model.ServicePort, e *model.Endpoint) string {
-	if !sp.SessionAffinity() {
-		return "-"
-	}
-	return affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)
-}
-
+// endpointDispatch writes the endpoint choice of a policy chain. Unlike
+// upstream there are no per-endpoint chains: each rule DNATs directly. The
+// kernel validates every chain of the table on each commit that adds a
+// jump or a NAT rule, so ten chains per service made partial syncs cost
+// the size of the cluster ~3x over; the hairpin check moved to postrouting
+// (see setHairpin) and the affinity update into the DNAT rule.
 func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint) {
+	dnat := func(e *model.Endpoint, match ...nft.Stmt) []nft.Stmt {
+		if sp.SessionAffinity() {
+			match = append(match, nft.UpdateSaddr{Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)})
+		}
+		return append(match, nft.DNAT{Proto: sp.Protocol, To: e.AddrPort()})
+	}
 	if sp.SessionAffinity() {
 		for _, e := range eps {
-			s.rule(chain, "", nft.MatchAddr{Source: true, Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)}, gotoC(endpointChainName(sp.Name, e)))
+			s.rule(chain, "", dnat(e, nft.MatchAddr{Source: true, Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)})...)
 		}
 	}
 	// One rule per endpoint, each taking 1/(remaining) of what reaches it:
@@ -1069,11 +1228,10 @@ func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, cha
 	// kernel's validation of a large table quadratic (see nft.MatchNumgen).
 	n := len(eps)
 	for i, e := range eps {
-		target := gotoC(endpointChainName(sp.Name, e))
 		if i == n-1 {
-			s.rule(chain, "", target)
+			s.rule(chain, "", dnat(e)...)
 			continue
 		}
-		s.rule(chain, "", nft.MatchNumgen{Mod: uint32(n - i), Value: 0}, target)
+		s.rule(chain, "", dnat(e, nft.MatchNumgen{Mod: uint32(n - i), Value: 0})...)
 	}
 }
