@@ -116,6 +116,9 @@ func endpointBase(n model.ServicePortName, e *model.Endpoint) string {
 	return portBase(n) + "__" + ip + "/" + strconv.Itoa(int(e.Port))
 }
 
+// endpointChainName is how upstream names its per-endpoint chains. kproxy
+// writes none, but removes them (as stale) when it takes over a table
+// written by upstream; tests use the name to build such tables.
 func endpointChainName(n model.ServicePortName, e *model.Endpoint) string {
 	base := endpointBase(n, e)
 	return limit(prefixEndpointChain + hashOf(base) + "-" + base)

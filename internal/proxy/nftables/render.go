@@ -127,11 +127,9 @@ type staleObj struct {
 type svcApplied struct {
 	sp    *model.ServicePort
 	elems []*ownedElem
-	// chains maps each chain to a key of its content: equal non-empty
-	// keys mean equal rules (endpoint chains); "" means "rewrite when the
-	// service changes" (the few per-service chains). Keys are cheap to
-	// build, unlike comparing rendered rules.
-	chains map[string]string
+	// chains are the service port's chains; all are rewritten when the
+	// service port changes (there are one to four).
+	chains sets.Set[string]
 	sets   []string
 	// Reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
@@ -855,7 +853,6 @@ type serviceRender struct {
 	name   model.ServicePortName
 	elems  []*ownedElem
 	chains map[string][]*nft.Rule
-	keys   map[string]string
 	order  []string
 	sets   []*nft.Set
 }
@@ -885,7 +882,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
 	s := r.describe(sp, sel)
 
-	applied := &svcApplied{sp: sp, chains: make(map[string]string, len(s.order)), elems: s.elems, reachable: sel.AllReachable}
+	applied := &svcApplied{sp: sp, chains: sets.New[string](), elems: s.elems, reachable: sel.AllReachable}
 	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
 	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
 		applied.stats.NoLocalInternal = true
@@ -912,20 +909,12 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	}
 	var writes []pending
 	for _, c := range s.order {
-		key := s.keys[c]
-		applied.chains[c] = key
+		applied.chains.Insert(c)
 		stale := r.isStale(c)
 		if stale {
 			r.plan.stale[c] = nil
 		}
-		var existed bool
-		if old != nil {
-			oldKey, had := old.chains[c]
-			if had && !stale && key != "" && oldKey == key {
-				continue // unchanged: no kernel work
-			}
-			existed = had
-		}
+		existed := old != nil && old.chains.Has(c)
 		ch := &nft.Chain{Name: c}
 		switch {
 		case r.in.Full:
@@ -960,7 +949,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	}
 	if old != nil {
 		for c := range old.chains {
-			if _, ok := applied.chains[c]; !ok {
+			if !applied.chains.Has(c) {
 				r.markStale(c, false)
 			}
 		}
@@ -1038,7 +1027,7 @@ func (r *renderer) isStale(name string) bool {
 // upstream's nftables proxier so that behaviour matches it exactly.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
-	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}, keys: map[string]string{}}
+	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}}
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
