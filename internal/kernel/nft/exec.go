@@ -1,16 +1,16 @@
 package nft
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	kexec "github.com/kproxy/kproxy/internal/kernel/execer"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -29,41 +29,11 @@ type Exec struct {
 var _ Interface = (*Exec)(nil)
 
 // execer runs commands; unit tests replace it to script argv and stdin.
-type execer interface {
-	LookPath(file string) (string, error)
-	// Run runs argv with stdin and returns stdout; a non-zero exit is an
-	// error carrying stderr (see runError).
-	Run(ctx context.Context, argv []string, stdin string) (string, error)
-}
+type execer = kexec.Interface
 
-// runError is a command that ran and failed.
-type runError struct {
-	argv   []string
-	stderr string
-	err    error
-}
+type runError = kexec.RunError
 
-func (e *runError) Error() string {
-	return fmt.Sprintf("%s: %v: %s", strings.Join(e.argv, " "), e.err, strings.TrimSpace(e.stderr))
-}
-
-func (e *runError) Unwrap() error { return e.err }
-
-type osExecer struct{}
-
-func (osExecer) LookPath(file string) (string, error) { return exec.LookPath(file) }
-
-func (osExecer) Run(ctx context.Context, argv []string, stdin string) (string, error) {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), &runError{argv: argv, stderr: stderr.String(), err: err}
-	}
-	return stdout.String(), nil
-}
+type osExecer = kexec.OS
 
 // ExecOption configures NewExec.
 type ExecOption func(*Exec)
@@ -173,7 +143,7 @@ func explainExec(tx *Transaction, err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	stderr := re.stderr
+	stderr := re.Stderr
 	if strings.Contains(stderr, "cache initialization failed") || strings.Contains(strings.ToLower(stderr), "protocol not supported") {
 		return fmt.Errorf("%w in this kernel: %w", ErrNotSupported, re)
 	}

@@ -1113,23 +1113,8 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if len(s.Fields) == 0 {
 			return invalidf("vmap lookup without fields")
 		}
-		slot := 0
-		for _, f := range s.Fields {
-			reg := concatReg(slot)
-			switch f {
-			case FieldDaddr, FieldSaddr:
-				p := loadAddr(l.fam, f == FieldSaddr, reg)
-				rb.emit(p)
-				slot += int(p.Len) / 4
-			case FieldL4Proto:
-				rb.emit(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg})
-				slot++
-			case FieldDport:
-				rb.emit(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-				slot++
-			default:
-				return invalidf("unknown field %q", f)
-			}
+		if err := l.loadConcat(rb, s.Fields); err != nil {
+			return err
 		}
 		id := l.batchID(s.Map)
 		rb.emit(&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: s.Map, SetID: id})

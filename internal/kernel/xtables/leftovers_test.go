@@ -385,7 +385,7 @@ func (s *scriptedExecer) Run(_ context.Context, argv []string, stdin string) (st
 		s.t.Errorf("stdin (-want +got):\n%s", d)
 	}
 	if c.stderr != "" {
-		return c.stdout, &runError{argv: argv, stderr: c.stderr, err: errors.New("exit status 1")}
+		return c.stdout, &runError{Argv: argv, Stderr: c.stderr, Err: errors.New("exit status 1")}
 	}
 	return c.stdout, nil
 }
