@@ -79,15 +79,18 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 	sh := &serialHandler{h: h}
 
 	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTransform(slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = serviceLabelSelector
 			o.FieldSelector = serviceFieldSelector
 		}))
 	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTransform(slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = sliceLabelSelector
 		}))
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTransform(slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = nodeFieldSelector(s.hostname)
 		}))
