@@ -72,7 +72,7 @@ endpoints are those of kube-proxy.`,
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
 	fs.StringVar(&fromFile, "from-file", "", "kproxy only: read Services, EndpointSlices and Nodes from this YAML/JSON file or directory (as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them) instead of the API server, and follow its changes.")
-	cmd.AddCommand(newRenderCommand(), newVersionCommand())
+	cmd.AddCommand(newRenderCommand(), newTraceCommand(), newVersionCommand())
 	return cmd
 }
 

@@ -179,3 +179,61 @@ func asUsage(err error, target *usageError) bool {
 	}
 	return false
 }
+
+func TestTraceExample(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+		not  []string
+	}{
+		{"node to a ClusterIP", []string{"--dst", "198.19.0.10:80"},
+			[]string{"from a local process", "dnat to 198.18.129.10:8080", "dnat to 198.18.130.10:8080", "p=0.5"}, nil},
+		{"allowed source to an LB with source ranges", []string{"--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.200.1:443"},
+			[]string{"in eth0", "dnat to"}, []string{"drop"}},
+		{"other source to the LB is dropped", []string{"--src", "192.0.2.7", "--iif", "eth0", "--dst", "198.19.200.1:443"},
+			[]string{"drop"}, []string{"dnat to"}},
+		{"service without endpoints is rejected", []string{"--src", "198.18.129.5", "--iif", "veth1", "--dst", "198.19.0.20:80"},
+			[]string{"reject"}, []string{"dnat to"}},
+		{"UDP over IPv6 to the dual-stack service", []string{"--dst", "[fd00:19::17]:80"},
+			[]string{"dnat to [fd00:18:1:a::50]:8080", "dnat to [fd00:18:1:b::50]:8080"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := execute(t, append([]string{"trace"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("trace output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(out, n) {
+					t.Errorf("trace output has %q:\n%s", n, out)
+				}
+			}
+		})
+	}
+}
+
+func TestTraceRulesFileAndBadInput(t *testing.T) {
+	rules, _, err := execute(t, "render", "--proxy-mode", "nftables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.nft")
+	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := execute(t, "trace", "--rules", path, "--local-address", "198.18.0.10", "--src", "198.18.129.5", "--iif", "veth1", "--dst", "198.19.0.13:8080")
+	if err != nil || !strings.Contains(out, "dnat to 198.18.129.10:8080") {
+		t.Fatalf("trace over a rules file: %v\n%s", err, out)
+	}
+	if _, _, err := execute(t, "trace", "--dst", "198.19.0.10"); err == nil || !strings.Contains(err.Error(), "--dst") {
+		t.Fatalf("a --dst without port: want an error naming --dst, got %v", err)
+	}
+	if _, _, err := execute(t, "trace", "--dst", "198.19.0.10:80", "--proto", "icmp"); err == nil || !strings.Contains(err.Error(), "--proto") {
+		t.Fatalf("--proto icmp: want an error naming --proto, got %v", err)
+	}
+}

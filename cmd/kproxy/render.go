@@ -70,60 +70,11 @@ It accepts the proxy's flags and --config, since they shape the result.`,
 const defaultExampleNode = "node-a"
 
 func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool) error {
-	var objs *file.Objects
-	var errs []error
-	if rf.file == "" {
-		objs = example.Objects()
-		if o.Config.ClusterCIDR == "" {
-			// The example's pods live in these; without them nothing
-			// would count as pod traffic.
-			o.Config.ClusterCIDR = strings.Join(example.ClusterCIDRs, ",")
-		}
-	} else {
-		objs, errs = file.Load(rf.file)
+	snap, err := loadSnapshot(errOut, o, rf.file)
+	if err != nil {
+		return err
 	}
-	for _, err := range errs {
-		fmt.Fprintln(errOut, "warning:", err)
-	}
-	if objs == nil {
-		return fmt.Errorf("no usable objects in %s", rf.file)
-	}
-	nodeName := o.Config.HostnameOverride
-	if nodeName == "" {
-		if rf.file == "" {
-			nodeName = defaultExampleNode
-		} else if len(objs.Nodes) == 1 {
-			nodeName = objs.Nodes[0].Name
-		} else {
-			return usageError{fmt.Errorf("--hostname-override is required: the snapshot has %d nodes", len(objs.Nodes))}
-		}
-	}
-	fams := []v1.IPFamily{model.IPv4, model.IPv6}
-	var skipped []view.SkippedEntry
-	tracker := model.NewTracker(model.TrackerOptions{
-		Hostname: nodeName,
-		Families: fams,
-		OnInvalid: func(e *model.InvalidError) {
-			skipped = append(skipped, view.SkippedEntry{Object: e.Kind + " " + e.Object, Reason: e.Field + ": " + e.Reason})
-		},
-	})
-	objs.Feed(tracker)
-	for _, s := range objs.Services {
-		if why := model.SkipService(s); why != "" {
-			skipped = append(skipped, view.SkippedEntry{Object: "Service " + s.Namespace + "/" + s.Name, Reason: why})
-		}
-	}
-	u := tracker.Take()
-	var states []*model.State
-	for _, f := range fams {
-		st := model.NewState(f)
-		st.Apply(u.Families[f])
-		states = append(states, st)
-	}
-	node := tracker.Node()
-	if node == nil {
-		fmt.Fprintf(errOut, "warning: node %q is not in the snapshot: no zone, pod CIDRs or addresses known\n", nodeName)
-	}
+	states, node, nodeName := snap.states, snap.node, snap.nodeName
 
 	if rules {
 		mode := config.EffectiveMode(o.Config)
@@ -133,20 +84,20 @@ func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool
 		return renderNFTables(out, o, states, node, nodeName)
 	}
 
-	snap := view.Build(states, node, nodeName)
-	snap.Skipped = skipped
+	v := view.Build(states, node, nodeName)
+	v.Skipped = snap.skipped
 	switch strings.ToLower(rf.output) {
 	case "table", "":
-		return view.WriteTable(out, snap)
+		return view.WriteTable(out, v)
 	case "yaml":
-		b, err := yaml.Marshal(snap)
+		b, err := yaml.Marshal(v)
 		if err != nil {
 			return err
 		}
 		_, err = out.Write(b)
 		return err
 	case "json":
-		b, err := yaml.Marshal(snap)
+		b, err := yaml.Marshal(v)
 		if err != nil {
 			return err
 		}
@@ -161,6 +112,74 @@ func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool
 	}
 }
 
+// snapshot is a cluster snapshot run through the proxy's model for one node.
+type snapshot struct {
+	states   []*model.State
+	node     *model.Node
+	nodeName string
+	skipped  []view.SkippedEntry
+}
+
+// loadSnapshot reads a snapshot file (the built-in example when path is
+// empty) and builds the model for --hostname-override's node, as the proxy
+// would.
+func loadSnapshot(errOut io.Writer, o *config.Options, path string) (*snapshot, error) {
+	var objs *file.Objects
+	var errs []error
+	if path == "" {
+		objs = example.Objects()
+		if o.Config.ClusterCIDR == "" {
+			// The example's pods live in these; without them nothing
+			// would count as pod traffic.
+			o.Config.ClusterCIDR = strings.Join(example.ClusterCIDRs, ",")
+		}
+	} else {
+		objs, errs = file.Load(path)
+	}
+	for _, err := range errs {
+		fmt.Fprintln(errOut, "warning:", err)
+	}
+	if objs == nil {
+		return nil, fmt.Errorf("no usable objects in %s", path)
+	}
+	nodeName := o.Config.HostnameOverride
+	if nodeName == "" {
+		if path == "" {
+			nodeName = defaultExampleNode
+		} else if len(objs.Nodes) == 1 {
+			nodeName = objs.Nodes[0].Name
+		} else {
+			return nil, usageError{fmt.Errorf("--hostname-override is required: the snapshot has %d nodes", len(objs.Nodes))}
+		}
+	}
+	fams := []v1.IPFamily{model.IPv4, model.IPv6}
+	snap := &snapshot{nodeName: nodeName}
+	tracker := model.NewTracker(model.TrackerOptions{
+		Hostname: nodeName,
+		Families: fams,
+		OnInvalid: func(e *model.InvalidError) {
+			snap.skipped = append(snap.skipped, view.SkippedEntry{Object: e.Kind + " " + e.Object, Reason: e.Field + ": " + e.Reason})
+		},
+	})
+	objs.Feed(tracker)
+	for _, s := range objs.Services {
+		if why := model.SkipService(s); why != "" {
+			snap.skipped = append(snap.skipped, view.SkippedEntry{Object: "Service " + s.Namespace + "/" + s.Name, Reason: why})
+		}
+	}
+	u := tracker.Take()
+	for _, f := range fams {
+		st := model.NewState(f)
+		st.Apply(u.Families[f])
+		snap.states = append(snap.states, st)
+	}
+	snap.node = tracker.Node()
+	if snap.node == nil {
+		fmt.Fprintf(errOut, "warning: node %q is not in the snapshot: no zone, pod CIDRs or addresses known\n", nodeName)
+	}
+	return snap, nil
+}
+
 // renderNFTables prints the transactions a fresh node would get at its
 // first (full) sync, one per family, in 'nft -f' syntax.
 func renderNFTables(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
@@ -169,7 +188,7 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 		cfg := opts.RenderConfig(node, nil)
 		in := &nftables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
-		fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
+		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
 		for _, c := range plan.Conflicts {
 			fmt.Fprintf(out, "# conflict: %s\n", c)
 		}

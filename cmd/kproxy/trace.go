@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/execer"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/trace"
+)
+
+type traceFlags struct {
+	file, rules     string
+	live            bool
+	src, dst, proto string
+	iif             string
+	local           []string
+}
+
+func newTraceCommand() *cobra.Command {
+	o := config.NewOptions()
+	var tf traceFlags
+	cmd := &cobra.Command{
+		Use:   "trace --dst IP:PORT [--src IP] [--proto tcp|udp|sctp] [--iif IFACE]",
+		Short: "Show where a packet goes through kproxy's nftables rules",
+		Long: `trace walks one new connection through kproxy's nftables rules and prints
+every chain and rule it meets and where it ends: which endpoint it is DNATed
+to (every possible one, with its probability), whether it is masqueraded,
+dropped or rejected.
+
+The rules come from one of:
+  --live         this node's kernel ('nft list table ip|ip6 kube-proxy'; root)
+  --rules FILE   a saved 'nft list ruleset' or 'kproxy render' output
+  -f FILE        a cluster snapshot, rendered as 'kproxy render --proxy-mode
+                 nftables' would (the built-in example when none of these is
+                 given); takes render's flags (--hostname-override, ...)
+
+--iif names the interface the packet arrives on (a pod's veth, the node's
+uplink); without it the packet is sent by the node itself.`,
+		Example: `  kproxy trace --dst 198.19.0.10:80                          # the example, from node-a itself
+  kproxy trace --src 203.0.113.9 --iif eth0 --dst 198.19.200.1:443
+  sudo kproxy trace --live --src 10.0.1.5 --iif veth1 --dst 10.96.0.10:53 --proto udp`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := completeOptions(cmd, o); err != nil {
+				return err
+			}
+			return runTrace(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, tf)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	fs := cmd.Flags()
+	o.AddFlags(fs)
+	config.AddKlogFlags(fs)
+	fs.StringVarP(&tf.file, "filename", "f", "", "Cluster snapshot to render rules from (default: the built-in example).")
+	fs.StringVar(&tf.rules, "rules", "", "File with nftables rules ('nft list ruleset' or 'kproxy render --proxy-mode nftables' output).")
+	fs.BoolVar(&tf.live, "live", false, "Read the rules of this node's kernel (needs root and nft).")
+	fs.StringVar(&tf.src, "src", "", "Source address (default: the node's own address, or an outside address with --iif).")
+	fs.StringVar(&tf.dst, "dst", "", "Destination IP:PORT (required).")
+	fs.StringVar(&tf.proto, "proto", "tcp", "Protocol: tcp, udp or sctp.")
+	fs.StringVar(&tf.iif, "iif", "", "Interface the packet arrives on; empty: sent by the node itself.")
+	fs.StringSliceVar(&tf.local, "local-address", nil, "The node's own addresses (for 'fib ... type local'); default: from the snapshot's Node, or this host's with --live.")
+	return cmd
+}
+
+func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf traceFlags) error {
+	dst, err := netip.ParseAddrPort(tf.dst)
+	if err != nil {
+		return usageError{fmt.Errorf("--dst: want IP:PORT: %w", err)}
+	}
+	proto := v1.Protocol(strings.ToUpper(tf.proto))
+	if proto != model.TCP && proto != model.UDP && proto != model.SCTP {
+		return usageError{fmt.Errorf("--proto: %q is not tcp, udp or sctp", tf.proto)}
+	}
+	var local []netip.Addr
+	for _, s := range tf.local {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return usageError{fmt.Errorf("--local-address: %w", err)}
+		}
+		local = append(local, a)
+	}
+
+	var text string
+	switch {
+	case tf.live:
+		for _, fam := range []string{"ip", "ip6"} {
+			out, err := execer.OS{}.Run(ctx, []string{"nft", "list", "table", fam, nftables.DefaultTableName}, "")
+			if err != nil {
+				return fmt.Errorf("reading the live rules: %w", err)
+			}
+			text += out
+		}
+		if len(local) == 0 {
+			if local, err = localAddrs(); err != nil {
+				return err
+			}
+		}
+	case tf.rules != "":
+		b, err := readFile(tf.rules)
+		if err != nil {
+			return err
+		}
+		text = b
+	default:
+		snap, err := loadSnapshot(errOut, o, tf.file)
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		for _, st := range snap.states {
+			opts := nftablesOptions(o.Config, st.Family)
+			cfg := opts.RenderConfig(snap.node, nil)
+			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
+		}
+		text = b.String()
+		if len(local) == 0 && snap.node != nil {
+			local = snap.node.Addresses
+		}
+	}
+	rs, err := trace.ParseNFT(text)
+	if err != nil {
+		return fmt.Errorf("parsing the rules: %w", err)
+	}
+
+	src, err := traceSource(tf, dst.Addr(), local)
+	if err != nil {
+		return err
+	}
+	p := trace.Packet{Src: src.Addr(), Dst: dst.Addr(), Proto: proto, SrcPort: src.Port(), DstPort: dst.Port(), IIF: tf.iif}
+	res, err := rs.Trace(p, trace.Host{LocalAddrs: local})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, res.String())
+	return err
+}
+
+// traceSource picks the packet's source: --src (IP or IP:PORT), else the
+// node's own address of the destination's family, else a documentation
+// address standing for "somewhere outside".
+func traceSource(tf traceFlags, dst netip.Addr, local []netip.Addr) (netip.AddrPort, error) {
+	const port = 40000
+	if tf.src != "" {
+		if ap, err := netip.ParseAddrPort(tf.src); err == nil {
+			return ap, nil
+		}
+		a, err := netip.ParseAddr(tf.src)
+		if err != nil {
+			return netip.AddrPort{}, usageError{fmt.Errorf("--src: want IP or IP:PORT: %w", err)}
+		}
+		return netip.AddrPortFrom(a, port), nil
+	}
+	if tf.iif == "" {
+		for _, a := range local {
+			if a.Is4() == dst.Is4() && !a.IsLoopback() {
+				return netip.AddrPortFrom(a, port), nil
+			}
+		}
+	}
+	if dst.Is4() {
+		return netip.AddrPortFrom(netip.MustParseAddr("203.0.113.9"), port), nil
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr("2001:db8::9"), port), nil
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return string(b), nil
+}
