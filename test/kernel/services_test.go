@@ -5,6 +5,7 @@ package kernel
 // and pods are the example's (see cluster_test.go for the address plan).
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +160,27 @@ func TestHairpin(t *testing.T) {
 				t.Fatalf("40 requests never reached %s itself", tc.pod)
 			}
 		})
+	}
+}
+
+// TestTraceLive: `kproxy trace --live` on a node reads the rules kproxy
+// programmed there and tells where a packet goes, as real traffic does.
+func TestTraceLive(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, clusterOptions{})
+	node := c.Node(t, nodeA)
+	out, err := node.Exec(30*time.Second, kproxyBin, "trace", "--live",
+		"--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.10:80")
+	if err != nil {
+		t.Fatalf("kproxy trace --live: %v\n%s", err, out)
+	}
+	for _, want := range []string{"dnat to 198.18.129.10:8080", "dnat to 198.18.130.10:8080", "masquerade"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = node.Exec(30*time.Second, kproxyBin, "trace", "--live", "--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.20:80")
+	if err != nil || !strings.Contains(out, "reject") {
+		t.Errorf("no-endpoints service: want a reject: %v\n%s", err, out)
 	}
 }
