@@ -540,12 +540,13 @@ func (r *renderer) renderFull() {
 			r.markStale(s, true)
 		}
 	}
+	existingSets := sets.New(r.in.ExistingSets...)
 	for name, st := range r.last.stale {
 		if active.Has(name) {
 			r.plan.stale[name] = nil
 		} else if _, marked := r.plan.stale[name]; !marked {
 			// Known stale from before but not listed: already gone.
-			if !slices.Contains(r.in.ExistingChains, name) && !slices.Contains(r.in.ExistingSets, name) {
+			if !r.existing.Has(name) && !existingSets.Has(name) {
 				r.plan.stale[name] = nil
 			} else {
 				s := st
@@ -657,7 +658,8 @@ func (r *renderer) renderPartialCleanup() {
 	}
 }
 
-// markStale flushes a per-service object now and schedules its deletion.
+// markStale records a per-service object no longer used, for deletion by
+// a clean-up transaction at least staleDelay later.
 func (r *renderer) markStale(name string, isSet bool) {
 	if _, already := r.last.stale[name]; already {
 		return
