@@ -53,6 +53,7 @@ const (
 
 // Standard priorities (see nft(8), "PRIORITY").
 const (
+	PriorityFilter = 0
 	PriorityDstNAT = -100
 	PrioritySrcNAT = 100
 )

@@ -208,8 +208,7 @@ func TestPacketFlowETPLocalNoLocalEndpoints(t *testing.T) {
 		// to the cluster endpoints is no longer dropped by the no-local-
 		// endpoints entry of the VIP. kproxy still checks on the output
 		// hook at dstnat-10, before nat-output has short-circuited it.
-		{name: "LB VIP from this node", src: thisNode, dst: "198.19.200.3:80", output: ep, masq: true,
-			knownDiff: "filter-output runs the no-endpoint checks before DNAT (upstream moved them after DNAT in #132456)"},
+		{name: "LB VIP from this node", src: thisNode, dst: "198.19.200.3:80", output: ep, masq: true},
 		{name: "nodePort from this node", src: thisNode, dst: "198.18.0.10:30081", output: ep, masq: true},
 		{name: "clusterIP from outside", src: outside, iif: lanIIF, dst: "198.19.0.14:80", output: ep, masq: true},
 	})

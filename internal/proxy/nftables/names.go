@@ -14,18 +14,22 @@ import (
 // moves from upstream kube-proxy to kproxy takes its table over.
 const DefaultTableName = "kube-proxy"
 
-// Fixed chains. Base chains run at upstream's priorities: the filter chains
-// at dstnat-10 so that they see the original destination before DNAT
-// rewrites it, filter-output-post-dnat at dstnat+10 to see the rewritten one.
+// Fixed chains. Base chains run at upstream's priorities since v1.34 (and
+// v1.33.5, kubernetes#132456): the firewall check at dstnat-10, before DNAT
+// rewrites the destination, because source ranges apply to the LB IP; the
+// endpoint checks (reject or drop for services without usable endpoints)
+// at filter priority 0, after DNAT, so that traffic the node short-circuits
+// to cluster endpoints (node or pod to an externalTrafficPolicy: Local
+// address without local endpoints) is not dropped.
 const (
-	chainFilterPrerouting     = "filter-prerouting"
-	chainFilterInput          = "filter-input"
-	chainFilterForward        = "filter-forward"
-	chainFilterOutput         = "filter-output"
-	chainFilterOutputPostDNAT = "filter-output-post-dnat"
-	chainNATPrerouting        = "nat-prerouting"
-	chainNATOutput            = "nat-output"
-	chainNATPostrouting       = "nat-postrouting"
+	chainFilterPreroutingPreDNAT = "filter-prerouting-pre-dnat"
+	chainFilterOutputPreDNAT     = "filter-output-pre-dnat"
+	chainFilterInput             = "filter-input"
+	chainFilterForward           = "filter-forward"
+	chainFilterOutput            = "filter-output"
+	chainNATPrerouting           = "nat-prerouting"
+	chainNATOutput               = "nat-output"
+	chainNATPostrouting          = "nat-postrouting"
 
 	chainServices               = "services"
 	chainMasquerading           = "masquerading"
@@ -139,11 +143,11 @@ type baseChain struct {
 }
 
 var baseChains = []baseChain{
-	{chainFilterPrerouting, nft.TypeFilter, nft.HookPrerouting, nft.PriorityDstNAT - 10},
-	{chainFilterInput, nft.TypeFilter, nft.HookInput, nft.PriorityDstNAT - 10},
-	{chainFilterForward, nft.TypeFilter, nft.HookForward, nft.PriorityDstNAT - 10},
-	{chainFilterOutput, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT - 10},
-	{chainFilterOutputPostDNAT, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT + 10},
+	{chainFilterPreroutingPreDNAT, nft.TypeFilter, nft.HookPrerouting, nft.PriorityDstNAT - 10},
+	{chainFilterOutputPreDNAT, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT - 10},
+	{chainFilterForward, nft.TypeFilter, nft.HookForward, nft.PriorityFilter},
+	{chainFilterInput, nft.TypeFilter, nft.HookInput, nft.PriorityFilter},
+	{chainFilterOutput, nft.TypeFilter, nft.HookOutput, nft.PriorityFilter},
 	{chainNATPrerouting, nft.TypeNAT, nft.HookPrerouting, nft.PriorityDstNAT},
 	{chainNATOutput, nft.TypeNAT, nft.HookOutput, nft.PriorityDstNAT},
 	{chainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT},

@@ -414,7 +414,8 @@ func (r *renderer) nodePortMatch() []nft.Stmt {
 func (r *renderer) fixedRules() map[string][]*nft.Rule {
 	mask := r.cfg.markMask()
 	rules := map[string][]*nft.Rule{
-		chainFilterPrerouting: {r.rule(chainFilterPrerouting, ctNew, jump(chainFirewallCheck))},
+		chainFilterPreroutingPreDNAT: {r.rule(chainFilterPreroutingPreDNAT, ctNew, jump(chainFirewallCheck))},
+		chainFilterOutputPreDNAT:     {r.rule(chainFilterOutputPreDNAT, ctNew, jump(chainFirewallCheck))},
 		chainFilterInput: {
 			r.rule(chainFilterInput, ctNew, jump(chainNodePortEndpointsCheck)),
 			r.rule(chainFilterInput, ctNew, jump(chainServiceEndpointsCheck)),
@@ -425,12 +426,11 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 		},
 		chainFilterOutput: {
 			r.rule(chainFilterOutput, ctNew, jump(chainServiceEndpointsCheck)),
-			r.rule(chainFilterOutput, ctNew, jump(chainFirewallCheck)),
+			r.rule(chainFilterOutput, ctNew, jump(chainClusterIPsCheck)),
 		},
-		chainFilterOutputPostDNAT: {r.rule(chainFilterOutputPostDNAT, ctNew, jump(chainClusterIPsCheck))},
-		chainNATPrerouting:        {r.rule(chainNATPrerouting, jump(chainServices))},
-		chainNATOutput:            {r.rule(chainNATOutput, jump(chainServices))},
-		chainNATPostrouting:       {r.rule(chainNATPostrouting, jump(chainMasquerading))},
+		chainNATPrerouting:  {r.rule(chainNATPrerouting, jump(chainServices))},
+		chainNATOutput:      {r.rule(chainNATOutput, jump(chainServices))},
+		chainNATPostrouting: {r.rule(chainNATPostrouting, jump(chainMasquerading))},
 		chainMasquerading: {
 			// Hairpin traffic first: mark it like any other traffic to
 			// masquerade (see setHairpin).
