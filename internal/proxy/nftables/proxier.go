@@ -92,6 +92,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	plan.Commit(p.applied)
 	p.wroteTable = true
 	p.clearConntrack(plan)
+	if in.Full {
+		p.reconcileConntrack(req.State)
+	}
 	if plan.Cleanup != nil {
 		if err := p.nft.Apply(ctx, plan.Cleanup); err != nil {
 			// Stale objects stay stale; the next full sync tries again.
