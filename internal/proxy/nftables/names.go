@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
 )
@@ -93,12 +95,30 @@ func isOurs(name string) bool {
 // truncation and regardless of characters that names cannot carry.
 func hashOf(s string) string {
 	sum := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+	// Eight base32 characters are exactly the first five bytes (base32
+	// encodes 5-byte groups on their own), so only those are encoded.
+	var out [8]byte
+	base32.StdEncoding.Encode(out[:], sum[:5])
+	return string(out[:])
+}
+
+// lowerProto is strings.ToLower of a protocol without an allocation for
+// the three that exist.
+func lowerProto(p v1.Protocol) string {
+	switch p {
+	case v1.ProtocolTCP:
+		return "tcp"
+	case v1.ProtocolUDP:
+		return "udp"
+	case v1.ProtocolSCTP:
+		return "sctp"
+	}
+	return strings.ToLower(string(p))
 }
 
 // portBase is "ns/name/proto/port", as upstream writes it in chain names.
 func portBase(n model.ServicePortName) string {
-	return n.Namespace + "/" + n.Name + "/" + strings.ToLower(string(n.Protocol)) + "/" + n.Port
+	return n.Namespace + "/" + n.Name + "/" + lowerProto(n.Protocol) + "/" + n.Port
 }
 
 func limit(s string) string {
@@ -109,8 +129,20 @@ func limit(s string) string {
 }
 
 func serviceChainName(prefix string, n model.ServicePortName) string {
+	return newPortNames(n).chain(prefix)
+}
+
+// portNames holds what every per-service chain name of one service port
+// shares, so that the hash is computed once for its (up to four) chains.
+type portNames struct{ base, hash string }
+
+func newPortNames(n model.ServicePortName) portNames {
 	base := portBase(n)
-	return limit(prefix + hashOf(base) + "-" + base)
+	return portNames{base: base, hash: hashOf(base)}
+}
+
+func (p portNames) chain(prefix string) string {
+	return limit(prefix + p.hash + "-" + p.base)
 }
 
 // endpointBase is "ns/name/proto/port__IP/PORT"; nft names cannot carry ':'

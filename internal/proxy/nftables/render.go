@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -842,26 +843,62 @@ func (r *renderer) flushElements() {
 	}
 }
 
+// keyString is the element key as the text form writes it (nft.Value's
+// String joined with " . "): the bookkeeping's map key and sort order.
+// It is built in one buffer; appendValue must stay in step with
+// nft.Value.String.
 func keyString(vals []nft.Value) string {
-	parts := make([]string, len(vals))
+	var buf [96]byte
+	b := buf[:0]
 	for i, v := range vals {
-		parts[i] = v.String()
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		b = appendValue(b, v)
 	}
-	return strings.Join(parts, " . ")
+	return string(b)
+}
+
+func appendValue(b []byte, v nft.Value) []byte {
+	switch {
+	case v.Addr.IsValid():
+		return v.Addr.AppendTo(b)
+	case v.Prefix.IsValid():
+		if v.Prefix.IsSingleIP() {
+			return v.Prefix.Addr().AppendTo(b)
+		}
+		return v.Prefix.AppendTo(b)
+	case v.Proto != "":
+		return append(b, lowerProto(v.Proto)...)
+	default:
+		return strconv.AppendInt(b, int64(v.Port), 10)
+	}
 }
 
 // serviceRender collects one service port's desired objects.
 type serviceRender struct {
-	name   model.ServicePortName
-	elems  []*ownedElem
-	chains map[string][]*nft.Rule
-	order  []string
-	sets   []*nft.Set
+	name model.ServicePortName
+	// comment is name.String(), the comment of every element.
+	comment string
+	elems   []*ownedElem
+	chains  map[string][]*nft.Rule
+	order   []string
+	sets    []*nft.Set
+}
+
+// ownedElement is an ownedElem and its element in one allocation.
+type ownedElement struct {
+	ownedElem
+	e nft.Element
 }
 
 func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value) {
-	e := &nft.Element{Set: set, Key: key, Verdict: verdict, Comment: s.name.String()}
-	s.elems = append(s.elems, &ownedElem{owner: s.name, key: elemKey{set, keyString(key)}, elem: e})
+	o := &ownedElement{
+		ownedElem: ownedElem{owner: s.name, key: elemKey{set, keyString(key)}},
+		e:         nft.Element{Set: set, Key: key, Verdict: verdict, Comment: s.comment},
+	}
+	o.elem = &o.e
+	s.elems = append(s.elems, &o.ownedElem)
 }
 
 func (s *serviceRender) chain(name string) {
@@ -1029,16 +1066,17 @@ func (r *renderer) isStale(name string) bool {
 // upstream's nftables proxier so that behaviour matches it exactly.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
-	s := &serviceRender{name: n, chains: map[string][]*nft.Rule{}}
+	s := &serviceRender{name: n, comment: n.String(), chains: map[string][]*nft.Rule{}}
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
 	svcPort := nft.Value{Port: port}
 
-	clusterChain := serviceChainName(prefixServiceChain, n)
-	localChain := serviceChainName(prefixLocalChain, n)
-	externalChain := serviceChainName(prefixExternalChain, n)
-	firewallChain := serviceChainName(prefixFirewallChain, n)
+	names := newPortNames(n)
+	clusterChain := names.chain(prefixServiceChain)
+	localChain := names.chain(prefixLocalChain)
+	externalChain := names.chain(prefixExternalChain)
+	firewallChain := names.chain(prefixFirewallChain)
 
 	hasEndpoints := sel.HasAny
 	usesCluster := len(sel.Cluster) > 0 && sp.UsesClusterEndpoints()
@@ -1056,8 +1094,11 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	}
 	usesExternalChain := hasEndpoints && sp.ExternallyAccessible()
 
+	// Verdicts are shared by the elements of this service port: nothing
+	// changes an element's verdict once rendered.
 	rejectV := &nft.Verdict{Kind: nft.Goto, Chain: chainReject}
 	dropV := &nft.Verdict{Kind: nft.Drop}
+	toExternal := &nft.Verdict{Kind: nft.Goto, Chain: externalChain}
 	var internalFilter, externalFilter *nft.Verdict
 	if !hasEndpoints {
 		internalFilter, externalFilter = rejectV, rejectV
@@ -1089,7 +1130,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	}
 	for _, ip := range sp.ExternalIPs {
 		if hasEndpoints {
-			s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, nft.Value{Addr: ip}, ipProto, svcPort)
+			s.elem(mapServiceIPs, toExternal, nft.Value{Addr: ip}, ipProto, svcPort)
 		}
 		if !hasExternal {
 			s.elem(mapNoEndpointServices, externalFilter, nft.Value{Addr: ip}, ipProto, svcPort)
@@ -1120,7 +1161,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	}
 	for _, ip := range vips {
 		if hasEndpoints {
-			s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, nft.Value{Addr: ip}, ipProto, svcPort)
+			s.elem(mapServiceIPs, toExternal, nft.Value{Addr: ip}, ipProto, svcPort)
 		}
 		if usesFirewall {
 			s.elem(mapFirewallIPs, &nft.Verdict{Kind: nft.Goto, Chain: firewallChain}, nft.Value{Addr: ip}, ipProto, svcPort)
@@ -1133,7 +1174,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 		np := nft.Value{Port: uint16(sp.NodePort)}
 		if hasEndpoints {
 			// NodePorts are not subject to loadBalancerSourceRanges.
-			s.elem(mapServiceNodePorts, &nft.Verdict{Kind: nft.Goto, Chain: externalChain}, ipProto, np)
+			s.elem(mapServiceNodePorts, toExternal, ipProto, np)
 		}
 		if !hasExternal {
 			s.elem(mapNoEndpointNodePorts, externalFilter, ipProto, np)
@@ -1169,21 +1210,28 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 			s.rule(externalChain, "", gotoC(externalPolicyChain))
 		}
 	}
+	// affinity names each reachable endpoint's affinity set (Cluster and
+	// Local are subsets of AllReachable), hashed once per endpoint.
+	var affinity map[*model.Endpoint]string
 	if sp.SessionAffinity() {
+		affinity = make(map[*model.Endpoint]string, len(sel.AllReachable))
+		key := []nft.DataType{r.addrType()}
 		for _, e := range sel.AllReachable {
+			name := affinitySetName(n, e, sp.StickyMaxAgeSeconds)
+			affinity[e] = name
 			s.sets = append(s.sets, &nft.Set{
-				Name:    affinitySetName(n, e, sp.StickyMaxAgeSeconds),
-				Key:     []nft.DataType{r.addrType()},
+				Name:    name,
+				Key:     key,
 				Dynamic: true,
 				Timeout: time.Duration(sp.StickyMaxAgeSeconds) * time.Second,
 			})
 		}
 	}
 	if usesCluster {
-		r.endpointDispatch(s, sp, clusterChain, sel.Cluster)
+		r.endpointDispatch(s, sp, clusterChain, sel.Cluster, affinity)
 	}
 	if usesLocal {
-		r.endpointDispatch(s, sp, localChain, sel.Local)
+		r.endpointDispatch(s, sp, localChain, sel.Local, affinity)
 	}
 	// Hairpin: a pod reaching itself through its service must be
 	// masqueraded or it would answer itself directly. After DNAT such a
@@ -1201,16 +1249,22 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 // jump or a NAT rule, so ten chains per service made partial syncs cost
 // the size of the cluster ~3x over; the hairpin check moved to postrouting
 // (see setHairpin) and the affinity update into the DNAT rule.
-func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint) {
-	dnat := func(e *model.Endpoint, match ...nft.Stmt) []nft.Stmt {
-		if sp.SessionAffinity() {
-			match = append(match, nft.UpdateSaddr{Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)})
+func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint, affinity map[*model.Endpoint]string) {
+	// dnat ends a rule: each rule's statements get one slice of the exact
+	// size (match, affinity update, DNAT).
+	dnat := func(e *model.Endpoint, match nft.Stmt) []nft.Stmt {
+		stmts := make([]nft.Stmt, 0, 3)
+		if match != nil {
+			stmts = append(stmts, match)
 		}
-		return append(match, nft.DNAT{Proto: sp.Protocol, To: e.AddrPort()})
+		if sp.SessionAffinity() {
+			stmts = append(stmts, nft.UpdateSaddr{Set: affinity[e]})
+		}
+		return append(stmts, nft.DNAT{Proto: sp.Protocol, To: e.AddrPort()})
 	}
 	if sp.SessionAffinity() {
 		for _, e := range eps {
-			s.rule(chain, "", dnat(e, nft.MatchAddr{Source: true, Set: affinitySetName(sp.Name, e, sp.StickyMaxAgeSeconds)})...)
+			s.rule(chain, "", dnat(e, nft.MatchAddr{Source: true, Set: affinity[e]})...)
 		}
 	}
 	// One rule per endpoint, each taking 1/(remaining) of what reaches it:
@@ -1220,7 +1274,7 @@ func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, cha
 	n := len(eps)
 	for i, e := range eps {
 		if i == n-1 {
-			s.rule(chain, "", dnat(e)...)
+			s.rule(chain, "", dnat(e, nil)...)
 			continue
 		}
 		s.rule(chain, "", dnat(e, nft.MatchNumgen{Mod: uint32(n - i), Value: 0})...)
