@@ -129,8 +129,8 @@ type svcApplied struct {
 	sp    *model.ServicePort
 	elems []*ownedElem
 	// chains are the service port's chains; all are rewritten when the
-	// service port changes (there are one to four).
-	chains sets.Set[string]
+	// service port changes (there are one to four, so a slice).
+	chains []string
 	sets   []string
 	// Reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
@@ -357,12 +357,38 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 	}
 	r.plan.Tx = r.tx
 	if in.Full {
+		// A full sync writes every service port: size the transaction
+		// and the per-service map once instead of growing them through
+		// dozens of copies (a 50k-service transaction has ~700k ops).
+		r.tx.Ops = make([]nft.Op, 0, fullSyncOpsEstimate(in.State))
+		r.plan.services = make(map[model.ServicePortName]*svcApplied, len(in.State.Services))
 		r.renderFull()
 	} else {
 		r.renderPartial()
 	}
 	r.renderStale()
 	return r.plan
+}
+
+// fullSyncOpsEstimate guesses the operations of a full sync: per service
+// port its chain, one rule and about one element per endpoint, and a few
+// more chains, rules and elements (cluster IP, service map, policy
+// chains). Endpoints shared between services share hairpin elements, so
+// this errs on the high side; flushElements grows the slice if not.
+func fullSyncOpsEstimate(st *model.State) int {
+	n := 64 // table, fixed sets and chains and their rules
+	for name := range st.Services {
+		n += 6 + 2*len(st.Endpoints[name])
+	}
+	return n
+}
+
+// addRules appends "add rule" operations; the same as tx.Add(rules...)
+// without boxing every rule into a []any first.
+func addRules(tx *nft.Transaction, rules []*nft.Rule) {
+	for _, rule := range rules {
+		tx.Ops = append(tx.Ops, nft.Op{Kind: nft.OpAdd, Rule: rule})
+	}
 }
 
 func (r *renderer) addrType() nft.DataType { return nft.AddrType(r.cfg.family()) }
@@ -498,10 +524,10 @@ func (r *renderer) renderFull() {
 	// Rules after all chains exist: the kernel refuses a jump to a chain
 	// that is not there yet.
 	for _, name := range fixedChainOrder {
-		tx.Add(toAny(fixed[name])...)
+		addRules(tx, fixed[name])
 	}
 	for _, b := range baseChains {
-		tx.Add(toAny(fixed[b.name])...)
+		addRules(tx, fixed[b.name])
 	}
 	for _, ip := range r.cfg.NodePortIPs {
 		tx.Add(&nft.Element{Set: setNodePortIPs, Key: []nft.Value{{Addr: ip}}})
@@ -521,12 +547,10 @@ func (r *renderer) renderFull() {
 		old := r.last.services[n]
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
 	}
-	active := sets.New[string]()
+	active := make(sets.Set[string], len(names))
 	for _, n := range names {
 		s := r.renderService(n, nil)
-		for c := range s.chains {
-			active.Insert(c)
-		}
+		active.Insert(s.chains...)
 		active.Insert(s.sets...)
 	}
 	// Anything of ours in the kernel that no service uses any more (left by
@@ -589,14 +613,6 @@ func (r *renderer) takeOver() {
 	}
 }
 
-func toAny[T any](xs []*T) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
-}
-
 func (r *renderer) renderPartial() {
 	names := r.in.Changed.UnsortedList()
 	slices.SortFunc(names, model.ServicePortName.Compare)
@@ -633,11 +649,11 @@ func (r *renderer) renderPartialCleanup() {
 		if ok && applied != nil {
 			sel := model.SelectEndpoints(sp, r.in.State.Endpoints[n], r.in.NodeName, r.in.Zone)
 			s := r.describe(sp, sel)
-			for _, c := range s.order {
-				ch := &nft.Chain{Name: c}
+			for _, c := range s.chains {
+				ch := &nft.Chain{Name: c.name}
 				tx.Add(ch)
 				tx.Flush(ch)
-				tx.Add(toAny(s.chains[c])...)
+				addRules(tx, c.rules)
 			}
 		}
 		r.plan.rewritten = append(r.plan.rewritten, n)
@@ -721,7 +737,7 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 	for _, e := range old.elems {
 		r.releaseElem(e)
 	}
-	for c := range old.chains {
+	for _, c := range old.chains {
 		r.markStale(c, false)
 	}
 	for _, s := range old.sets {
@@ -744,6 +760,11 @@ func (r *renderer) ownersOf(k elemKey) []*ownedElem {
 }
 
 func (r *renderer) noteBefore(k elemKey) {
+	if r.in.Full {
+		// A full sync flushed every set: nothing is there before it, and
+		// the keys it touches are those of plan.owners (flushElements).
+		return
+	}
 	if _, ok := r.before[k]; ok {
 		return
 	}
@@ -771,7 +792,11 @@ func (r *renderer) releaseElem(e *ownedElem) {
 // owner never hands the key to another service.
 func (r *renderer) claimElem(e *ownedElem) {
 	r.noteBefore(e.key)
-	owners := slices.Clone(r.ownersOf(e.key))
+	// A list this plan made is its own to change; one from Applied is not.
+	owners, mine := r.plan.owners[e.key]
+	if !mine {
+		owners = slices.Clone(r.ownersOf(e.key))
+	}
 	if i := slices.IndexFunc(owners, func(o *ownedElem) bool { return o.owner == e.owner }); i >= 0 {
 		owners[i] = e
 		r.plan.owners[e.key] = owners
@@ -790,9 +815,19 @@ func (r *renderer) claimElem(e *ownedElem) {
 // flushElements emits, for every element key touched, the difference
 // between what the kernel held and what the first owner now wants.
 func (r *renderer) flushElements() {
-	keys := make([]elemKey, 0, len(r.before))
-	for k := range r.before {
-		keys = append(keys, k)
+	touched := len(r.before)
+	if r.in.Full {
+		touched = len(r.plan.owners)
+	}
+	keys := make([]elemKey, 0, touched)
+	if r.in.Full {
+		for k := range r.plan.owners {
+			keys = append(keys, k)
+		}
+	} else {
+		for k := range r.before {
+			keys = append(keys, k)
+		}
 	}
 	slices.SortFunc(keys, func(a, b elemKey) int {
 		if c := strings.Compare(a.set, b.set); c != 0 {
@@ -803,6 +838,9 @@ func (r *renderer) flushElements() {
 	// Deletes first, then adds: a key whose value changes is deleted and
 	// re-added in the same transaction.
 	var adds []*nft.Element
+	if r.in.Full {
+		adds = make([]*nft.Element, 0, len(keys))
+	}
 	for _, k := range keys {
 		before := r.before[k]
 		var after *ownedElem
@@ -838,8 +876,9 @@ func (r *renderer) flushElements() {
 			// Same value, other owner: nothing the kernel cares about.
 		}
 	}
+	r.tx.Ops = slices.Grow(r.tx.Ops, len(adds))
 	for _, e := range adds {
-		r.tx.Add(e)
+		r.tx.Ops = append(r.tx.Ops, nft.Op{Kind: nft.OpAdd, Element: e})
 	}
 }
 
@@ -881,9 +920,14 @@ type serviceRender struct {
 	// comment is name.String(), the comment of every element.
 	comment string
 	elems   []*ownedElem
-	chains  map[string][]*nft.Rule
-	order   []string
-	sets    []*nft.Set
+	// chains in the order they are created (one to four of them).
+	chains []chainRules
+	sets   []*nft.Set
+}
+
+type chainRules struct {
+	name  string
+	rules []*nft.Rule
 }
 
 // ownedElement is an ownedElem and its element in one allocation.
@@ -901,16 +945,20 @@ func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value)
 	s.elems = append(s.elems, &o.ownedElem)
 }
 
-func (s *serviceRender) chain(name string) {
-	if _, ok := s.chains[name]; !ok {
-		s.chains[name] = nil
-		s.order = append(s.order, name)
+// chain returns the index of a chain in s.chains, adding it if new.
+func (s *serviceRender) chain(name string) int {
+	for i := range s.chains {
+		if s.chains[i].name == name {
+			return i
+		}
 	}
+	s.chains = append(s.chains, chainRules{name: name})
+	return len(s.chains) - 1
 }
 
 func (s *serviceRender) rule(chain string, comment string, stmts ...nft.Stmt) {
-	s.chain(chain)
-	s.chains[chain] = append(s.chains[chain], &nft.Rule{Chain: chain, Stmts: stmts, Comment: comment})
+	c := &s.chains[s.chain(chain)]
+	c.rules = append(c.rules, &nft.Rule{Chain: chain, Stmts: stmts, Comment: comment})
 }
 
 // renderService renders one service port and emits what differs from old
@@ -921,7 +969,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
 	s := r.describe(sp, sel)
 
-	applied := &svcApplied{sp: sp, chains: sets.New[string](), elems: s.elems, reachable: sel.AllReachable}
+	applied := &svcApplied{sp: sp, chains: make([]string, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable}
 	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
 	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
 		applied.stats.NoLocalInternal = true
@@ -946,14 +994,15 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 		rules  []*nft.Rule
 		insert bool
 	}
-	var writes []pending
-	for _, c := range s.order {
-		applied.chains.Insert(c)
+	writes := make([]pending, 0, 4) // on the stack: one to four chains
+	for _, cr := range s.chains {
+		c := cr.name
+		applied.chains = append(applied.chains, c)
 		stale := r.isStale(c)
 		if stale {
 			r.plan.stale[c] = nil
 		}
-		existed := old != nil && old.chains.Has(c)
+		existed := old != nil && slices.Contains(old.chains, c)
 		ch := &nft.Chain{Name: c}
 		switch {
 		case r.in.Full:
@@ -961,7 +1010,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			if r.existing.Has(c) {
 				r.tx.Flush(ch)
 			}
-			writes = append(writes, pending{c, s.chains[c], false})
+			writes = append(writes, pending{c, cr.rules, false})
 		case existed || stale:
 			// A live chain is rewritten without deleting anything: every
 			// transaction that deletes a rule, element or chain waits for
@@ -969,16 +1018,16 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			// rules go to the head of the chain, ending in "return" (the
 			// same as falling off a chain reached by goto), and shadow the
 			// old ones until the next full sync flushes them.
-			writes = append(writes, pending{c, s.chains[c], true})
+			writes = append(writes, pending{c, cr.rules, true})
 			r.plan.rewrite[n] = r.in.Now
 		default:
 			r.tx.Add(ch)
-			writes = append(writes, pending{c, s.chains[c], false})
+			writes = append(writes, pending{c, cr.rules, false})
 		}
 	}
 	for _, w := range writes {
 		if !w.insert {
-			r.tx.Add(toAny(w.rules)...)
+			addRules(r.tx, w.rules)
 			continue
 		}
 		r.tx.Insert(&nft.Rule{Chain: w.name, Stmts: []nft.Stmt{nft.Verdict{Kind: nft.Return}}})
@@ -987,8 +1036,8 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 		}
 	}
 	if old != nil {
-		for c := range old.chains {
-			if !applied.chains.Has(c) {
+		for _, c := range old.chains {
+			if !slices.Contains(applied.chains, c) {
 				r.markStale(c, false)
 			}
 		}
@@ -1066,7 +1115,7 @@ func (r *renderer) isStale(name string) bool {
 // upstream's nftables proxier so that behaviour matches it exactly.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
-	s := &serviceRender{name: n, comment: n.String(), chains: map[string][]*nft.Rule{}}
+	s := &serviceRender{name: n, comment: n.String()}
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
