@@ -334,6 +334,16 @@ type renderer struct {
 	before map[elemKey]*ownedElem
 	// existing chains in the kernel (full syncs only).
 	existing sets.Set[string]
+	// numgen[m] is "numgen random mod m 0", boxed once per Render rather
+	// than once per endpoint rule.
+	numgen []nft.Stmt
+}
+
+func (r *renderer) numgenStmt(mod uint32) nft.Stmt {
+	for uint32(len(r.numgen)) <= mod {
+		r.numgen = append(r.numgen, nft.MatchNumgen{Mod: uint32(len(r.numgen)), Value: 0})
+	}
+	return r.numgen[mod]
 }
 
 // Render turns a sync's input and what the kernel holds into a plan. It is
@@ -915,6 +925,12 @@ func appendValue(b []byte, v nft.Value) []byte {
 }
 
 // serviceRender collects one service port's desired objects.
+//
+// Elements, key values, rules and statements are carved out of a few
+// chunks per service port (see take) instead of being allocated one by
+// one: a full sync of 50k services has millions of them, and the
+// allocations and the GC work they cause were most of its cost. They live
+// as long as the service port's svcApplied anyway.
 type serviceRender struct {
 	name model.ServicePortName
 	// comment is name.String(), the comment of every element.
@@ -923,6 +939,58 @@ type serviceRender struct {
 	// chains in the order they are created (one to four of them).
 	chains []chainRules
 	sets   []*nft.Set
+
+	elemBuf []ownedElement
+	valBuf  []nft.Value
+	ruleBuf []nft.Rule
+	stmtBuf []nft.Stmt
+}
+
+// newServiceRender sizes the chunks for what describe writes for sp: a
+// close guess, since every item guessed but not used is memory allocated
+// for nothing; take adds a chunk when short.
+func newServiceRender(sp *model.ServicePort, sel model.Selection) *serviceRender {
+	ext := len(sp.ExternalIPs) + len(sp.LoadBalancerIngress)
+	eps := len(sel.Cluster) + len(sel.Local)
+	// Cluster IP (1 + 3 values), hairpin pairs (2 values each), up to
+	// three map elements per external address and two per NodePort.
+	elems := 2 + len(sel.AllReachable) + 3*ext
+	vals := 4 + 2*len(sel.AllReachable) + 9*ext
+	// One rule per endpoint and chain (numgen + DNAT), the masquerade
+	// rule, the external chain's and the firewall's.
+	rules := 1 + eps
+	stmts := 5 + 2*eps
+	if sp.NodePort != 0 {
+		elems, vals = elems+2, vals+4
+	}
+	if ext > 0 || sp.NodePort != 0 {
+		rules, stmts = rules+5, stmts+14
+	}
+	if sp.SessionAffinity() {
+		rules, stmts = rules+eps, stmts+4*eps
+	}
+	return &serviceRender{
+		name:    sp.Name,
+		comment: sp.Name.String(),
+		elems:   make([]*ownedElem, 0, elems),
+		elemBuf: make([]ownedElement, 0, elems),
+		valBuf:  make([]nft.Value, 0, vals),
+		ruleBuf: make([]nft.Rule, 0, rules),
+		stmtBuf: make([]nft.Stmt, 0, stmts),
+	}
+}
+
+// take hands out the next n zero items of *buf, capacity-limited so that
+// an append to them cannot reach their neighbours. When the chunk is full
+// a new one of at least chunk items starts; items already handed out
+// stay where they are.
+func take[T any](buf *[]T, n, chunk int) []T {
+	if cap(*buf)-len(*buf) < n {
+		*buf = make([]T, 0, max(n, chunk))
+	}
+	l := len(*buf)
+	*buf = (*buf)[:l+n]
+	return (*buf)[l : l+n : l+n]
 }
 
 type chainRules struct {
@@ -937,9 +1005,12 @@ type ownedElement struct {
 }
 
 func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value) {
-	o := &ownedElement{
+	k := take(&s.valBuf, len(key), 8)
+	copy(k, key)
+	o := &take(&s.elemBuf, 1, 4)[0]
+	*o = ownedElement{
 		ownedElem: ownedElem{owner: s.name, key: elemKey{set, keyString(key)}},
-		e:         nft.Element{Set: set, Key: key, Verdict: verdict, Comment: s.comment},
+		e:         nft.Element{Set: set, Key: k, Verdict: verdict, Comment: s.comment},
 	}
 	o.elem = &o.e
 	s.elems = append(s.elems, &o.ownedElem)
@@ -957,8 +1028,17 @@ func (s *serviceRender) chain(name string) int {
 }
 
 func (s *serviceRender) rule(chain string, comment string, stmts ...nft.Stmt) {
+	st := take(&s.stmtBuf, len(stmts), 16)
+	copy(st, stmts)
+	s.addRule(chain, comment, st)
+}
+
+// addRule adds a rule whose statements are already the service's own.
+func (s *serviceRender) addRule(chain string, comment string, stmts []nft.Stmt) {
+	rule := &take(&s.ruleBuf, 1, 8)[0]
+	*rule = nft.Rule{Chain: chain, Stmts: stmts, Comment: comment}
 	c := &s.chains[s.chain(chain)]
-	c.rules = append(c.rules, &nft.Rule{Chain: chain, Stmts: stmts, Comment: comment})
+	c.rules = append(c.rules, rule)
 }
 
 // renderService renders one service port and emits what differs from old
@@ -1115,7 +1195,7 @@ func (r *renderer) isStale(name string) bool {
 // upstream's nftables proxier so that behaviour matches it exactly.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
-	s := &serviceRender{name: n, comment: n.String()}
+	s := newServiceRender(sp, sel)
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
@@ -1301,19 +1381,26 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, chain string, eps []*model.Endpoint, affinity map[*model.Endpoint]string) {
 	// dnat ends a rule: each rule's statements get one slice of the exact
 	// size (match, affinity update, DNAT).
-	dnat := func(e *model.Endpoint, match nft.Stmt) []nft.Stmt {
-		stmts := make([]nft.Stmt, 0, 3)
+	dnat := func(e *model.Endpoint, match nft.Stmt) {
+		k := 1
+		if match != nil {
+			k++
+		}
+		if sp.SessionAffinity() {
+			k++
+		}
+		stmts := take(&s.stmtBuf, k, 16)[:0]
 		if match != nil {
 			stmts = append(stmts, match)
 		}
 		if sp.SessionAffinity() {
 			stmts = append(stmts, nft.UpdateSaddr{Set: affinity[e]})
 		}
-		return append(stmts, nft.DNAT{Proto: sp.Protocol, To: e.AddrPort()})
+		s.addRule(chain, "", append(stmts, nft.DNAT{Proto: sp.Protocol, To: e.AddrPort()}))
 	}
 	if sp.SessionAffinity() {
 		for _, e := range eps {
-			s.rule(chain, "", dnat(e, nft.MatchAddr{Source: true, Set: affinity[e]})...)
+			dnat(e, nft.MatchAddr{Source: true, Set: affinity[e]})
 		}
 	}
 	// One rule per endpoint, each taking 1/(remaining) of what reaches it:
@@ -1323,9 +1410,9 @@ func (r *renderer) endpointDispatch(s *serviceRender, sp *model.ServicePort, cha
 	n := len(eps)
 	for i, e := range eps {
 		if i == n-1 {
-			s.rule(chain, "", dnat(e, nil)...)
+			dnat(e, nil)
 			continue
 		}
-		s.rule(chain, "", dnat(e, nft.MatchNumgen{Mod: uint32(n - i), Value: 0})...)
+		dnat(e, r.numgenStmt(uint32(n-i)))
 	}
 }
