@@ -337,6 +337,10 @@ type renderer struct {
 	// numgen[m] is "numgen random mod m 0", boxed once per Render rather
 	// than once per endpoint rule.
 	numgen []nft.Stmt
+	// keyText and keyEnds are describe's buffers for element keys,
+	// reused from one service port to the next.
+	keyText []byte
+	keyEnds []int
 }
 
 func (r *renderer) numgenStmt(mod uint32) nft.Stmt {
@@ -801,6 +805,10 @@ func (r *renderer) releaseElem(e *ownedElem) {
 // key keeps its place in the queue, so an unrelated change of the first
 // owner never hands the key to another service.
 func (r *renderer) claimElem(e *ownedElem) {
+	if r.in.Full {
+		r.claimElemFull(e)
+		return
+	}
 	r.noteBefore(e.key)
 	// A list this plan made is its own to change; one from Applied is not.
 	owners, mine := r.plan.owners[e.key]
@@ -814,9 +822,27 @@ func (r *renderer) claimElem(e *ownedElem) {
 	}
 	owners = append(owners, e)
 	r.plan.owners[e.key] = owners
-	// Set elements may be shared (ports of a service share their cluster
-	// IP, services share endpoints in the hairpin set); a verdict map key
-	// wanted by two services is a conflict.
+	r.noteConflict(owners, e)
+}
+
+// claimElemFull is claimElem in a full sync, which renders one service
+// port after another on an empty plan: an owner already in a key's list
+// can only be the last one, and every list is the plan's own.
+func (r *renderer) claimElemFull(e *ownedElem) {
+	owners := r.plan.owners[e.key]
+	if n := len(owners); n > 0 && owners[n-1].owner == e.owner {
+		owners[n-1] = e
+		return
+	}
+	owners = append(owners, e)
+	r.plan.owners[e.key] = owners
+	r.noteConflict(owners, e)
+}
+
+// noteConflict records a verdict map key wanted by two services; set
+// elements may be shared (ports of a service share their cluster IP,
+// services share endpoints in the hairpin set).
+func (r *renderer) noteConflict(owners []*ownedElem, e *ownedElem) {
 	if len(owners) > 1 && e.elem.Verdict != nil && owners[0].owner.NamespacedName != e.owner.NamespacedName {
 		r.plan.Conflicts = append(r.plan.Conflicts, fmt.Sprintf("%s wants %s { %s } which %s already has", e.owner, e.key.set, e.key.key, owners[0].owner))
 	}
@@ -892,20 +918,17 @@ func (r *renderer) flushElements() {
 	}
 }
 
-// keyString is the element key as the text form writes it (nft.Value's
-// String joined with " . "): the bookkeeping's map key and sort order.
-// It is built in one buffer; appendValue must stay in step with
-// nft.Value.String.
-func keyString(vals []nft.Value) string {
-	var buf [96]byte
-	b := buf[:0]
+// appendKey appends the element key as the text form writes it
+// (nft.Value's String joined with " . "): the bookkeeping's map key and
+// sort order. appendValue must stay in step with nft.Value.String.
+func appendKey(b []byte, vals []nft.Value) []byte {
 	for i, v := range vals {
 		if i > 0 {
 			b = append(b, " . "...)
 		}
 		b = appendValue(b, v)
 	}
-	return string(b)
+	return b
 }
 
 func appendValue(b []byte, v nft.Value) []byte {
@@ -944,6 +967,10 @@ type serviceRender struct {
 	valBuf  []nft.Value
 	ruleBuf []nft.Rule
 	stmtBuf []nft.Stmt
+	// keyText holds the elements' key texts, keyEnds where each ends,
+	// until finishKeys (buffers lent by the renderer).
+	keyText []byte
+	keyEnds []int
 }
 
 // newServiceRender sizes the chunks for what describe writes for sp: a
@@ -1009,11 +1036,24 @@ func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value)
 	copy(k, key)
 	o := &take(&s.elemBuf, 1, 4)[0]
 	*o = ownedElement{
-		ownedElem: ownedElem{owner: s.name, key: elemKey{set, keyString(key)}},
+		ownedElem: ownedElem{owner: s.name, key: elemKey{set: set}},
 		e:         nft.Element{Set: set, Key: k, Verdict: verdict, Comment: s.comment},
 	}
 	o.elem = &o.e
 	s.elems = append(s.elems, &o.ownedElem)
+	s.keyText = appendKey(s.keyText, key)
+	s.keyEnds = append(s.keyEnds, len(s.keyText))
+}
+
+// finishKeys gives every element its key text: all of them are cut from
+// one string, one allocation per service port instead of one per element.
+func (s *serviceRender) finishKeys() {
+	text := string(s.keyText)
+	start := 0
+	for i, e := range s.elems {
+		e.key.key = text[start:s.keyEnds[i]]
+		start = s.keyEnds[i]
+	}
 }
 
 // chain returns the index of a chain in s.chains, adding it if new.
@@ -1196,6 +1236,7 @@ func (r *renderer) isStale(name string) bool {
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	n := sp.Name
 	s := newServiceRender(sp, sel)
+	s.keyText, s.keyEnds = r.keyText[:0], r.keyEnds[:0]
 	proto := sp.Protocol
 	port := uint16(sp.Port)
 	ipProto := nft.Value{Proto: proto}
@@ -1369,6 +1410,10 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	for _, e := range sel.AllReachable {
 		s.elem(setHairpin, nil, nft.Value{Addr: e.IP}, nft.Value{Addr: e.IP})
 	}
+	s.finishKeys()
+	// The buffers serve the next service port.
+	r.keyText, r.keyEnds = s.keyText, s.keyEnds
+	s.keyText, s.keyEnds = nil, nil
 	return s
 }
 
