@@ -28,7 +28,8 @@ type Selection struct {
 	// ClusterFallback / LocalFallback are true when no ready endpoint
 	// existed and serving+terminating ones were used instead.
 	ClusterFallback, LocalFallback bool
-	// Excluded says why each endpoint that is in neither list was left out.
+	// Excluded says why each endpoint that is in neither list was left
+	// out; nil when none was.
 	Excluded map[*Endpoint]string
 }
 
@@ -90,8 +91,19 @@ func SelectEndpoints(sp *ServicePort, eps []*Endpoint, nodeName, zone string) Se
 	return sel
 }
 
+// filter returns the endpoints keep accepts, in order (nil when none),
+// counted first so that the result is allocated once.
 func filter(eps []*Endpoint, keep func(*Endpoint) bool) []*Endpoint {
-	var out []*Endpoint
+	n := 0
+	for _, e := range eps {
+		if keep(e) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]*Endpoint, 0, n)
 	for _, e := range eps {
 		if keep(e) {
 			out = append(out, e)
@@ -149,10 +161,26 @@ func availableForTopology(e *Endpoint, mode, nodeName, zone string) bool {
 	return true
 }
 
+// excluded explains the endpoints in neither sel.Cluster nor sel.Local;
+// nil when there are none (the usual case, so no map is made for it).
+// Both lists are filters of eps, in eps's order: one walk finds what they
+// left out.
 func excluded(eps []*Endpoint, sel Selection, nodeName, zone string) map[*Endpoint]string {
-	out := map[*Endpoint]string{}
+	if len(sel.Cluster) == len(eps) || len(sel.Local) == len(eps) {
+		return nil
+	}
+	var out map[*Endpoint]string
+	c, l := 0, 0
 	for _, e := range eps {
-		if slices.Contains(sel.Cluster, e) || slices.Contains(sel.Local, e) {
+		inCluster := c < len(sel.Cluster) && sel.Cluster[c] == e
+		if inCluster {
+			c++
+		}
+		inLocal := l < len(sel.Local) && sel.Local[l] == e
+		if inLocal {
+			l++
+		}
+		if inCluster || inLocal {
 			continue
 		}
 		var why string
@@ -171,6 +199,9 @@ func excluded(eps []*Endpoint, sel Selection, nodeName, zone string) map[*Endpoi
 			why = "terminating; ready local endpoints exist"
 		default:
 			why = "not used"
+		}
+		if out == nil {
+			out = map[*Endpoint]string{}
 		}
 		out[e] = why
 	}
