@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // This file prints transactions in the syntax `nft -f` reads. The same text
@@ -14,6 +16,9 @@ import (
 // String renders the whole transaction, one operation per line.
 func (t *Transaction) String() string {
 	var b strings.Builder
+	// Most lines are 60-120 bytes: one allocation for most transactions
+	// instead of a dozen doublings of a large one.
+	b.Grow(96 * len(t.Ops))
 	t.WriteTo(&b)
 	return b.String()
 }
@@ -30,22 +35,36 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 	b.WriteString(string(op.Kind))
 	b.WriteByte(' ')
 	fam := string(t.Family)
+	// famTable is "FAMILY TABLE", written after every object keyword.
+	famTable := func() {
+		b.WriteString(fam)
+		b.WriteByte(' ')
+		b.WriteString(t.Table)
+	}
 	switch {
 	case op.Table != nil:
-		fmt.Fprintf(b, "table %s %s", fam, t.Table)
+		b.WriteString("table ")
+		famTable()
 		if op.Kind == OpAdd && op.Table.Comment != "" {
-			fmt.Fprintf(b, " { comment %s ; }", quote(op.Table.Comment))
+			b.WriteString(" { comment ")
+			writeQuoted(b, op.Table.Comment)
+			b.WriteString(" ; }")
 		}
 	case op.Chain != nil:
 		c := op.Chain
-		fmt.Fprintf(b, "chain %s %s %s", fam, t.Table, c.Name)
+		b.WriteString("chain ")
+		famTable()
+		b.WriteByte(' ')
+		b.WriteString(c.Name)
 		if op.Kind == OpAdd && (c.Hook != "" || c.Comment != "") {
 			b.WriteString(" {")
 			if c.Hook != "" {
 				fmt.Fprintf(b, " type %s hook %s priority %d ;", c.Type, c.Hook, c.Priority)
 			}
 			if c.Comment != "" {
-				fmt.Fprintf(b, " comment %s ;", quote(c.Comment))
+				b.WriteString(" comment ")
+				writeQuoted(b, c.Comment)
+				b.WriteString(" ;")
 			}
 			b.WriteString(" }")
 		}
@@ -55,7 +74,11 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 		if s.IsMap() {
 			kind = "map"
 		}
-		fmt.Fprintf(b, "%s %s %s %s", kind, fam, t.Table, s.Name)
+		b.WriteString(kind)
+		b.WriteByte(' ')
+		famTable()
+		b.WriteByte(' ')
+		b.WriteString(s.Name)
 		if op.Kind == OpAdd {
 			b.WriteString(" { type ")
 			for i, k := range s.Key {
@@ -90,10 +113,15 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 	case op.Element != nil:
 		e := op.Element
 		// "add element" works for sets and maps alike.
-		fmt.Fprintf(b, "element %s %s %s { ", fam, t.Table, e.Set)
+		b.WriteString("element ")
+		famTable()
+		b.WriteByte(' ')
+		b.WriteString(e.Set)
+		b.WriteString(" { ")
 		writeKey(b, e.Key)
 		if e.Comment != "" && op.Kind == OpAdd {
-			fmt.Fprintf(b, " comment %s", quote(e.Comment))
+			b.WriteString(" comment ")
+			writeQuoted(b, e.Comment)
 		}
 		if e.Verdict != nil && op.Kind == OpAdd {
 			b.WriteString(" : ")
@@ -102,25 +130,44 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 		b.WriteString(" }")
 	case op.Rule != nil:
 		r := op.Rule
-		fmt.Fprintf(b, "rule %s %s %s", fam, t.Table, r.Chain)
+		b.WriteString("rule ")
+		famTable()
+		b.WriteByte(' ')
+		b.WriteString(r.Chain)
 		for _, s := range r.Stmts {
 			b.WriteByte(' ')
 			writeStmt(b, t.Family, s)
 		}
 		if r.Comment != "" {
-			fmt.Fprintf(b, " comment %s", quote(r.Comment))
+			b.WriteString(" comment ")
+			writeQuoted(b, r.Comment)
 		}
 	}
 }
 
 func quote(s string) string { return strconv.Quote(s) }
 
+// writeQuoted writes quote(s) without building the quoted string first.
+func writeQuoted(b *strings.Builder, s string) {
+	var buf [64]byte
+	b.Write(strconv.AppendQuote(buf[:0], s))
+}
+
 func writeKey(b *strings.Builder, key []Value) {
+	var buf [64]byte
 	for i, v := range key {
 		if i > 0 {
 			b.WriteString(" . ")
 		}
-		b.WriteString(v.String())
+		// Addresses and ports are the common case: formatted in place.
+		switch {
+		case v.Addr.IsValid():
+			b.Write(v.Addr.AppendTo(buf[:0]))
+		case !v.Prefix.IsValid() && v.Proto == "":
+			b.Write(strconv.AppendUint(buf[:0], uint64(v.Port), 10))
+		default:
+			b.WriteString(v.String())
+		}
 	}
 }
 
@@ -132,10 +179,24 @@ func (v Value) String() string {
 	case v.Prefix.IsValid():
 		return prefixString(v.Prefix)
 	case v.Proto != "":
-		return strings.ToLower(string(v.Proto))
+		return lowerProto(v.Proto)
 	default:
 		return strconv.Itoa(int(v.Port))
 	}
+}
+
+// lowerProto is strings.ToLower of a protocol, without an allocation for
+// the three Kubernetes has.
+func lowerProto(p v1.Protocol) string {
+	switch p {
+	case v1.ProtocolTCP:
+		return "tcp"
+	case v1.ProtocolUDP:
+		return "udp"
+	case v1.ProtocolSCTP:
+		return "sctp"
+	}
+	return strings.ToLower(string(p))
 }
 
 func prefixString(p netip.Prefix) string {
@@ -190,7 +251,8 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 		b.WriteByte(' ')
 		switch {
 		case s.Set != "":
-			b.WriteString("@" + s.Set)
+			b.WriteByte('@')
+			b.WriteString(s.Set)
 		case len(s.Prefixes) == 1:
 			b.WriteString(prefixString(s.Prefixes[0]))
 		default:
@@ -204,9 +266,13 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 			b.WriteString(" }")
 		}
 	case MatchL4Proto:
-		b.WriteString("meta l4proto " + strings.ToLower(string(s.Proto)))
+		b.WriteString("meta l4proto ")
+		b.WriteString(lowerProto(s.Proto))
 	case MatchDport:
-		fmt.Fprintf(b, "%s dport %d", strings.ToLower(string(s.Proto)), s.Port)
+		var buf [8]byte
+		b.WriteString(lowerProto(s.Proto))
+		b.WriteString(" dport ")
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Port), 10))
 	case MatchFibLocal:
 		if s.Source {
 			b.WriteString("fib saddr type local")
@@ -232,7 +298,15 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 	case Masquerade:
 		b.WriteString("masquerade fully-random")
 	case DNAT:
-		fmt.Fprintf(b, "meta l4proto %s dnat to %s", strings.ToLower(string(s.Proto)), s.To.String())
+		var buf [64]byte
+		b.WriteString("meta l4proto ")
+		b.WriteString(lowerProto(s.Proto))
+		b.WriteString(" dnat to ")
+		if s.To.Addr().IsValid() {
+			b.Write(s.To.AppendTo(buf[:0]))
+		} else {
+			b.WriteString(s.To.String()) // "invalid AddrPort"; AppendTo writes nothing
+		}
 	case UpdateSaddr:
 		fmt.Fprintf(b, "update @%s { %s }", s.Set, fieldString(f, FieldSaddr))
 	case VmapLookup:
@@ -261,7 +335,11 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 		}
 		b.WriteString(" @" + s.Set)
 	case MatchNumgen:
-		fmt.Fprintf(b, "numgen random mod %d %d", s.Mod, s.Value)
+		var buf [24]byte
+		b.WriteString("numgen random mod ")
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Mod), 10))
+		b.WriteByte(' ')
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Value), 10))
 	case Reject:
 		b.WriteString("reject")
 	case Counter:
