@@ -1242,11 +1242,18 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	ipProto := nft.Value{Proto: proto}
 	svcPort := nft.Value{Port: port}
 
+	// Only the chains a service port can use are named (most are
+	// ClusterIP-only with policy Cluster: one chain).
 	names := newPortNames(n)
+	externallyAccessible := sp.ExternallyAccessible()
 	clusterChain := names.chain(prefixServiceChain)
-	localChain := names.chain(prefixLocalChain)
-	externalChain := names.chain(prefixExternalChain)
-	firewallChain := names.chain(prefixFirewallChain)
+	var localChain, externalChain, firewallChain string
+	if sp.InternalPolicyLocal || sp.ExternalPolicyLocal {
+		localChain = names.chain(prefixLocalChain)
+	}
+	if externallyAccessible {
+		externalChain = names.chain(prefixExternalChain)
+	}
 
 	hasEndpoints := sel.HasAny
 	usesCluster := len(sel.Cluster) > 0 && sp.UsesClusterEndpoints()
@@ -1262,13 +1269,16 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 		externalPolicyChain = localChain
 		hasExternal = hasExternal && len(sel.Local) > 0
 	}
-	usesExternalChain := hasEndpoints && sp.ExternallyAccessible()
+	usesExternalChain := hasEndpoints && externallyAccessible
 
 	// Verdicts are shared by the elements of this service port: nothing
 	// changes an element's verdict once rendered.
 	rejectV := &nft.Verdict{Kind: nft.Goto, Chain: chainReject}
 	dropV := &nft.Verdict{Kind: nft.Drop}
-	toExternal := &nft.Verdict{Kind: nft.Goto, Chain: externalChain}
+	var toExternal *nft.Verdict
+	if externallyAccessible {
+		toExternal = &nft.Verdict{Kind: nft.Goto, Chain: externalChain}
+	}
 	var internalFilter, externalFilter *nft.Verdict
 	if !hasEndpoints {
 		internalFilter, externalFilter = rejectV, rejectV
@@ -1310,6 +1320,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 	vips := sp.LoadBalancerVIPs()
 	usesFirewall := len(vips) > 0 && len(sp.LoadBalancerSourceRanges) > 0
 	if usesFirewall {
+		firewallChain = names.chain(prefixFirewallChain)
 		sources := slices.Clone(sp.LoadBalancerSourceRanges)
 		// A node reaching its own LB VIP (often a local address) loops
 		// back with the VIP as source: allow that when the node itself is
