@@ -853,3 +853,26 @@ func TestIsOurs(t *testing.T) {
 		}
 	}
 }
+
+// TestHairpinPairBackAtFullSync: an endpoint whose hairpin pair became
+// garbage in a partial sync, and that a full sync brings back, keeps its
+// pair: the full sync flushed the set, so it must add the pair again.
+func TestHairpinPairBackAtFullSync(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	s := newSyncer(t, c, model.IPv4)
+	s.full()
+	sp := makeSP("hp", "198.19.1.50", 80, nil)
+	ep := makeEP("198.18.129.150", 8080, true, nil)
+	s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{sp.Name: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: {ep}}})
+	// The endpoint goes: its pair is garbage, still in the kernel.
+	s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: nil}})
+	// It comes back, picked up by a full sync.
+	s.state.Endpoints[sp.Name] = []*model.Endpoint{ep}
+	s.full()
+	if !strings.Contains(s.rs.String(), "198.18.129.150 . 198.18.129.150") {
+		t.Errorf("hairpin pair missing after the full sync:\n%s", s.rs.String())
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "pod to itself through its service", src: "198.18.129.150", iif: podIIF, dst: "198.19.1.50:80", output: "198.18.129.150:8080", masq: true},
+	})
+}

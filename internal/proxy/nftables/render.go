@@ -123,6 +123,9 @@ type garbageElem struct {
 type staleObj struct {
 	since time.Time
 	isSet bool
+	// owner is the service port the object belonged to; nil for objects
+	// found in the kernel at a full sync.
+	owner *model.ServicePortName
 }
 
 type svcApplied struct {
@@ -571,12 +574,12 @@ func (r *renderer) renderFull() {
 	// a previous run, or by a failed sync) becomes stale.
 	for _, c := range r.in.ExistingChains {
 		if isOurs(c) && !active.Has(c) {
-			r.markStale(c, false)
+			r.markStale(c, false, nil)
 		}
 	}
 	for _, s := range r.in.ExistingSets {
 		if isOurs(s) && !active.Has(s) {
-			r.markStale(s, true)
+			r.markStale(s, true, nil)
 		}
 	}
 	existingSets := sets.New(r.in.ExistingSets...)
@@ -691,14 +694,15 @@ func (r *renderer) renderPartialCleanup() {
 
 // markStale records a per-service object no longer used, for deletion by
 // a clean-up transaction at least staleDelay later.
-func (r *renderer) markStale(name string, isSet bool) {
+func (r *renderer) markStale(name string, isSet bool, owner *model.ServicePortName) {
 	if _, already := r.last.stale[name]; already {
 		return
 	}
-	// Nothing references a stale object any more; it is flushed and
-	// deleted by the clean-up transaction of a later full sync, so that
-	// no partial sync pays for a deletion.
-	r.plan.stale[name] = &staleObj{since: r.in.Now, isSet: isSet}
+	// No live rule or element uses a stale object, except rules of its
+	// owner shadowed by a partial sync's inserted ones; it is flushed and
+	// deleted by a later clean-up transaction, so that this sync pays for
+	// no deletion.
+	r.plan.stale[name] = &staleObj{since: r.in.Now, isSet: isSet, owner: owner}
 }
 
 // renderStale writes the clean-up transaction of a full sync.
@@ -717,16 +721,56 @@ func (r *renderer) renderStale() {
 // at least staleDelay: flushed and deleted, chains first (a chain may
 // reference a set, never the other way round).
 func (r *renderer) renderStaleInto(tx *nft.Transaction) {
-	var names []string
+	rewritten := sets.New(r.plan.rewritten...)
+	// shadowing reports whether a live chain of n may still hold shadowed
+	// rules that use n's stale objects: then they must wait until that
+	// chain has been rewritten (a full sync rewrites every chain first).
+	shadowing := func(n *model.ServicePortName) bool {
+		if r.in.Full || n == nil {
+			return false
+		}
+		if _, live := r.in.State.Services[*n]; !live {
+			return false
+		}
+		if _, ok := r.plan.rewrite[*n]; ok {
+			return true
+		}
+		_, pending := r.last.rewrite[*n]
+		return pending && !rewritten.Has(*n)
+	}
+	var names, flush []string
 	for name, st := range r.last.stale {
 		if p, ok := r.plan.stale[name]; ok && p == nil {
 			continue // revived or gone
 		}
-		if r.in.Now.Sub(st.since) >= staleDelay {
+		if !st.isSet {
+			flush = append(flush, name)
+		}
+		if r.in.Now.Sub(st.since) >= staleDelay && !shadowing(st.owner) {
 			names = append(names, name)
 		}
 	}
+	if len(names) == 0 {
+		return
+	}
+	// Objects this very sync made stale too (a service just removed).
+	for name, st := range r.plan.stale {
+		if st != nil && !st.isSet {
+			if _, old := r.last.stale[name]; !old {
+				flush = append(flush, name)
+			}
+		}
+	}
 	slices.Sort(names)
+	slices.Sort(flush)
+	// Flush every stale chain, due or not, before deleting anything: a
+	// stale chain may still jump to another one or use a stale set (one
+	// service's external- to its service- and local- chains, a chain with
+	// shadowed rules to an old affinity set). Nothing live uses them, so
+	// emptying them early changes no traffic.
+	for _, name := range flush {
+		tx.Flush(&nft.Chain{Name: name})
+	}
 	for _, isSet := range []bool{false, true} {
 		for _, name := range names {
 			if r.last.stale[name].isSet != isSet {
@@ -735,7 +779,6 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 			if isSet {
 				tx.Delete(&nft.Set{Name: name})
 			} else {
-				tx.Flush(&nft.Chain{Name: name})
 				tx.Delete(&nft.Chain{Name: name})
 			}
 		}
@@ -752,10 +795,10 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 		r.releaseElem(e)
 	}
 	for _, c := range old.chains {
-		r.markStale(c, false)
+		r.markStale(c, false, &n)
 	}
 	for _, s := range old.sets {
-		r.markStale(s, true)
+		r.markStale(s, true, &n)
 	}
 	if n.Protocol == model.UDP && len(old.reachable) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
@@ -887,8 +930,8 @@ func (r *renderer) flushElements() {
 			// Wanted again: no longer garbage.
 			if _, ok := r.last.hairpinGarbage[k]; ok {
 				r.plan.garbage[k] = garbageElem{}
-				if before == nil {
-					continue // still in the kernel
+				if before == nil && !r.in.Full {
+					continue // still in the kernel (a full sync has just flushed the set)
 				}
 			}
 		}
@@ -1158,12 +1201,12 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	if old != nil {
 		for _, c := range old.chains {
 			if !slices.Contains(applied.chains, c) {
-				r.markStale(c, false)
+				r.markStale(c, false, &n)
 			}
 		}
 		for _, set := range old.sets {
 			if !slices.Contains(applied.sets, set) {
-				r.markStale(set, true)
+				r.markStale(set, true, &n)
 			}
 		}
 		wanted := sets.New[elemKey]()
