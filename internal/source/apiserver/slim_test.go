@@ -29,7 +29,7 @@ func TestSlim(t *testing.T) {
 	}
 
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: big, Labels: map[string]string{v1.LabelTopologyZone: "z"}},
-		Spec: v1.NodeSpec{PodCIDRs: []string{"198.18.129.0/24"}, Taints: []v1.Taint{{Key: model.TaintToBeDeleted}}},
+		Spec:   v1.NodeSpec{PodCIDRs: []string{"198.18.129.0/24"}, Taints: []v1.Taint{{Key: model.TaintToBeDeleted}}},
 		Status: v1.NodeStatus{Images: []v1.ContainerImage{{Names: []string{"x"}}}, Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.10"}}}}
 	slim(node)
 	if node.Annotations != nil || node.Status.Images != nil || len(node.Status.Addresses) != 1 || len(node.Spec.Taints) != 1 || node.Labels[v1.LabelTopologyZone] != "z" || len(node.Spec.PodCIDRs) != 1 {
