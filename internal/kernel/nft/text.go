@@ -179,15 +179,15 @@ func (v Value) String() string {
 	case v.Prefix.IsValid():
 		return prefixString(v.Prefix)
 	case v.Proto != "":
-		return lowerProto(v.Proto)
+		return ProtoName(v.Proto)
 	default:
 		return strconv.Itoa(int(v.Port))
 	}
 }
 
-// lowerProto is strings.ToLower of a protocol, without an allocation for
-// the three Kubernetes has.
-func lowerProto(p v1.Protocol) string {
+// ProtoName is the protocol as nft writes it: strings.ToLower, without an
+// allocation for the three Kubernetes has.
+func ProtoName(p v1.Protocol) string {
 	switch p {
 	case v1.ProtocolTCP:
 		return "tcp"
@@ -267,10 +267,10 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 		}
 	case MatchL4Proto:
 		b.WriteString("meta l4proto ")
-		b.WriteString(lowerProto(s.Proto))
+		b.WriteString(ProtoName(s.Proto))
 	case MatchDport:
 		var buf [8]byte
-		b.WriteString(lowerProto(s.Proto))
+		b.WriteString(ProtoName(s.Proto))
 		b.WriteString(" dport ")
 		b.Write(strconv.AppendUint(buf[:0], uint64(s.Port), 10))
 	case MatchFibLocal:
@@ -300,7 +300,7 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 	case DNAT:
 		var buf [64]byte
 		b.WriteString("meta l4proto ")
-		b.WriteString(lowerProto(s.Proto))
+		b.WriteString(ProtoName(s.Proto))
 		b.WriteString(" dnat to ")
 		if s.To.Addr().IsValid() {
 			b.Write(s.To.AppendTo(buf[:0]))

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
-
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
 )
@@ -102,23 +100,9 @@ func hashOf(s string) string {
 	return string(out[:])
 }
 
-// lowerProto is strings.ToLower of a protocol without an allocation for
-// the three that exist.
-func lowerProto(p v1.Protocol) string {
-	switch p {
-	case v1.ProtocolTCP:
-		return "tcp"
-	case v1.ProtocolUDP:
-		return "udp"
-	case v1.ProtocolSCTP:
-		return "sctp"
-	}
-	return strings.ToLower(string(p))
-}
-
 // portBase is "ns/name/proto/port", as upstream writes it in chain names.
 func portBase(n model.ServicePortName) string {
-	return n.Namespace + "/" + n.Name + "/" + lowerProto(n.Protocol) + "/" + n.Port
+	return n.Namespace + "/" + n.Name + "/" + nft.ProtoName(n.Protocol) + "/" + n.Port
 }
 
 func limit(s string) string {

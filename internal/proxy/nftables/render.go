@@ -984,7 +984,7 @@ func appendValue(b []byte, v nft.Value) []byte {
 		}
 		return v.Prefix.AppendTo(b)
 	case v.Proto != "":
-		return append(b, lowerProto(v.Proto)...)
+		return append(b, nft.ProtoName(v.Proto)...)
 	default:
 		return strconv.AppendInt(b, int64(v.Port), 10)
 	}
