@@ -7,60 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kproxy/kproxy/internal/kernel/execer/execertest"
+
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
-
-// scriptedExecer checks each command against the script and plays back
-// its output.
-type scriptedExecer struct {
-	t       *testing.T
-	missing map[string]bool // binaries LookPath does not find
-	script  []scriptedCall
-}
-
-type scriptedCall struct {
-	argv   []string
-	stdin  string
-	stdout string
-	stderr string // non-empty: the command fails with this stderr
-}
-
-func (s *scriptedExecer) LookPath(file string) (string, error) {
-	if s.missing[file] {
-		return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
-	}
-	if strings.Contains(file, "/") {
-		return file, nil
-	}
-	return "/usr/sbin/" + file, nil
-}
-
-func (s *scriptedExecer) Run(ctx context.Context, argv []string, stdin string) (string, error) {
-	s.t.Helper()
-	if len(s.script) == 0 {
-		s.t.Fatalf("unexpected command %q", argv)
-	}
-	c := s.script[0]
-	s.script = s.script[1:]
-	if d := cmp.Diff(c.argv, argv); d != "" {
-		s.t.Errorf("argv (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff(c.stdin, stdin); d != "" {
-		s.t.Errorf("stdin (-want +got):\n%s", d)
-	}
-	if c.stderr != "" {
-		return c.stdout, &runError{Argv: argv, Stderr: c.stderr, Err: errors.New("exit status 1")}
-	}
-	return c.stdout, nil
-}
-
-func (s *scriptedExecer) done() {
-	s.t.Helper()
-	if len(s.script) > 0 {
-		s.t.Errorf("%d scripted commands were not run, first %q", len(s.script), s.script[0].argv)
-	}
-}
 
 func testTx() *Transaction {
 	tx := NewTransaction(IPv4, "kube-proxy")
@@ -154,19 +105,19 @@ func TestExecApply(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			x := &scriptedExecer{t: t, script: []scriptedCall{{argv: nftArgv, stdin: tx.String(), stderr: c.stderr}}}
+			x := &execertest.Script{T: t, Calls: []execertest.Call{{Argv: nftArgv, Stdin: tx.String(), Stderr: c.stderr}}}
 			e, err := NewExec("", WithCommandPrefix("ip", "netns", "exec", "ns1"), withExecer(x))
 			if err != nil {
 				t.Fatal(err)
 			}
 			c.check(t, e.Apply(context.Background(), tx))
-			x.done()
+			x.Done()
 		})
 	}
 }
 
 func TestExecEmptyTransactionRunsNothing(t *testing.T) {
-	x := &scriptedExecer{t: t}
+	x := &execertest.Script{T: t}
 	e, err := NewExec("/sbin/nft", withExecer(x))
 	if err != nil {
 		t.Fatal(err)
@@ -174,16 +125,16 @@ func TestExecEmptyTransactionRunsNothing(t *testing.T) {
 	if err := e.Apply(context.Background(), NewTransaction(IPv4, "t")); err != nil {
 		t.Fatal(err)
 	}
-	x.done()
+	x.Done()
 }
 
 func TestExecMissingBinary(t *testing.T) {
-	x := &scriptedExecer{t: t, missing: map[string]bool{"nft": true}}
+	x := &execertest.Script{T: t, Missing: map[string]bool{"nft": true}}
 	_, err := NewExec("", withExecer(x))
 	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, exec.ErrNotFound) || !strings.Contains(err.Error(), `"nft"`) {
 		t.Errorf("got %v, want ErrNotSupported and exec.ErrNotFound naming nft", err)
 	}
-	x = &scriptedExecer{t: t, missing: map[string]bool{"ip": true}}
+	x = &execertest.Script{T: t, Missing: map[string]bool{"ip": true}}
 	if _, err := NewExec("", WithCommandPrefix("ip", "netns", "exec", "x"), withExecer(x)); !errors.Is(err, exec.ErrNotFound) {
 		t.Errorf("got %v, want exec.ErrNotFound for the prefix", err)
 	}
@@ -191,7 +142,7 @@ func TestExecMissingBinary(t *testing.T) {
 
 func TestExecListings(t *testing.T) {
 	ctx := context.Background()
-	tables := scriptedCall{argv: []string{"/usr/sbin/nft", "list", "tables", "ip"}, stdout: "table ip filter\ntable ip kube-proxy\n"}
+	tables := execertest.Call{Argv: []string{"/usr/sbin/nft", "list", "tables", "ip"}, Stdout: "table ip filter\ntable ip kube-proxy\n"}
 	chainsJSON := `{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}},
 		{"chain": {"family": "ip", "table": "kube-proxy", "name": "services", "handle": 1}},
 		{"chain": {"family": "ip", "table": "filter", "name": "INPUT", "handle": 1}},
@@ -199,14 +150,14 @@ func TestExecListings(t *testing.T) {
 	setsJSON := `{"nftables": [{"metainfo": {}}, {"set": {"family": "ip", "name": "cluster-ips", "table": "kube-proxy", "type": "ipv4_addr", "handle": 3}}]}`
 	mapsJSON := `{"nftables": [{"metainfo": {}}, {"map": {"family": "ip", "name": "service-ips", "table": "kube-proxy", "type": ["ipv4_addr", "inet_proto", "inet_service"], "map": "verdict", "handle": 4}}]}`
 
-	x := &scriptedExecer{t: t, script: []scriptedCall{
+	x := &execertest.Script{T: t, Calls: []execertest.Call{
 		tables,
-		tables, {argv: []string{"/usr/sbin/nft", "--json", "list", "chains", "ip"}, stdout: chainsJSON},
-		tables, {argv: []string{"/usr/sbin/nft", "--json", "list", "sets", "ip"}, stdout: setsJSON},
-		{argv: []string{"/usr/sbin/nft", "--json", "list", "maps", "ip"}, stdout: mapsJSON},
+		tables, {Argv: []string{"/usr/sbin/nft", "--json", "list", "chains", "ip"}, Stdout: chainsJSON},
+		tables, {Argv: []string{"/usr/sbin/nft", "--json", "list", "sets", "ip"}, Stdout: setsJSON},
+		{Argv: []string{"/usr/sbin/nft", "--json", "list", "maps", "ip"}, Stdout: mapsJSON},
 		tables,
-		{argv: []string{"/usr/sbin/nft", "-f", "-"}, stdin: "delete table ip kube-proxy\n",
-			stderr: "/dev/stdin:1:1-25: Error: Could not process rule: No such file or directory\n"},
+		{Argv: []string{"/usr/sbin/nft", "-f", "-"}, Stdin: "delete table ip kube-proxy\n",
+			Stderr: "/dev/stdin:1:1-25: Error: Could not process rule: No such file or directory\n"},
 	}}
 	e, err := NewExec("", withExecer(x))
 	if err != nil {
@@ -235,11 +186,11 @@ func TestExecListings(t *testing.T) {
 	if err := e.DeleteTable(ctx, IPv4, "kube-proxy"); err != nil {
 		t.Errorf("DeleteTable of a missing table: %v, want nil", err)
 	}
-	x.done()
+	x.Done()
 }
 
 func TestExecRefusesCommentsNftCannotRead(t *testing.T) {
-	x := &scriptedExecer{t: t}
+	x := &execertest.Script{T: t}
 	e, err := NewExec("", withExecer(x))
 	if err != nil {
 		t.Fatal(err)
@@ -259,5 +210,5 @@ func TestExecRefusesCommentsNftCannotRead(t *testing.T) {
 			t.Errorf("CheckComment(%q) = %v, want nil", c, err)
 		}
 	}
-	x.done()
+	x.Done()
 }

@@ -11,10 +11,11 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kproxy/kproxy/internal/kernel/execer/execertest"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -349,54 +350,6 @@ func TestIsKubeProxyChain(t *testing.T) {
 	}
 }
 
-// scriptedExecer checks each command against the script and plays back
-// its output.
-type scriptedExecer struct {
-	t       *testing.T
-	missing map[string]bool // binaries LookPath does not find
-	script  []scriptedCall
-}
-
-type scriptedCall struct {
-	argv   []string
-	stdin  string
-	stdout string
-	stderr string // non-empty: the command fails with this stderr
-}
-
-func (s *scriptedExecer) LookPath(file string) (string, error) {
-	if s.missing[file] {
-		return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
-	}
-	return "/usr/sbin/" + file, nil
-}
-
-func (s *scriptedExecer) Run(_ context.Context, argv []string, stdin string) (string, error) {
-	s.t.Helper()
-	if len(s.script) == 0 {
-		s.t.Fatalf("unexpected command %q", argv)
-	}
-	c := s.script[0]
-	s.script = s.script[1:]
-	if d := cmp.Diff(c.argv, argv); d != "" {
-		s.t.Errorf("argv (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff(c.stdin, stdin); d != "" {
-		s.t.Errorf("stdin (-want +got):\n%s", d)
-	}
-	if c.stderr != "" {
-		return c.stdout, &runError{Argv: argv, Stderr: c.stderr, Err: errors.New("exit status 1")}
-	}
-	return c.stdout, nil
-}
-
-func (s *scriptedExecer) done() {
-	s.t.Helper()
-	if len(s.script) > 0 {
-		s.t.Errorf("%d expected commands not run, first %q", len(s.script), s.script[0].argv)
-	}
-}
-
 const smallSave = `*nat
 :PREROUTING ACCEPT [0:0]
 :KUBE-SERVICES - [0:0]
@@ -417,63 +370,63 @@ func TestCleanupLeftoversCommands(t *testing.T) {
 		name        string
 		backend     Backend
 		family      Family
-		script      []scriptedCall
+		script      []execertest.Call
 		wantRemoved int
 		wantErr     string
 	}{
 		{
 			name: "legacy IPv4 waits for the xtables lock", backend: Legacy, family: IPv4,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/iptables-legacy-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/iptables-legacy-restore", "--noflush", "-w", "5"), stdin: smallScript},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/iptables-legacy-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/iptables-legacy-restore", "--noflush", "-w", "5"), Stdin: smallScript},
 			},
 			wantRemoved: 1,
 		},
 		{
 			name: "nft IPv6", backend: NFT, family: IPv6,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/ip6tables-nft-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/ip6tables-nft-restore", "--noflush"), stdin: smallScript},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/ip6tables-nft-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/ip6tables-nft-restore", "--noflush"), Stdin: smallScript},
 			},
 			wantRemoved: 1,
 		},
 		{
 			name: "nothing to remove: no restore", backend: NFT, family: IPv4,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/iptables-nft-save"), stdout: "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/iptables-nft-save"), Stdout: "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"},
 			},
 		},
 		{
 			name: "a failed restore is retried once on a fresh listing", backend: NFT, family: IPv4,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/iptables-nft-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/iptables-nft-restore", "--noflush"), stdin: smallScript, stderr: "iptables-nft-restore: line 2 failed"},
-				{argv: append(ns, "/usr/sbin/iptables-nft-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/iptables-nft-restore", "--noflush"), stdin: smallScript},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/iptables-nft-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/iptables-nft-restore", "--noflush"), Stdin: smallScript, Stderr: "iptables-nft-restore: line 2 failed"},
+				{Argv: append(ns, "/usr/sbin/iptables-nft-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/iptables-nft-restore", "--noflush"), Stdin: smallScript},
 			},
 			wantRemoved: 1,
 		},
 		{
 			name: "two failures are an error", backend: Legacy, family: IPv6,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/ip6tables-legacy-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/ip6tables-legacy-restore", "--noflush", "-w", "5"), stdin: smallScript, stderr: "ip6tables-restore: line 2 failed"},
-				{argv: append(ns, "/usr/sbin/ip6tables-legacy-save"), stdout: smallSave},
-				{argv: append(ns, "/usr/sbin/ip6tables-legacy-restore", "--noflush", "-w", "5"), stdin: smallScript, stderr: "ip6tables-restore: line 2 failed"},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/ip6tables-legacy-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/ip6tables-legacy-restore", "--noflush", "-w", "5"), Stdin: smallScript, Stderr: "ip6tables-restore: line 2 failed"},
+				{Argv: append(ns, "/usr/sbin/ip6tables-legacy-save"), Stdout: smallSave},
+				{Argv: append(ns, "/usr/sbin/ip6tables-legacy-restore", "--noflush", "-w", "5"), Stdin: smallScript, Stderr: "ip6tables-restore: line 2 failed"},
 			},
 			wantErr: "removing legacy IPv6 rules",
 		},
 		{
 			name: "failed listing", backend: Legacy, family: IPv4,
-			script: []scriptedCall{
-				{argv: append(ns, "/usr/sbin/iptables-legacy-save"), stderr: "Permission denied (you must be root)"},
+			script: []execertest.Call{
+				{Argv: append(ns, "/usr/sbin/iptables-legacy-save"), Stderr: "Permission denied (you must be root)"},
 			},
 			wantErr: "listing legacy IPv4 rules",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			x := &scriptedExecer{t: t, script: tc.script}
+			x := &execertest.Script{T: t, Calls: tc.script}
 			removed, err := CleanupLeftovers(context.Background(), tc.backend, tc.family, withExecer(x), WithCommandPrefix(ns...))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -485,7 +438,7 @@ func TestCleanupLeftoversCommands(t *testing.T) {
 			if removed != tc.wantRemoved {
 				t.Errorf("removed = %d, want %d", removed, tc.wantRemoved)
 			}
-			x.done()
+			x.Done()
 		})
 	}
 }
@@ -493,8 +446,8 @@ func TestCleanupLeftoversCommands(t *testing.T) {
 func TestFindLeftoversCommands(t *testing.T) {
 	// Plain -save, never with -t: naming a table creates it in the legacy
 	// backend.
-	x := &scriptedExecer{t: t, script: []scriptedCall{
-		{argv: []string{"/usr/sbin/iptables-legacy-save"}, stdout: readFixture(t, "ipvs-v4.save")},
+	x := &execertest.Script{T: t, Calls: []execertest.Call{
+		{Argv: []string{"/usr/sbin/iptables-legacy-save"}, Stdout: readFixture(t, "ipvs-v4.save")},
 	}}
 	chains, err := FindLeftovers(context.Background(), Legacy, IPv4, withExecer(x))
 	if err != nil {
@@ -507,7 +460,7 @@ func TestFindLeftoversCommands(t *testing.T) {
 	if d := cmp.Diff(want, chains); d != "" {
 		t.Errorf("chains (-want +got):\n%s", d)
 	}
-	x.done()
+	x.Done()
 }
 
 func TestMissingBinaries(t *testing.T) {
@@ -521,9 +474,9 @@ func TestMissingBinaries(t *testing.T) {
 		{NFT, IPv6, []string{"ip6tables-nft-restore"}, "ip6tables-nft-restore not found"},
 	}
 	for _, tc := range tests {
-		x := &scriptedExecer{t: t, missing: map[string]bool{}}
+		x := &execertest.Script{T: t, Missing: map[string]bool{}}
 		for _, m := range tc.missing {
-			x.missing[m] = true
+			x.Missing[m] = true
 		}
 		_, err := FindLeftovers(context.Background(), tc.backend, tc.family, withExecer(x))
 		if !errors.Is(err, ErrNotInstalled) {
@@ -536,7 +489,7 @@ func TestMissingBinaries(t *testing.T) {
 		if !errors.Is(err, ErrNotInstalled) {
 			t.Errorf("%s %s: CleanupLeftovers err = %v, want ErrNotInstalled", tc.backend, tc.family, err)
 		}
-		x.done()
+		x.Done()
 	}
 	if _, err := FindLeftovers(context.Background(), "iptables", IPv4); err == nil || errors.Is(err, ErrNotInstalled) {
 		t.Errorf("unknown backend: err = %v, want a plain error", err)
