@@ -27,10 +27,11 @@ const conntrackGrace = 300 * time.Millisecond
 // conntrack entry, which pins it to the endpoint it first reached. When that
 // endpoint is removed, kproxy must delete the entry, or the client keeps
 // talking to the removed pod for as long as it keeps sending.
-func TestStaleUDPConntrack(t *testing.T) {
-	t.Parallel()
+func TestStaleUDPConntrack(t *testing.T) { forEachMode(t, testStaleUDPConntrack) }
+
+func testStaleUDPConntrack(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	svc := ap("198.19.0.18:53")
 
 	type flow struct {
@@ -145,9 +146,12 @@ func checkSession(t *testing.T, what string, s *netns.Session, pod string) {
 // web-nodeport traffic to web-a only, but an established connection to
 // web-clusterip that landed on web-b keeps working.
 func TestEndpointChangeKeepsEstablished(t *testing.T) {
-	t.Parallel()
+	forEachMode(t, testEndpointChangeKeepsEstablished)
+}
+
+func testEndpointChangeKeepsEstablished(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	fromPod := openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB)
 	fromOutside := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webB)
 	// An established connection to the service that changes, on the pod
@@ -175,10 +179,11 @@ func TestEndpointChangeKeepsEstablished(t *testing.T) {
 // established connections and new ones keep working while it is down. A
 // change made meanwhile is applied by the restarted kproxy, which takes
 // over its old tables without breaking established connections.
-func TestKproxyKilledAndRestarted(t *testing.T) {
-	t.Parallel()
+func TestKproxyKilledAndRestarted(t *testing.T) { forEachMode(t, testKproxyKilledAndRestarted) }
+
+func testKproxyKilledAndRestarted(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	fromPod := openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB)
 	fromOutside := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webA)
 
@@ -379,10 +384,11 @@ items:
 
 // TestServiceChanges changes services while kproxy runs (partial syncs):
 // a port renumbered, a NodePort moved, a service deleted, one added.
-func TestServiceChanges(t *testing.T) {
-	t.Parallel()
+func TestServiceChanges(t *testing.T) { forEachMode(t, testServiceChanges) }
+
+func testServiceChanges(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 
 	snap.editService(t, "web-clusterip", func(s *v1.Service) { s.Spec.Ports[0].Port = 8081 })
 	snap.editService(t, "web-nodeport", func(s *v1.Service) { s.Spec.Ports[0].NodePort = 30085 })

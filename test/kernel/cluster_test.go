@@ -168,6 +168,8 @@ type kcluster struct {
 }
 
 type clusterOptions struct {
+	// mode defaults to nftables.
+	mode proxyMode
 	// snapshot defaults to the example.
 	snapshot *snapshot
 	// kproxyOn lists the nodes that run kproxy; nil means both.
@@ -184,10 +186,13 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		snap = exampleSnapshot(t)
 	}
 	pods := snap.pods(t)
+	if o.mode.name == "" {
+		o.mode = nftablesMode
+	}
 	c := &kcluster{
 		Cluster: netns.NewCluster(t, clusterSpec(pods)),
 		t:       t,
-		mode:    nftablesMode,
+		mode:    o.mode,
 		logDir:  t.TempDir(),
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},

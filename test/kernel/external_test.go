@@ -15,9 +15,10 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
-func TestExternalTraffic(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, clusterOptions{})
+func TestExternalTraffic(t *testing.T) { forEachMode(t, testExternalTraffic) }
+
+func testExternalTraffic(t *testing.T, m proxyMode) {
+	c := newCluster(t, clusterOptions{mode: m})
 	runProbes(t, c, []probe{
 		// web-nodeport: NodePort 30080 on each node's IP, policy Cluster:
 		// any endpoint, masqueraded by the node that was hit.
@@ -63,10 +64,11 @@ func TestExternalTraffic(t *testing.T) {
 // TestLoadBalancerSourceRanges narrows lb-ranges' loadBalancerSourceRanges
 // and checks that the client's address outside the remaining range is
 // dropped at the VIP, while the NodePort (not filtered) still answers it.
-func TestLoadBalancerSourceRanges(t *testing.T) {
-	t.Parallel()
+func TestLoadBalancerSourceRanges(t *testing.T) { forEachMode(t, testLoadBalancerSourceRanges) }
+
+func testLoadBalancerSourceRanges(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	allowed := probe{from: client, network: "tcp", dst: "198.19.200.1:443", servers: web, n: 3, peer: peerMasq, masqBy: nodeA}
 	alt := allowed
 	alt.source = clientAlt
@@ -106,10 +108,11 @@ type healthCheck struct {
 // endpoint and keeps the client's address; pods still reach every
 // endpoint. When node-b loses its endpoint, its health check says 503 and
 // external traffic to it is dropped.
-func TestExternalTrafficPolicyLocal(t *testing.T) {
-	t.Parallel()
+func TestExternalTrafficPolicyLocal(t *testing.T) { forEachMode(t, testExternalTrafficPolicyLocal) }
+
+func testExternalTrafficPolicyLocal(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap})
 	shop := []string{shopA, shopB}
 	runProbes(t, c, []probe{
 		{from: client, network: "tcp", dst: "198.18.0.10:30081", n: 10, servers: []string{shopA}, peer: peerOwn},
@@ -168,8 +171,9 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 // externalTrafficPolicy Local (NodePort 30090, health check 32090, ingress
 // 198.19.200.17 and fd00:19::c8:17), ext-ip a NodePort (30088, policy
 // Cluster).
-func TestDualStackExternal(t *testing.T) {
-	t.Parallel()
+func TestDualStackExternal(t *testing.T) { forEachMode(t, testDualStackExternal) }
+
+func testDualStackExternal(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
 	snap.editService(t, "dual-stack", func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeLoadBalancer
@@ -186,7 +190,7 @@ func TestDualStackExternal(t *testing.T) {
 		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyCluster
 		s.Spec.Ports[0].NodePort = 30088
 	})
-	c := newCluster(t, clusterOptions{snapshot: snap})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap})
 	runProbes(t, c, []probe{
 		// Policy Local: only the hit node's endpoint, client address kept.
 		{from: client, network: "tcp", dst: "[fd00:18::10]:30090", n: 10, servers: []string{dualA}, peer: peerOwn},

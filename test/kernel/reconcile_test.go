@@ -21,9 +21,12 @@ import (
 // the clients; otherwise they keep talking to the removed pod, which still
 // answers, until their entries time out.
 func TestConntrackReconciledAfterRestart(t *testing.T) {
-	t.Parallel()
+	forEachMode(t, testConntrackReconciledAfterRestart)
+}
+
+func testConntrackReconciledAfterRestart(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
-	c := newCluster(t, clusterOptions{snapshot: snap, kproxyOn: []string{nodeA}})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	svc := ap("198.19.0.18:53")
 
 	type flow struct {

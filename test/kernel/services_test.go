@@ -40,9 +40,10 @@ const quick = 900 * time.Millisecond
 // see the refusal at once. A drop would still time out (3 s).
 const quickTCP6 = 1500 * time.Millisecond
 
-func TestClusterIP(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, clusterOptions{})
+func TestClusterIP(t *testing.T) { forEachMode(t, testClusterIP) }
+
+func testClusterIP(t *testing.T, m proxyMode) {
+	c := newCluster(t, clusterOptions{mode: m})
 	runProbes(t, c, []probe{
 		// web-clusterip 198.19.0.10:80 -> web pods :8080 on both nodes.
 		// From pods the source is kept; from the node itself and from
@@ -118,9 +119,10 @@ func TestClusterIP(t *testing.T) {
 // TestHairpin: a pod that reaches its own service and lands on itself must
 // see a masqueraded source, not its own address (it would answer itself
 // directly, bypassing the reverse NAT).
-func TestHairpin(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, clusterOptions{})
+func TestHairpin(t *testing.T) { forEachMode(t, testHairpin) }
+
+func testHairpin(t *testing.T, m proxyMode) {
+	c := newCluster(t, clusterOptions{mode: m})
 	for _, tc := range []struct {
 		pod, dst, network string
 		// gateway is the pod's node's cbr0 address of the family of dst:
