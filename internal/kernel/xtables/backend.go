@@ -51,8 +51,18 @@ var ErrNotInstalled = errors.New("iptables binaries not installed")
 // binaries names the save and restore binaries of a backend and family,
 // for example ip6tables-nft-save and ip6tables-nft-restore.
 func binaries(b Backend, f Family) (save, restore string, err error) {
+	cmd, err := command(b, f)
+	if err != nil {
+		return "", "", err
+	}
+	return cmd + "-save", cmd + "-restore", nil
+}
+
+// command names the main binary of a backend and family, for example
+// ip6tables-nft.
+func command(b Backend, f Family) (string, error) {
 	if b != Legacy && b != NFT {
-		return "", "", fmt.Errorf("xtables: unknown backend %q (want %q or %q)", b, Legacy, NFT)
+		return "", fmt.Errorf("xtables: unknown backend %q (want %q or %q)", b, Legacy, NFT)
 	}
 	base := "iptables"
 	switch f {
@@ -60,10 +70,9 @@ func binaries(b Backend, f Family) (save, restore string, err error) {
 	case IPv6:
 		base = "ip6tables"
 	default:
-		return "", "", fmt.Errorf("xtables: unknown IP family %q", f)
+		return "", fmt.Errorf("xtables: unknown IP family %q", f)
 	}
-	base += "-" + string(b)
-	return base + "-save", base + "-restore", nil
+	return base + "-" + string(b), nil
 }
 
 // tool holds the resolved binaries of one backend and family.
@@ -72,16 +81,25 @@ type tool struct {
 	family  Family
 	save    string
 	restore string
+	cmd     string // only when asked for
 	o       *options
 }
 
-func newTool(b Backend, f Family, o *options) (*tool, error) {
+// newTool resolves the save and restore binaries, and with withCmd the
+// main one (for --version) too.
+func newTool(b Backend, f Family, o *options, withCmd bool) (*tool, error) {
 	save, restore, err := binaries(b, f)
 	if err != nil {
 		return nil, err
 	}
+	cmd, _ := command(b, f)
 	t := &tool{backend: b, family: f, o: o}
 	var missing []string
+	if withCmd {
+		if t.cmd, err = o.exec.LookPath(cmd); err != nil {
+			missing = append(missing, cmd)
+		}
+	}
 	if t.save, err = o.exec.LookPath(save); err != nil {
 		missing = append(missing, save)
 	}
@@ -89,7 +107,7 @@ func newTool(b Backend, f Family, o *options) (*tool, error) {
 		missing = append(missing, restore)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("xtables: %w: %s not found in $PATH (they come with the iptables package)", ErrNotInstalled, strings.Join(missing, " and "))
+		return nil, fmt.Errorf("xtables: %w: %s not found in $PATH (they come with the iptables package)", ErrNotInstalled, joinAnd(missing))
 	}
 	if len(o.prefix) > 0 {
 		if _, err := o.exec.LookPath(o.prefix[0]); err != nil {
@@ -131,4 +149,12 @@ func (t *tool) apply(ctx context.Context, script string) error {
 		return fmt.Errorf("xtables: removing %s %s rules: %w", t.backend, t.family, err)
 	}
 	return nil
+}
+
+// joinAnd lists names as "a", "a and b", "a, b and c".
+func joinAnd(names []string) string {
+	if len(names) <= 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -124,7 +124,7 @@ func parseSave(out string) ([]*saveTable, error) {
 				cur.builtin[f[0]] = true
 			}
 		case strings.HasPrefix(line, "-A "):
-			tok, err := tokenize(line)
+			tok, err := Fields(line)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n+1, err)
 			}
@@ -137,41 +137,6 @@ func parseSave(out string) ([]*saveTable, error) {
 		}
 	}
 	return tables, nil
-}
-
-// tokenize splits a rule line as iptables-restore does: on blanks, with
-// double-quoted strings (where \" and \\ are escapes) kept whole.
-func tokenize(line string) ([]string, error) {
-	var out []string
-	var b strings.Builder
-	inTok, quoted := false, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case quoted && c == '\\' && i+1 < len(line):
-			i++
-			b.WriteByte(line[i])
-		case c == '"':
-			quoted = !quoted
-			inTok = true
-		case !quoted && (c == ' ' || c == '\t'):
-			if inTok {
-				out = append(out, b.String())
-				b.Reset()
-				inTok = false
-			}
-		default:
-			b.WriteByte(c)
-			inTok = true
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("unterminated quote in %q", line)
-	}
-	if inTok {
-		out = append(out, b.String())
-	}
-	return out, nil
 }
 
 // target returns a rule's jump or goto target. iptables-save prints the
@@ -324,7 +289,7 @@ func cleanupScript(saveOutput string) (script string, chains []Chain, err error)
 // built-in chains. Empty means CleanupLeftovers has nothing to do. A
 // missing binary is an error matching ErrNotInstalled.
 func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]Chain, error) {
-	t, err := newTool(b, f, newOptions(opts))
+	t, err := newTool(b, f, newOptions(opts), false)
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +309,7 @@ func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]
 // returns how many chains it deleted. Other chains (the kubelet's, the
 // user's, a CNI's) and their rules are left alone.
 func CleanupLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) (removed int, err error) {
-	t, err := newTool(b, f, newOptions(opts))
+	t, err := newTool(b, f, newOptions(opts), false)
 	if err != nil {
 		return 0, err
 	}
