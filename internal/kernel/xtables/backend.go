@@ -1,6 +1,10 @@
-// Package xtables finds and removes what kube-proxy's iptables and IPVS
-// modes left in the kernel's xtables rules, for a node that switches to
-// kproxy's nftables mode and for --cleanup.
+// Package xtables is kproxy's side of the iptables binaries: it runs one
+// backend's iptables-restore and iptables-save for the iptables mode
+// (Interface, New), picks the backend that mode uses (Select), and finds
+// and removes what kube-proxy's iptables and IPVS modes left in the
+// kernel's xtables rules (FindLeftovers, CleanupLeftovers,
+// OtherBackendRules), for a node that switches modes or backends and for
+// --cleanup.
 //
 // The iptables binaries come with two backends that program different
 // kernel objects: "legacy" (iptables-legacy*, the ip_tables modules) and
@@ -8,8 +12,8 @@
 // nat, filter, mangle... of families ip and ip6). Plain `iptables` is one
 // of them depending on the host (Debian's /etc/alternatives), and
 // kube-proxy's image picks one by looking at the rules already there, so a
-// node may carry leftovers in either. Both are checked, always through the
-// backend's explicit binary names.
+// node may carry rules in either. kproxy always runs a backend's explicit
+// binary names.
 package xtables
 
 import (
