@@ -1,0 +1,195 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// Detect-local modes (KubeProxyConfiguration.detectLocalMode).
+const (
+	DetectClusterCIDR         = "ClusterCIDR"
+	DetectNodeCIDR            = "NodeCIDR"
+	DetectBridgeInterface     = "BridgeInterface"
+	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
+)
+
+// DefaultMaxChainsPerRestore bounds the chains one iptables-nft-restore
+// run creates or rewrites. iptables-nft (1.8.x) looks up the chains of a
+// batch in lists, so a restore's cost grows with the square of its chain
+// count: 40k chains take 20 s in one run and 1.5 s in four runs of 10k;
+// upstream's first sync at 10k services × 10 endpoints (110k chains) did
+// not finish in 10 minutes. iptables-legacy-restore is the opposite: each
+// run reads and replaces the whole table, so it gets one run (0: no limit).
+const DefaultMaxChainsPerRestore = 5000
+
+// Options are the settings of one family's iptables proxier, taken from the
+// KubeProxyConfiguration once at start.
+type Options struct {
+	Family v1.IPFamily
+	// Hostname is this node's name: it selects node topology hints when
+	// the Node object is not known.
+	Hostname      string
+	MasqueradeBit int
+	MasqueradeAll bool
+	// LocalhostNodePorts (iptables.localhostNodePorts, default true):
+	// IPv4 node ports answer on 127.0.0.0/8 too, which needs
+	// route_localnet=1 (the caller sets it) and the guard rule against
+	// martian packets to 127.0.0.0/8 from other hosts. It is off when
+	// nodePortAddresses leaves loopback out, as upstream.
+	LocalhostNodePorts bool
+
+	DetectLocalMode     string
+	ClusterCIDRs        []netip.Prefix // of this family; the first is used, as upstream
+	BridgeInterface     string
+	InterfaceNamePrefix string
+
+	// NodePortAddresses as configured: empty means every local address
+	// (iptables mode's default); "primary" the node's primary IPs; else
+	// CIDRs, matched against local addresses.
+	NodePortAddresses []string
+	// NodeIPs are the node's primary IPs of this family; when empty they
+	// are taken from the Node object. A node inside a service's
+	// loadBalancerSourceRanges may reach its LB IP.
+	NodeIPs []netip.Addr
+
+	// ConntrackTCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal
+	// != 0: then packets conntrack calls INVALID are not dropped in
+	// KUBE-FORWARD (they would reset connections otherwise).
+	ConntrackTCPBeLiberal bool
+	// NoRandomFully leaves --random-fully off MASQUERADE (iptables older
+	// than 1.6.2 or kernels older than 3.14).
+	NoRandomFully bool
+	// MaxChainsPerRestore: see DefaultMaxChainsPerRestore. The proxier
+	// fills it in from the backend when zero; negative means no limit.
+	MaxChainsPerRestore int
+}
+
+// MasqueradeMark is the mark value as upstream writes it ("%#08x" of
+// 1<<bit, "0x00004000" for bit 14).
+func (o *Options) MasqueradeMark() string {
+	return fmt.Sprintf("%#08x", 1<<uint(o.MasqueradeBit))
+}
+
+// RenderConfig derives the render Config. It is pure: the node object and
+// the host's local addresses are passed in.
+func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
+	nodeIPs := o.NodeIPs
+	if len(nodeIPs) == 0 && node != nil {
+		for _, a := range node.Addresses {
+			if model.FamilyOf(a) == o.Family {
+				nodeIPs = []netip.Addr{a}
+				break
+			}
+		}
+	}
+	c := &Config{
+		Family:                o.Family,
+		MasqueradeMark:        o.MasqueradeMark(),
+		MasqueradeAll:         o.MasqueradeAll,
+		RandomFully:           !o.NoRandomFully,
+		ConntrackTCPBeLiberal: o.ConntrackTCPBeLiberal,
+		MaxChainsPerRestore:   o.MaxChainsPerRestore,
+		LocalDetector:         o.localDetector(node),
+	}
+	if len(nodeIPs) > 0 {
+		c.NodeIP = nodeIPs[0]
+	}
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	if o.Family == model.IPv6 {
+		loopback = netip.MustParsePrefix("::1/128")
+	}
+	if len(o.NodePortAddresses) == 0 {
+		// Upstream's default in iptables mode: every local address,
+		// matched by "addrtype --dst-type LOCAL"; loopback included when
+		// localhost node ports are on (IPv4 only).
+		c.NodePortAllLocal = true
+		c.LocalhostNodePorts = o.LocalhostNodePorts && o.Family == model.IPv4
+		return c
+	}
+	seen := map[netip.Addr]bool{}
+	add := func(a netip.Addr) {
+		if !seen[a] && a.IsValid() && model.FamilyOf(a) == o.Family {
+			seen[a] = true
+			c.NodePortIPs = append(c.NodePortIPs, a)
+		}
+	}
+	var cidrs []netip.Prefix
+	primary := false
+	for _, s := range o.NodePortAddresses {
+		if s == "primary" {
+			primary = true
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil || model.FamilyOf(p.Addr()) != o.Family {
+			continue // validated at start; other family's CIDRs are not ours
+		}
+		if p.Bits() == 0 {
+			c.NodePortAllLocal = true
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	// Localhost node ports need loopback among the node port addresses.
+	for _, p := range cidrs {
+		if p.Overlaps(loopback) && o.Family == model.IPv4 {
+			c.LocalhostNodePorts = o.LocalhostNodePorts
+		}
+	}
+	if c.NodePortAllLocal {
+		return c
+	}
+	if primary {
+		for _, a := range nodeIPs {
+			add(a)
+		}
+	}
+	for _, a := range localAddrs {
+		for _, p := range cidrs {
+			if p.Contains(a) {
+				if a.IsLoopback() && !c.LocalhostNodePorts {
+					// Upstream logs and skips it: a loopback node port
+					// address needs localhost node ports (never on IPv6).
+					continue
+				}
+				add(a)
+			}
+		}
+	}
+	return c
+}
+
+// localDetector returns the match arguments that tell pod traffic apart,
+// as upstream's LocalTrafficDetector: one CIDR per family ("-s CIDR"),
+// or the interface ("-i NAME", "-i PREFIX+").
+func (o *Options) localDetector(node *model.Node) LocalDetector {
+	cidr := func(p []netip.Prefix) LocalDetector {
+		if len(p) == 0 {
+			return LocalDetector{}
+		}
+		s := p[0].Masked().String()
+		return LocalDetector{IfLocal: []string{"-s", s}, IfNotLocal: []string{"!", "-s", s}}
+	}
+	iif := func(name string) LocalDetector {
+		if name == "" || name == "+" {
+			return LocalDetector{}
+		}
+		return LocalDetector{IfLocal: []string{"-i", name}, IfNotLocal: []string{"!", "-i", name}}
+	}
+	switch o.DetectLocalMode {
+	case DetectNodeCIDR:
+		return cidr(node.PodCIDRsOf(o.Family))
+	case DetectBridgeInterface:
+		return iif(o.BridgeInterface)
+	case DetectInterfaceNamePrefix:
+		if o.InterfaceNamePrefix == "" {
+			return LocalDetector{}
+		}
+		return iif(o.InterfaceNamePrefix + "+")
+	default:
+		return cidr(o.ClusterCIDRs)
+	}
+}

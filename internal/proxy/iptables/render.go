@@ -1,0 +1,1045 @@
+package iptables
+
+import (
+	"bytes"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+var newline = []byte{'\n'}
+
+// largeClusterEndpointsThreshold: above this many endpoints in total the
+// per-endpoint rules carry no comment ("large cluster mode", upstream's
+// figure). Comments are 256 bytes each in the kernel's rule blob; dropping
+// them makes a legacy table replace ~40% cheaper.
+const largeClusterEndpointsThreshold = 1000
+
+// LocalDetector tells traffic from local pods apart from other traffic, per
+// detectLocalMode: iptables match arguments, nil when the mode has nothing
+// to match on for this family (then no masquerade rule for cluster IP
+// traffic is written and pod traffic is not short-circuited, as upstream).
+type LocalDetector struct {
+	IfLocal    []string
+	IfNotLocal []string
+}
+
+// Implemented reports whether local traffic can be recognised.
+func (d LocalDetector) Implemented() bool { return len(d.IfNotLocal) > 0 }
+
+// Config is what shapes the rules besides the services themselves. A
+// change of Config needs a full sync.
+type Config struct {
+	Family         v1.IPFamily
+	MasqueradeMark string // "0x00004000"
+	MasqueradeAll  bool
+	RandomFully    bool
+	// ConntrackTCPBeLiberal leaves out the INVALID drop in KUBE-FORWARD.
+	ConntrackTCPBeLiberal bool
+	LocalDetector         LocalDetector
+	// NodeIP is the node's primary IP of this family (LB source ranges).
+	NodeIP netip.Addr
+	// NodePortAllLocal: node ports answer on every local address
+	// ("addrtype --dst-type LOCAL"); else on NodePortIPs only.
+	NodePortAllLocal bool
+	NodePortIPs      []netip.Addr
+	// LocalhostNodePorts: IPv4 node ports answer on 127.0.0.0/8 too, and
+	// KUBE-FIREWALL guards it.
+	LocalhostNodePorts bool
+	// MaxChainsPerRestore > 0 splits a sync into several restores of at
+	// most about this many chains each (see DefaultMaxChainsPerRestore).
+	MaxChainsPerRestore int
+}
+
+func (c *Config) ipv6() bool { return c.Family == model.IPv6 }
+
+// Input is one sync's view of the world.
+type Input struct {
+	State    *model.State
+	NodeName string
+	Zone     string
+	// Changed are the service ports to re-render in a partial sync.
+	Changed sets.Set[model.ServicePortName]
+	// Full rewrites every chain. Existing, read from the kernel just
+	// before, says which chains and jump rules are there; nil means the
+	// kernel holds what Applied says (or nothing, before the first sync).
+	Full     bool
+	Existing *Existing
+}
+
+// Existing is what iptables-save showed of the kernel before a full sync.
+type Existing struct {
+	// NATChains are the chains of the nat table (per-service chains not
+	// in use any more are deleted).
+	NATChains []string
+	// Rules are the rule lines of the built-in chains by table, as
+	// iptables-save prints them ("-A INPUT ..."): jump rules already
+	// there are not added again.
+	Rules map[string]sets.Set[string]
+}
+
+// ServiceStats are per-service-port figures consumers need after a sync.
+type ServiceStats struct {
+	LocalEndpoints      int
+	HealthCheckNodePort int32
+	// NoLocalInternal/External: traffic policy Local with no local
+	// endpoint (sync_proxy_rules_no_local_endpoints_total).
+	NoLocalInternal, NoLocalExternal bool
+}
+
+// StaleUDP is a service port (as it was rendered) and endpoints it lost.
+type StaleUDP struct {
+	Service   *model.ServicePort
+	Endpoints []*model.Endpoint
+}
+
+// Applied is what the last successful sync left in the kernel. Render reads
+// it; only Plan.Commit changes it, after the kernel accepted the plan.
+type Applied struct {
+	synced   bool
+	services map[model.ServicePortName]*svcApplied
+	// healthChecked holds the service ports with a health check node
+	// port; noLocal counts Local policies without local endpoints.
+	healthChecked map[model.ServicePortName]ServiceStats
+	noLocalInt    int
+	noLocalExt    int
+}
+
+// NewApplied returns the state of a kernel kproxy has not written yet.
+func NewApplied() *Applied {
+	return &Applied{services: map[model.ServicePortName]*svcApplied{}, healthChecked: map[model.ServicePortName]ServiceStats{}}
+}
+
+type svcApplied struct {
+	sp *model.ServicePort
+	// chains are the service port's own nat chains and a hash of their
+	// rules: a partial sync rewrites only chains whose rules changed.
+	chains []chainState
+	// shared are its rules in the shared chains (KUBE-SERVICES...):
+	// a partial sync deletes the ones that went by their exact text.
+	shared []sharedRule
+	// reachable are the endpoints traffic may be sent to (conntrack).
+	reachable []*model.Endpoint
+	stats     ServiceStats
+}
+
+type chainState struct {
+	name string
+	hash uint64
+}
+
+// sharedRule is a rule in one of the shared chains: spec is what follows
+// "-A CHAIN ".
+type sharedRule struct {
+	table, chain, spec string
+}
+
+// Plan is a rendered sync: the iptables-restore inputs and how Applied
+// changes once they are applied.
+type Plan struct {
+	// Restores are the inputs of iptables-restore --noflush, in order.
+	// Usually one; a sync that touches more than MaxChainsPerRestore
+	// chains is split: first the service ports' own chains (each chunk
+	// holds whole service ports, so what the shared chains jump to is
+	// always complete), then the shared chains, then the deletion of
+	// stale chains. Applying a prefix leaves a working ruleset.
+	Restores [][]byte
+	Full     bool
+	// StaleUDP are UDP endpoints no longer reachable through a service
+	// port: conntrack entries that DNAT to them must go once applied.
+	StaleUDP []StaleUDP
+	// NewlyServedUDP are UDP service ports that had no endpoints and now
+	// have some: conntrack entries for their IPs (cached rejects) must go.
+	NewlyServedUDP []*model.ServicePort
+	// Stats of this sync for logs and metrics.
+	ServicePorts, Endpoints     int
+	NATRules, FilterRules       int
+	ChainsWritten, ChainsDelete int
+
+	services map[model.ServicePortName]*svcApplied // nil value: gone
+}
+
+// Text joins the restores, each preceded by a comment line when there
+// are several (iptables-restore ignores lines starting with '#').
+func (p *Plan) Text() string {
+	if len(p.Restores) == 1 {
+		return string(p.Restores[0])
+	}
+	var b strings.Builder
+	for i, r := range p.Restores {
+		b.WriteString("# iptables-restore --noflush, run " + strconv.Itoa(i+1) + " of " + strconv.Itoa(len(p.Restores)) + "\n")
+		b.Write(r)
+	}
+	return b.String()
+}
+
+// Commit records the plan as applied.
+func (p *Plan) Commit(a *Applied) {
+	if p.Full {
+		a.services = make(map[model.ServicePortName]*svcApplied, len(p.services))
+		a.healthChecked = map[model.ServicePortName]ServiceStats{}
+		a.noLocalInt, a.noLocalExt = 0, 0
+	}
+	a.synced = true
+	for n, s := range p.services {
+		if old, ok := a.services[n]; ok {
+			a.count(n, old.stats, -1)
+		}
+		if s == nil {
+			delete(a.services, n)
+			continue
+		}
+		a.services[n] = s
+		a.count(n, s.stats, 1)
+	}
+}
+
+func (a *Applied) count(n model.ServicePortName, st ServiceStats, sign int) {
+	if st.NoLocalInternal {
+		a.noLocalInt += sign
+	}
+	if st.NoLocalExternal {
+		a.noLocalExt += sign
+	}
+	if st.HealthCheckNodePort != 0 {
+		if sign > 0 {
+			a.healthChecked[n] = st
+		} else {
+			delete(a.healthChecked, n)
+		}
+	}
+}
+
+// NoLocal returns how many service ports with internal / external traffic
+// policy Local have no local endpoint.
+func (a *Applied) NoLocal() (internal, external int) { return a.noLocalInt, a.noLocalExt }
+
+// HealthChecks returns, per service with a health check node port, the port
+// and the number of local endpoints (summed over the service's ports).
+func (a *Applied) HealthChecks() (ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
+	ports, local = map[types.NamespacedName]uint16{}, map[types.NamespacedName]int{}
+	for n, st := range a.healthChecked {
+		ports[n.NamespacedName] = uint16(st.HealthCheckNodePort)
+		local[n.NamespacedName] += st.LocalEndpoints
+	}
+	return ports, local
+}
+
+// chains returns the names of every own chain of every service port.
+func (a *Applied) chains() sets.Set[string] {
+	out := sets.New[string]()
+	for _, s := range a.services {
+		for _, c := range s.chains {
+			out.Insert(c.name)
+		}
+	}
+	return out
+}
+
+// jumpRule hooks a kproxy chain into a built-in chain. line is written
+// exactly as iptables-save prints the rule, so that the rules already in
+// the kernel are recognised by text.
+type jumpRule struct {
+	table, chain, line string
+}
+
+// jumpRules are upstream's iptablesJumpChains, in its order: each missing
+// one is inserted at the head of its built-in chain, so a fresh node ends
+// up with upstream's order.
+var jumpRules = []jumpRule{
+	{tableFilter, "INPUT", `-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES`},
+	{tableFilter, "FORWARD", `-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES`},
+	{tableFilter, "INPUT", `-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS`},
+	{tableFilter, "FORWARD", `-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`},
+	{tableFilter, "OUTPUT", `-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`},
+	{tableFilter, "FORWARD", `-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD`},
+	{tableFilter, "INPUT", `-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL`},
+	{tableFilter, "OUTPUT", `-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL`},
+	{tableFilter, "FORWARD", `-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL`},
+	{tableNAT, "OUTPUT", `-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`},
+	{tableNAT, "PREROUTING", `-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`},
+	{tableNAT, "POSTROUTING", `-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`},
+}
+
+// kubeletJumpRules hook the anti-martian chain, written only with
+// localhost node ports (the kubelet keeps its own copy either way).
+var kubeletJumpRules = []jumpRule{
+	{tableFilter, "INPUT", `-A INPUT -j KUBE-FIREWALL`},
+	{tableFilter, "OUTPUT", `-A OUTPUT -j KUBE-FIREWALL`},
+}
+
+// JumpRuleLines lists the jump rules from built-in chains by table as
+// iptables-save prints them (for tests and the kernel test).
+func JumpRuleLines(localhostNodePorts bool) map[string][]string {
+	out := map[string][]string{}
+	rules := jumpRules
+	if localhostNodePorts {
+		rules = append(slices.Clone(rules), kubeletJumpRules...)
+	}
+	for _, j := range rules {
+		out[j.table] = append(out[j.table], j.line)
+	}
+	return out
+}
+
+// renderer holds one Render call's work.
+type renderer struct {
+	cfg  *Config
+	in   *Input
+	last *Applied
+	plan *Plan
+	// large is large cluster mode: no comments on per-endpoint rules.
+	large bool
+	// args is scratch space for one rule's arguments.
+	args []string
+	buf  []byte
+}
+
+// Render turns a sync's input and what the kernel holds into a plan. It is
+// pure: it reads no clock, runs nothing and changes neither argument.
+func Render(cfg *Config, in *Input, last *Applied) *Plan {
+	r := &renderer{
+		cfg:  cfg,
+		in:   in,
+		last: last,
+		plan: &Plan{Full: in.Full, services: map[model.ServicePortName]*svcApplied{}},
+		args: make([]string, 0, 64),
+	}
+	total := 0
+	for n := range in.State.Services {
+		total += len(in.State.Endpoints[n])
+	}
+	r.large = total > largeClusterEndpointsThreshold
+	r.plan.ServicePorts, r.plan.Endpoints = len(in.State.Services), total
+	if in.Full {
+		r.renderFull()
+	} else {
+		r.renderPartial()
+	}
+	return r.plan
+}
+
+// out collects the pieces of a sync before they are put into restores.
+type out struct {
+	// own are service ports' own chains to (re)write, grouped by service
+	// port so that a chunk never splits one.
+	own [][]ownChain
+	// stale are per-service chains to flush and delete.
+	stale []string
+	// Shared chain edits and the fixed parts (full syncs).
+	filterChains, natChains []string // chain lines of fixed chains (full)
+	filterHead, natHead     []byte   // jump inserts and fixed rules, before the services' rules
+	filterRules, natRules   []byte   // services' shared rules (full: "-A"; partial: "-D" then "-I"/"-A")
+	filterTail, natTail     []byte   // fixed rules after the services' rules
+	mangle                  []byte
+	filterN, natN           int // rule lines written
+}
+
+type ownChain struct {
+	name  string
+	rules []byte
+	hash  uint64
+}
+
+func (r *renderer) renderFull() {
+	o := &out{}
+	cfg := r.cfg
+	mark := cfg.MasqueradeMark
+
+	o.mangle = []byte("*mangle\n:" + chainIPTablesHint + " - [0:0]\n:" + chainCanary + " - [0:0]\nCOMMIT\n")
+
+	o.filterChains = []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall}
+	o.natChains = []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq}
+	jumps := jumpRules
+	if cfg.LocalhostNodePorts {
+		o.filterChains = append(o.filterChains, chainKubeletFirewall)
+		jumps = append(slices.Clone(jumps), kubeletJumpRules...)
+	}
+	o.filterChains = append(o.filterChains, chainCanary)
+	o.natChains = append(o.natChains, chainCanary)
+
+	for _, j := range jumps {
+		if r.jumpExists(j) {
+			continue
+		}
+		line := "-I " + j.chain + " 1" + strings.TrimPrefix(j.line, "-A "+j.chain) + "\n"
+		if j.table == tableFilter {
+			o.filterHead = append(o.filterHead, line...)
+			o.filterN++
+		} else {
+			o.natHead = append(o.natHead, line...)
+			o.natN++
+		}
+	}
+	if cfg.LocalhostNodePorts {
+		// Upstream's copy of the kubelet's rule (CVE-2020-8558): with
+		// route_localnet=1 the node would accept packets to 127.0.0.0/8
+		// from other hosts; only DNATed (node port) ones may pass.
+		o.filterHead = append(o.filterHead, `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\n"...)
+		o.filterN++
+	}
+	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -m mark ! --mark "+mark+"/"+mark+" -j RETURN\n"...)
+	// Clear the mark so that a packet re-entering the stack (a tunnel)
+	// is not masqueraded twice.
+	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -j MARK --xor-mark "+mark+"\n"...)
+	masq := `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
+	if cfg.RandomFully {
+		masq += " --random-fully"
+	}
+	o.natHead = append(o.natHead, masq+"\n"...)
+	o.natHead = append(o.natHead, "-A KUBE-MARK-MASQ -j MARK --or-mark "+mark+"\n"...)
+	o.natN += 4
+
+	names := r.in.State.SortedNames()
+	o.own = make([][]ownChain, 0, len(names))
+	active := sets.New[string]()
+	r.plan.services = make(map[model.ServicePortName]*svcApplied, len(names))
+	for _, n := range names {
+		s, own := r.describe(n)
+		for _, sr := range s.shared {
+			if sr.table == tableFilter {
+				o.filterRules = appendRuleLine(o.filterRules, "-A", sr)
+				o.filterN++
+			} else {
+				o.natRules = appendRuleLine(o.natRules, "-A", sr)
+				o.natN++
+			}
+		}
+		for _, c := range own {
+			active.Insert(c.name)
+		}
+		o.own = append(o.own, own)
+		r.plan.services[n] = s
+		r.udpChanges(n, s, r.last.services[n], true)
+	}
+	// UDP service ports gone since the last sync lose their flows too.
+	for n, old := range r.last.services {
+		if _, ok := r.in.State.Services[n]; !ok {
+			r.udpGone(old)
+		}
+	}
+	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+
+	// Chains of ours that no service uses any more: found in the kernel,
+	// or known from the last sync when the kernel was not read.
+	var existing []string
+	if r.in.Existing != nil {
+		existing = r.in.Existing.NATChains
+	} else {
+		existing = sets.List(r.last.chains())
+	}
+	for _, c := range existing {
+		if isServiceChain(c) && !active.Has(c) {
+			o.stale = append(o.stale, c)
+		}
+	}
+
+	if !cfg.ConntrackTCPBeLiberal {
+		// Packets conntrack considers INVALID (out of window) would reach
+		// a pod un-DNATed and get reset (kubernetes#74839).
+		o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n"...)
+		o.filterN++
+	}
+	// Forward what was marked for masquerade, whatever FORWARD's policy.
+	o.filterTail = append(o.filterTail, `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark `+mark+"/"+mark+" -j ACCEPT\n"...)
+	o.filterTail = append(o.filterTail, `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`+"\n"...)
+	o.filterN += 2
+	o.natTail = r.nodePortsJump(o.natTail)
+	o.natN += bytes.Count(o.natTail, newline)
+	r.assemble(o)
+}
+
+func (r *renderer) jumpExists(j jumpRule) bool {
+	if r.in.Existing == nil {
+		// Trust the last sync: it added every missing jump rule.
+		return r.last.synced
+	}
+	return r.in.Existing.Rules[j.table].Has(j.line)
+}
+
+// nodePortsJump writes the last rule of nat KUBE-SERVICES: what is left,
+// addressed to a node port address, goes to KUBE-NODEPORTS.
+func (r *renderer) nodePortsJump(b []byte) []byte {
+	const comment = `-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain"`
+	cfg := r.cfg
+	if cfg.NodePortAllLocal {
+		b = append(b, comment+" -m addrtype --dst-type LOCAL"...)
+		switch {
+		case cfg.ipv6():
+			// Localhost node ports never work on IPv6.
+			b = append(b, " ! -d ::1/128"...)
+		case !cfg.LocalhostNodePorts:
+			b = append(b, " ! -d 127.0.0.0/8"...)
+		}
+		return append(b, " -j KUBE-NODEPORTS\n"...)
+	}
+	for _, ip := range cfg.NodePortIPs {
+		b = append(b, comment+" -d "...)
+		b = ip.AppendTo(b)
+		b = append(b, " -j KUBE-NODEPORTS\n"...)
+	}
+	return b
+}
+
+func (r *renderer) renderPartial() {
+	o := &out{}
+	names := r.in.Changed.UnsortedList()
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	var inserts []sharedRule
+	for _, n := range names {
+		old := r.last.services[n]
+		if _, ok := r.in.State.Services[n]; !ok {
+			r.plan.services[n] = nil
+			if old == nil {
+				continue
+			}
+			for _, sr := range old.shared {
+				r.deleteShared(o, sr)
+			}
+			for _, c := range old.chains {
+				o.stale = append(o.stale, c.name)
+			}
+			r.udpGone(old)
+			continue
+		}
+		s, own := r.describe(n)
+		r.plan.services[n] = s
+		r.udpChanges(n, s, old, false)
+		var oldShared []sharedRule
+		var oldChains []chainState
+		if old != nil {
+			oldShared, oldChains = old.shared, old.chains
+		}
+		// Shared rules: delete what went, add what came. A rule that is
+		// in both stays where it is: the shared chains are not rewritten,
+		// so a change costs the same with 10 or 10k services.
+		for _, sr := range oldShared {
+			if !slices.Contains(s.shared, sr) {
+				r.deleteShared(o, sr)
+			}
+		}
+		for _, sr := range s.shared {
+			if !slices.Contains(oldShared, sr) {
+				inserts = append(inserts, sr)
+			}
+		}
+		// Own chains: write the ones whose rules changed.
+		var write []ownChain
+		for _, c := range own {
+			i := slices.IndexFunc(oldChains, func(x chainState) bool { return x.name == c.name })
+			if i < 0 || oldChains[i].hash != c.hash {
+				write = append(write, c)
+			}
+		}
+		if len(write) > 0 {
+			o.own = append(o.own, write)
+		}
+		for _, c := range oldChains {
+			if !slices.ContainsFunc(own, func(x ownChain) bool { return x.name == c.name }) {
+				o.stale = append(o.stale, c.name)
+			}
+		}
+	}
+	for _, sr := range inserts {
+		op := "-A"
+		if sr.table == tableNAT && sr.chain == chainServices {
+			// Above the node port jump, which must stay last.
+			op = "-I"
+		}
+		if sr.table == tableFilter {
+			o.filterRules = appendRuleLine(o.filterRules, op, sr)
+			o.filterN++
+		} else {
+			o.natRules = appendRuleLine(o.natRules, op, sr)
+			o.natN++
+		}
+	}
+	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+	r.assemble(o)
+}
+
+// deleteShared deletes a shared rule by its exact text. Deletions come
+// before insertions in the restore.
+func (r *renderer) deleteShared(o *out, sr sharedRule) {
+	if sr.table == tableFilter {
+		o.filterRules = appendRuleLine(o.filterRules, "-D", sr)
+		o.filterN++
+	} else {
+		o.natRules = appendRuleLine(o.natRules, "-D", sr)
+		o.natN++
+	}
+}
+
+func appendRuleLine(b []byte, op string, sr sharedRule) []byte {
+	b = append(b, op...)
+	b = append(b, ' ')
+	b = append(b, sr.chain...)
+	if op == "-I" {
+		b = append(b, " 1"...)
+	}
+	b = append(b, ' ')
+	b = append(b, sr.spec...)
+	return append(b, '\n')
+}
+
+// assemble puts the pieces into restores: one, or (MaxChainsPerRestore)
+// chunks of own chains, the shared part, then chunks of deletions.
+func (r *renderer) assemble(o *out) {
+	max := r.cfg.MaxChainsPerRestore
+	ownChains := 0
+	for _, g := range o.own {
+		ownChains += len(g)
+	}
+	r.plan.ChainsWritten, r.plan.ChainsDelete = ownChains, len(o.stale)
+	// Referrers before referents: deleting in this order never leaves a
+	// stale chain that another one still jumps to.
+	slices.SortStableFunc(o.stale, func(a, b string) int {
+		if c := chainRank(a) - chainRank(b); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	o.stale = slices.Compact(o.stale)
+	split := max > 0 && ownChains+len(o.stale)+len(o.natChains)+len(o.filterChains) > max
+
+	var restores [][]byte
+	var own []byte // own chains that go into the main restore
+	var ownLines []byte
+	if split {
+		var chains, rules []byte
+		n := 0
+		flush := func() {
+			if n == 0 {
+				return
+			}
+			b := make([]byte, 0, len(chains)+len(rules)+16)
+			b = append(b, "*nat\n"...)
+			b = append(b, chains...)
+			b = append(b, rules...)
+			b = append(b, "COMMIT\n"...)
+			restores = append(restores, b)
+			chains, rules, n = chains[:0], rules[:0], 0
+		}
+		for _, g := range o.own {
+			if n > 0 && n+len(g) > max {
+				flush()
+			}
+			for _, c := range g {
+				chains = appendChainLine(chains, c.name)
+				rules = append(rules, c.rules...)
+				r.plan.NATRules += bytes.Count(c.rules, newline)
+			}
+			n += len(g)
+		}
+		flush()
+	} else {
+		for _, g := range o.own {
+			for _, c := range g {
+				own = appendChainLine(own, c.name)
+				ownLines = append(ownLines, c.rules...)
+				r.plan.NATRules += bytes.Count(c.rules, newline)
+			}
+		}
+	}
+
+	// The main restore: shared chains (and, unsplit, everything).
+	var b []byte
+	b = append(b, o.mangle...)
+	if len(o.filterChains) > 0 || o.filterN > 0 {
+		b = append(b, "*filter\n"...)
+		for _, c := range o.filterChains {
+			b = appendChainLine(b, c)
+		}
+		b = append(b, o.filterHead...)
+		b = append(b, o.filterRules...)
+		b = append(b, o.filterTail...)
+		b = append(b, "COMMIT\n"...)
+	}
+	staleHere := !split
+	if len(o.natChains) > 0 || o.natN > 0 || len(own) > 0 || (staleHere && len(o.stale) > 0) {
+		b = append(b, "*nat\n"...)
+		for _, c := range o.natChains {
+			b = appendChainLine(b, c)
+		}
+		b = append(b, own...)
+		if staleHere {
+			for _, c := range o.stale {
+				b = appendChainLine(b, c)
+			}
+		}
+		b = append(b, o.natHead...)
+		b = append(b, o.natRules...)
+		b = append(b, ownLines...)
+		if staleHere {
+			for _, c := range o.stale {
+				b = append(b, "-X "+c+"\n"...)
+			}
+		}
+		b = append(b, o.natTail...)
+		b = append(b, "COMMIT\n"...)
+	}
+	if len(b) > 0 {
+		restores = append(restores, b)
+	}
+	if !split {
+		r.plan.Restores = restores
+		r.plan.NATRules += o.natN
+		r.plan.FilterRules = o.filterN
+		return
+	}
+	// Deletions last, once nothing live jumps to the stale chains; each
+	// chunk flushes its chains (a chain line flushes) and deletes them.
+	for i := 0; i < len(o.stale); i += max {
+		part := o.stale[i:min(i+max, len(o.stale))]
+		d := []byte("*nat\n")
+		for _, c := range part {
+			d = appendChainLine(d, c)
+		}
+		for _, c := range part {
+			d = append(d, "-X "+c+"\n"...)
+		}
+		d = append(d, "COMMIT\n"...)
+		restores = append(restores, d)
+	}
+	r.plan.Restores = restores
+	r.plan.NATRules += o.natN
+	r.plan.FilterRules = o.filterN
+}
+
+func appendChainLine(b []byte, name string) []byte {
+	b = append(b, ':')
+	b = append(b, name...)
+	return append(b, " - [0:0]\n"...)
+}
+
+// udpChanges notes the conntrack work of a UDP service port: endpoints
+// it lost, or its first endpoints. As upstream, flows to an endpoint that
+// still serves (a terminating one included) are kept.
+func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcApplied, full bool) {
+	if n.Protocol != model.UDP {
+		return
+	}
+	if full && !r.last.synced {
+		// After a restart there is nothing to compare with; the full
+		// sync's conntrack reconciliation covers it.
+		return
+	}
+	if prev == nil {
+		if len(s.reachable) > 0 {
+			r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
+		}
+		return
+	}
+	eps := r.in.State.Endpoints[n]
+	var removed []*model.Endpoint
+	for _, e := range prev.reachable {
+		serving := slices.ContainsFunc(eps, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
+		if !serving {
+			removed = append(removed, e)
+		}
+	}
+	if len(removed) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{prev.sp, removed})
+	}
+	if len(prev.reachable) == 0 && len(s.reachable) > 0 {
+		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
+	}
+}
+
+func (r *renderer) udpGone(old *svcApplied) {
+	if old.sp.Protocol == model.UDP && len(old.reachable) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+	}
+}
+
+// rule builds one rule's text from arguments; quoting is the caller's
+// (comments are passed with their quotes, as upstream writes them).
+func (r *renderer) spec(args ...string) string {
+	b := r.buf[:0]
+	for i, a := range args {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, a...)
+	}
+	r.buf = b
+	return string(b)
+}
+
+// chainBuf collects one own chain's rules.
+type chainBuf struct {
+	name  string
+	rules []byte
+}
+
+func (c *chainBuf) add(args ...string) {
+	c.rules = append(c.rules, "-A "...)
+	c.rules = append(c.rules, c.name...)
+	for _, a := range args {
+		c.rules = append(c.rules, ' ')
+		c.rules = append(c.rules, a...)
+	}
+	c.rules = append(c.rules, '\n')
+}
+
+// describe decides a service port's rules, following upstream's iptables
+// proxier so that behaviour and layout match it.
+func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
+	cfg := r.cfg
+	sp := r.in.State.Services[n]
+	sel := model.SelectEndpoints(sp, r.in.State.Endpoints[n], r.in.NodeName, r.in.Zone)
+	names := newServiceChains(n)
+	name, proto := names.name, names.proto
+	port := strconv.Itoa(int(sp.Port))
+
+	s := &svcApplied{sp: sp, reachable: sel.AllReachable}
+	s.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
+
+	hasEndpoints := sel.HasAny
+	usesCluster := len(sel.Cluster) > 0 && sp.UsesClusterEndpoints()
+	usesLocal := len(sel.Local) > 0 && sp.UsesLocalEndpoints()
+
+	internalChain, hasInternal := names.svc, hasEndpoints
+	if sp.InternalPolicyLocal {
+		internalChain = names.svl
+		hasInternal = hasInternal && len(sel.Local) > 0
+	}
+	externalPolicyChain, hasExternal := names.svc, hasEndpoints
+	if sp.ExternalPolicyLocal {
+		externalPolicyChain = names.svl
+		hasExternal = hasExternal && len(sel.Local) > 0
+	}
+	// The EXT chain exists whenever there are endpoints at all: pod and
+	// node traffic is short-circuited to the cluster chain even without
+	// local endpoints.
+	usesExternalChain := hasEndpoints && sp.ExternallyAccessible()
+	vips := sp.LoadBalancerVIPs()
+	lbChain := names.ext
+	usesFW := hasEndpoints && len(vips) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	if usesFW {
+		lbChain = names.fw
+	}
+
+	var internalTarget, internalComment, externalTarget, externalComment string
+	if !hasEndpoints {
+		internalTarget, externalTarget = "REJECT", "REJECT"
+		internalComment = `"` + name + ` has no endpoints"`
+		externalComment = internalComment
+	} else {
+		if !hasInternal {
+			internalTarget = "DROP"
+			internalComment = `"` + name + ` has no local endpoints"`
+			s.stats.NoLocalInternal = true
+		}
+		if !hasExternal {
+			externalTarget = "DROP"
+			externalComment = `"` + name + ` has no local endpoints"`
+			s.stats.NoLocalExternal = sp.ExternallyAccessible()
+		}
+	}
+
+	add := func(table, chain string, args ...string) {
+		s.shared = append(s.shared, sharedRule{table: table, chain: chain, spec: r.spec(args...)})
+	}
+	pm := []string{"-m", proto, "-p", proto}
+	clusterIP := sp.ClusterIP.String()
+	clusterComment := `"` + name + ` cluster IP"`
+
+	if hasInternal {
+		add(tableNAT, chainServices, "-m", "comment", "--comment", clusterComment, pm[0], pm[1], pm[2], pm[3], "-d", clusterIP, "--dport", port, "-j", internalChain)
+	} else {
+		add(tableFilter, chainServices, "-m", "comment", "--comment", internalComment, pm[0], pm[1], pm[2], pm[3], "-d", clusterIP, "--dport", port, "-j", internalTarget)
+	}
+	for _, ip := range sp.ExternalIPs {
+		if hasEndpoints {
+			add(tableNAT, chainServices, "-m", "comment", "--comment", `"`+name+` external IP"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", names.ext)
+		}
+		if !hasExternal {
+			add(tableFilter, chainExternalServices, "-m", "comment", "--comment", externalComment, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", externalTarget)
+		}
+	}
+	for _, ip := range vips {
+		if hasEndpoints {
+			add(tableNAT, chainServices, "-m", "comment", "--comment", `"`+name+` loadbalancer IP"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", lbChain)
+		}
+		if usesFW {
+			// What the FW chain let through was DNATed; the rest meets this.
+			add(tableFilter, chainProxyFirewall, "-m", "comment", "--comment", `"`+name+` traffic not accepted by `+names.fw+`"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", "DROP")
+		}
+	}
+	if !hasExternal {
+		for _, ip := range vips {
+			add(tableFilter, chainExternalServices, "-m", "comment", "--comment", externalComment, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", externalTarget)
+		}
+	}
+	if sp.NodePort != 0 {
+		np := strconv.Itoa(int(sp.NodePort))
+		if hasEndpoints {
+			// Node ports are not subject to loadBalancerSourceRanges.
+			add(tableNAT, chainNodePorts, "-m", "comment", "--comment", name, pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", names.ext)
+		}
+		if !hasExternal {
+			add(tableFilter, chainExternalServices, "-m", "comment", "--comment", externalComment, "-m", "addrtype", "--dst-type", "LOCAL", pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", externalTarget)
+		}
+	}
+	if sp.HealthCheckNodePort != 0 {
+		// Accepted whether or not there are local endpoints: the health
+		// check server answers 503 then.
+		add(tableFilter, chainNodePorts, "-m", "comment", "--comment", `"`+name+` health check node port"`, "-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(sp.HealthCheckNodePort)), "-j", "ACCEPT")
+	}
+
+	// Own chains, in upstream's order of creation.
+	var chains []*chainBuf
+	chain := func(name string) *chainBuf {
+		for _, c := range chains {
+			if c.name == name {
+				return c
+			}
+		}
+		c := &chainBuf{name: name}
+		chains = append(chains, c)
+		return c
+	}
+	if usesExternalChain {
+		chain(names.ext)
+	}
+	if usesFW {
+		chain(names.fw)
+	}
+	if usesCluster {
+		chain(names.svc)
+	}
+	if usesLocal {
+		chain(names.svl)
+	}
+
+	if hasInternal {
+		dst := []string{"-m", "comment", "--comment", clusterComment, pm[0], pm[1], pm[2], pm[3], "-d", clusterIP, "--dport", port}
+		if cfg.MasqueradeAll {
+			chain(internalChain).add(append(dst, "-j", chainMarkMasq)...)
+		} else if cfg.LocalDetector.Implemented() {
+			// Off-cluster traffic to a cluster IP (a static route to the
+			// service range via some node) may leave the node again.
+			a := append(append(dst, cfg.LocalDetector.IfNotLocal...), "-j", chainMarkMasq)
+			chain(internalChain).add(a...)
+		}
+	}
+	if usesExternalChain {
+		ext := chain(names.ext)
+		if !sp.ExternalPolicyLocal {
+			// Endpoints may be on other nodes: masquerade to get replies back.
+			ext.add("-m", "comment", "--comment", `"masquerade traffic for `+name+` external destinations"`, "-j", chainMarkMasq)
+		} else {
+			if cfg.LocalDetector.Implemented() {
+				// Pod traffic to an external destination is treated as if
+				// it went out to the LB and came back: policy Cluster.
+				a := append([]string{"-m", "comment", "--comment", `"pod traffic for ` + name + ` external destinations"`}, cfg.LocalDetector.IfLocal...)
+				ext.add(append(a, "-j", names.svc)...)
+			}
+			// The node's own traffic: its source is a local address
+			// (often the LB IP itself), masquerade it and use all endpoints.
+			ext.add("-m", "comment", "--comment", `"masquerade LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq)
+			ext.add("-m", "comment", "--comment", `"route LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", names.svc)
+		}
+		if hasExternal {
+			ext.add("-j", externalPolicyChain)
+		}
+	}
+	if usesFW {
+		fw := chain(names.fw)
+		lbComment := `"` + name + ` loadbalancer IP"`
+		allowFromNode := false
+		for _, p := range sp.LoadBalancerSourceRanges {
+			fw.add("-m", "comment", "--comment", lbComment, "-s", p.String(), "-j", names.ext)
+			if cfg.NodeIP.IsValid() && p.Contains(cfg.NodeIP) {
+				allowFromNode = true
+			}
+		}
+		if allowFromNode {
+			// A VIP that is a local address loops a node's request back
+			// with the VIP as source: let the node in.
+			for _, ip := range vips {
+				fw.add("-m", "comment", "--comment", lbComment, "-s", ip.String(), "-j", names.ext)
+			}
+		}
+		// No target: what gets here is not DNATed, and KUBE-PROXY-FIREWALL
+		// drops it in filter.
+		fw.add("-m", "comment", "--comment", `"other traffic to `+name+` will be dropped by KUBE-PROXY-FIREWALL"`)
+	}
+	var epChains map[*model.Endpoint]string
+	if usesCluster || usesLocal {
+		epChains = make(map[*model.Endpoint]string, len(sel.AllReachable))
+		for _, e := range sel.AllReachable {
+			epChains[e] = names.endpointChain(e)
+		}
+	}
+	if usesCluster {
+		r.dispatch(chain(names.svc), name, proto, sp, sel.Cluster, epChains)
+	}
+	if usesLocal {
+		r.dispatch(chain(names.svl), name, proto, sp, sel.Local, epChains)
+	}
+	if usesCluster || usesLocal {
+		for _, e := range sel.AllReachable {
+			ep := chain(epChains[e])
+			var comment []string
+			if !r.large {
+				comment = []string{"-m", "comment", "--comment", name}
+			}
+			ip := e.IP.String()
+			// Hairpin: a pod reaching itself through the service must be
+			// masqueraded or it would answer itself directly.
+			ep.add(append(slices.Clone(comment), "-s", ip, "-j", chainMarkMasq)...)
+			a := comment
+			if sp.SessionAffinity() {
+				a = append(a, "-m", "recent", "--name", ep.name, "--set")
+			}
+			ep.add(append(a, pm[0], pm[1], pm[2], pm[3], "-j", "DNAT", "--to-destination", e.String())...)
+		}
+	}
+
+	own := make([]ownChain, len(chains))
+	s.chains = make([]chainState, len(chains))
+	for i, c := range chains {
+		h := fnv.New64a()
+		_, _ = h.Write(c.rules)
+		own[i] = ownChain{name: c.name, rules: c.rules, hash: h.Sum64()}
+		s.chains[i] = chainState{name: c.name, hash: own[i].hash}
+	}
+	return s, own
+}
+
+// dispatch writes the endpoint choice of a policy chain: affinity first
+// (a client seen within the timeout goes back to its endpoint), then one
+// rule per endpoint; rule i of n matches with probability 1/(n-i), so that
+// each endpoint gets 1/n of the new connections, and the last always.
+func (r *renderer) dispatch(c *chainBuf, name, proto string, sp *model.ServicePort, eps []*model.Endpoint, epChains map[*model.Endpoint]string) {
+	comment := func(e *model.Endpoint) []string {
+		if r.large {
+			return nil
+		}
+		return []string{"-m", "comment", "--comment", `"` + name + ` -> ` + e.String() + `"`}
+	}
+	if sp.SessionAffinity() {
+		secs := strconv.Itoa(int(sp.StickyMaxAgeSeconds))
+		for _, e := range eps {
+			ch := epChains[e]
+			c.add(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap", "-j", ch)...)
+		}
+	}
+	for i, e := range eps {
+		a := comment(e)
+		if i < len(eps)-1 {
+			a = append(a, "-m", "statistic", "--mode", "random", "--probability", probability(len(eps)-i))
+		}
+		c.add(append(a, "-j", epChains[e])...)
+	}
+}
