@@ -219,15 +219,23 @@ func restoreError(b Backend, f Family, err error) error {
 // oneLine joins the non-empty lines of a message, dropping iptables'
 // usage hint.
 func oneLine(s string) string {
-	var parts []string
+	var b strings.Builder
 	for _, l := range strings.Split(s, "\n") {
 		l = strings.TrimSpace(l)
 		if l == "" || strings.HasPrefix(l, "Try `") {
 			continue
 		}
-		parts = append(parts, l)
+		switch {
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			// "iptables-nft-restore v1.8.9 (nf_tables): " then the message
+			b.WriteByte(' ')
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
 	}
-	return strings.Join(parts, "; ")
+	return b.String()
 }
 
 func (r *runner) Save(ctx context.Context, table string) ([]byte, error) {
