@@ -111,6 +111,16 @@ type Applied struct {
 	healthChecked map[model.ServicePortName]ServiceStats
 	noLocalInt    int
 	noLocalExt    int
+	// Rules kproxy owns per table: the fixed ones of the last full sync
+	// plus every service port's.
+	fixedNAT, fixedFilter int
+	natRules, filterRules int
+}
+
+// Rules returns how many rules kproxy owns in the nat and filter tables
+// (sync_proxy_rules_iptables_total).
+func (a *Applied) Rules() (nat, filter int) {
+	return a.fixedNAT + a.natRules, a.fixedFilter + a.filterRules
 }
 
 // NewApplied returns the state of a kernel kproxy has not written yet.
@@ -129,6 +139,8 @@ type svcApplied struct {
 	// reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
 	stats     ServiceStats
+	// natRules and filterRules count its rules in each table.
+	natRules, filterRules int
 }
 
 type chainState struct {
@@ -164,7 +176,8 @@ type Plan struct {
 	NATRules, FilterRules       int
 	ChainsWritten, ChainsDelete int
 
-	services map[model.ServicePortName]*svcApplied // nil value: gone
+	services              map[model.ServicePortName]*svcApplied // nil value: gone
+	fixedNAT, fixedFilter int
 }
 
 // Text joins the restores, each preceded by a comment line when there
@@ -187,22 +200,27 @@ func (p *Plan) Commit(a *Applied) {
 		a.services = make(map[model.ServicePortName]*svcApplied, len(p.services))
 		a.healthChecked = map[model.ServicePortName]ServiceStats{}
 		a.noLocalInt, a.noLocalExt = 0, 0
+		a.natRules, a.filterRules = 0, 0
+		a.fixedNAT, a.fixedFilter = p.fixedNAT, p.fixedFilter
 	}
 	a.synced = true
 	for n, s := range p.services {
 		if old, ok := a.services[n]; ok {
-			a.count(n, old.stats, -1)
+			a.count(n, old, -1)
 		}
 		if s == nil {
 			delete(a.services, n)
 			continue
 		}
 		a.services[n] = s
-		a.count(n, s.stats, 1)
+		a.count(n, s, 1)
 	}
 }
 
-func (a *Applied) count(n model.ServicePortName, st ServiceStats, sign int) {
+func (a *Applied) count(n model.ServicePortName, s *svcApplied, sign int) {
+	st := s.stats
+	a.natRules += sign * s.natRules
+	a.filterRules += sign * s.filterRules
 	if st.NoLocalInternal {
 		a.noLocalInt += sign
 	}
@@ -341,6 +359,11 @@ type out struct {
 	filterTail, natTail     []byte   // fixed rules after the services' rules
 	mangle                  []byte
 	filterN, natN           int // rule lines written
+	// prelude opens a split full sync: the fixed chains that service
+	// ports' own chains jump to, which a fresh node does not have yet.
+	// Only KUBE-MARK-MASQ: declaring KUBE-SERVICES this early would
+	// flush it while the old per-service chains are still in use.
+	prelude []byte
 }
 
 type ownChain struct {
@@ -395,9 +418,22 @@ func (r *renderer) renderFull() {
 		masq += " --random-fully"
 	}
 	o.natHead = append(o.natHead, masq+"\n"...)
-	o.natHead = append(o.natHead, "-A KUBE-MARK-MASQ -j MARK --or-mark "+mark+"\n"...)
+	markRule := "-A KUBE-MARK-MASQ -j MARK --or-mark " + mark + "\n"
+	o.natHead = append(o.natHead, markRule...)
 	o.natN += 4
+	o.prelude = []byte("*nat\n:" + chainMarkMasq + " - [0:0]\n" + markRule + "COMMIT\n")
 
+	// Fixed rules (jump inserts are in built-in chains, not ours).
+	r.plan.fixedNAT, r.plan.fixedFilter = 4+1, 3
+	if cfg.ConntrackTCPBeLiberal {
+		r.plan.fixedFilter--
+	}
+	if cfg.LocalhostNodePorts {
+		r.plan.fixedFilter++
+	}
+	if !cfg.NodePortAllLocal {
+		r.plan.fixedNAT += len(cfg.NodePortIPs) - 1
+	}
 	names := r.in.State.SortedNames()
 	o.own = make([][]ownChain, 0, len(names))
 	active := sets.New[string]()
@@ -613,6 +649,9 @@ func (r *renderer) assemble(o *out) {
 	var restores [][]byte
 	var own []byte // own chains that go into the main restore
 	var ownLines []byte
+	if split && o.prelude != nil {
+		restores = append(restores, o.prelude)
+	}
 	if split {
 		var chains, rules []byte
 		n := 0
@@ -1006,9 +1045,17 @@ func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
 		}
 	}
 
+	for _, sr := range s.shared {
+		if sr.table == tableFilter {
+			s.filterRules++
+		} else {
+			s.natRules++
+		}
+	}
 	own := make([]ownChain, len(chains))
 	s.chains = make([]chainState, len(chains))
 	for i, c := range chains {
+		s.natRules += bytes.Count(c.rules, newline)
 		h := fnv.New64a()
 		_, _ = h.Write(c.rules)
 		own[i] = ownChain{name: c.name, rules: c.rules, hash: h.Sum64()}

@@ -1,0 +1,222 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime/debug"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+// fullSyncFreeBytes: above this much restore input a full sync hands its
+// memory back to the OS at once rather than keeping the peak resident.
+const fullSyncFreeBytes = 16 << 20
+
+// Proxier is the iptables backend of one IP family.
+type Proxier struct {
+	opts      Options
+	ipt       xtables.Interface
+	conntrack conntrack.Interface
+	// localAddrs reads the host's addresses (for CIDR nodePortAddresses).
+	localAddrs func() ([]netip.Addr, error)
+	applied    *Applied
+	// cfg is nil until the first successful full sync and after a
+	// failure: then the next sync is full and reads the kernel first.
+	cfg *Config
+}
+
+var _ proxy.Backend = (*Proxier)(nil)
+
+// NewProxier returns a proxier; ct and localAddrs may be nil. ipt's family
+// must be opts.Family. The caller sets net.ipv4.conf.all.route_localnet=1
+// when opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start
+// when it cannot).
+func NewProxier(opts Options, ipt xtables.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
+	return &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+}
+
+// Sync implements proxy.Backend.
+func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	fam := string(p.opts.Family)
+	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full || p.cfg == nil, NodeName: p.opts.Hostname}
+	if req.Node != nil {
+		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
+	}
+	if !in.Full {
+		// Someone flushing the tables (firewalld's reload, iptables -F)
+		// removes the canary with everything else: kproxy's chains are
+		// gone too, and only a full sync brings them back. Upstream polls
+		// for it; kproxy looks before each partial sync (mangle is small).
+		gone, err := p.canaryGone(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if gone {
+			klog.InfoS("KUBE-PROXY-CANARY is gone: the iptables rules were flushed; syncing in full", "ipFamily", p.opts.Family)
+			in.Full = true
+		}
+	}
+	if in.Full {
+		var addrs []netip.Addr
+		if p.localAddrs != nil {
+			var err error
+			if addrs, err = p.localAddrs(); err != nil {
+				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
+			}
+		}
+		cfg := p.opts.RenderConfig(req.Node, addrs)
+		switch {
+		case cfg.MaxChainsPerRestore < 0:
+			cfg.MaxChainsPerRestore = 0
+		case cfg.MaxChainsPerRestore == 0 && p.ipt.Backend() == xtables.NFT:
+			cfg.MaxChainsPerRestore = DefaultMaxChainsPerRestore
+		}
+		// Read the kernel before rendering: chains left by an earlier run
+		// or a failed sync, and which jump rules from the built-in chains
+		// are there.
+		nat, err := p.ipt.Save(ctx, tableNAT)
+		if err != nil {
+			return nil, err
+		}
+		filter, err := p.ipt.Save(ctx, tableFilter)
+		if err != nil {
+			return nil, err
+		}
+		in.Existing = ParseExisting(nat, filter)
+		p.cfg = cfg
+	}
+	start := time.Now()
+	plan := Render(p.cfg, in, p.applied)
+	renderTime := time.Since(start)
+	size := 0
+	var lockWait time.Duration
+	for i, data := range plan.Restores {
+		st, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true})
+		lockWait += st.LockWait
+		size += len(data)
+		if err != nil {
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			if !in.Full {
+				metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			}
+			// Whatever we knew of the kernel may be wrong now.
+			p.cfg = nil
+			var re *xtables.RestoreError
+			if errors.As(err, &re) && re.Line > 0 {
+				klog.ErrorS(err, "iptables-restore refused a line", "ipFamily", p.opts.Family, "line", lineOf(data, re.Line))
+			}
+			return nil, fmt.Errorf("iptables-restore %d of %d (%d bytes, full=%v): %w", i+1, len(plan.Restores), len(data), in.Full, err)
+		}
+	}
+	plan.Commit(p.applied)
+	klog.V(2).InfoS("Applied iptables rules", "ipFamily", p.opts.Family, "full", in.Full, "servicePorts", plan.ServicePorts,
+		"endpoints", plan.Endpoints, "restores", len(plan.Restores), "bytes", size, "chainsWritten", plan.ChainsWritten,
+		"chainsDeleted", plan.ChainsDelete, "renderSeconds", renderTime.Seconds(), "seconds", time.Since(start).Seconds(), "lockWaitSeconds", lockWait.Seconds())
+	nat, filter := p.applied.Rules()
+	metrics.IPTablesRulesTotal.WithLabelValues(fam, tableNAT).Set(float64(nat))
+	metrics.IPTablesRulesTotal.WithLabelValues(fam, tableFilter).Set(float64(filter))
+	metrics.IPTablesRulesLastSync.WithLabelValues(fam, tableNAT).Set(float64(plan.NATRules))
+	metrics.IPTablesRulesLastSync.WithLabelValues(fam, tableFilter).Set(float64(plan.FilterRules))
+
+	p.clearConntrack(plan)
+	if in.Full {
+		p.reconcileConntrack(req.State)
+		if size > fullSyncFreeBytes {
+			// A large full sync holds all its restore input at once.
+			debug.FreeOSMemory()
+		}
+	}
+	internal, external := p.applied.NoLocal()
+	ports, local := p.applied.HealthChecks()
+	return &proxy.Result{
+		HealthCheckPorts: ports,
+		LocalEndpoints:   local,
+		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
+	}, nil
+}
+
+// canaryGone reports whether the mangle table lacks KUBE-PROXY-CANARY.
+func (p *Proxier) canaryGone(ctx context.Context) (bool, error) {
+	mangle, err := p.ipt.Save(ctx, tableMangle)
+	if err != nil {
+		return false, err
+	}
+	return !hasChain(mangle, chainCanary), nil
+}
+
+// lineOf returns line n (1-based) of a restore input, for error messages.
+func lineOf(data []byte, n int) string {
+	for i := 1; len(data) > 0; i++ {
+		end := len(data)
+		for j, c := range data {
+			if c == '\n' {
+				end = j
+				break
+			}
+		}
+		if i == n {
+			return string(data[:end])
+		}
+		if end == len(data) {
+			break
+		}
+		data = data[end+1:]
+	}
+	return ""
+}
+
+// clearConntrack removes UDP entries that would keep sending packets to
+// endpoints that are gone, or keep rejecting a service that now has
+// endpoints (a cached ICMP error is an entry too).
+func (p *Proxier) clearConntrack(plan *Plan) {
+	if p.conntrack == nil {
+		return
+	}
+	var filters []conntrack.Filter
+	for _, st := range plan.StaleUDP {
+		sp := st.Service
+		for _, e := range st.Endpoints {
+			for _, ip := range serviceIPs(sp) {
+				filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port), ReplySrc: e.IP})
+			}
+			if sp.NodePort != 0 {
+				filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort), ReplySrc: e.IP})
+			}
+		}
+	}
+	for _, sp := range plan.NewlyServedUDP {
+		for _, ip := range serviceIPs(sp) {
+			filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port)})
+		}
+		if sp.NodePort != 0 {
+			filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort)})
+		}
+	}
+	if len(filters) == 0 {
+		return
+	}
+	start := time.Now()
+	n, err := p.conntrack.DeleteUDP(p.opts.Family == model.IPv6, filters)
+	metrics.ReconcileConntrackFlowsLatency.WithLabelValues(string(p.opts.Family)).Observe(time.Since(start).Seconds())
+	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(p.opts.Family)).Add(float64(n))
+	if err != nil {
+		klog.ErrorS(err, "Failed to delete stale UDP conntrack entries", "filters", len(filters))
+		return
+	}
+	klog.V(2).InfoS("Deleted stale UDP conntrack entries", "entries", n, "filters", len(filters))
+}
+
+func serviceIPs(sp *model.ServicePort) []netip.Addr {
+	ips := []netip.Addr{sp.ClusterIP}
+	ips = append(ips, sp.ExternalIPs...)
+	return append(ips, sp.LoadBalancerVIPs()...)
+}

@@ -1,0 +1,427 @@
+package iptables
+
+// Proxier tests against xtablestest.Fake, which refuses what
+// iptables-restore or the kernel would refuse (a jump to a missing chain,
+// deleting a chain still referenced, "-D" of a rule that is not there).
+// The address plan is at the top of fixtures_test.go.
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+type rig struct {
+	t       *testing.T
+	opts    Options
+	backend xtables.Backend
+	fake    *xtablestest.Fake
+	ct      *conntrack.Fake
+	p       *Proxier
+	node    *model.Node
+	state   *model.State
+	changed sets.Set[model.ServicePortName]
+}
+
+func xfamily(f v1.IPFamily) xtables.Family {
+	if f == model.IPv6 {
+		return xtables.IPv6
+	}
+	return xtables.IPv4
+}
+
+func newRig(t *testing.T, c *exampleCluster, f v1.IPFamily, b xtables.Backend, tweak func(*Options)) *rig {
+	t.Helper()
+	o := exampleOptions(f)
+	o.Hostname = c.nodeName
+	if tweak != nil {
+		tweak(&o)
+	}
+	fake := xtablestest.NewFake(b, xfamily(f))
+	fake.CommitPerTable = true
+	ct := &conntrack.Fake{}
+	return &rig{
+		t: t, opts: o, backend: b, fake: fake, ct: ct,
+		p:       NewProxier(o, fake, ct, nil),
+		node:    c.node,
+		state:   c.states[f].Clone(),
+		changed: sets.New[model.ServicePortName](),
+	}
+}
+
+func (r *rig) sync(full bool) (*proxy.Result, error) {
+	res, err := r.p.Sync(context.Background(), &proxy.Request{State: r.state, Changed: r.changed, Node: r.node, Full: full})
+	if err == nil {
+		r.changed = sets.New[model.ServicePortName]()
+	}
+	return res, err
+}
+
+func (r *rig) mustSync(full bool) *proxy.Result {
+	r.t.Helper()
+	res, err := r.sync(full)
+	if err != nil {
+		r.t.Fatalf("sync(full=%v): %v", full, err)
+	}
+	return res
+}
+
+// set changes a service port and its endpoints (sp nil: remove it).
+func (r *rig) set(n model.ServicePortName, sp *model.ServicePort, eps []*model.Endpoint) {
+	if sp == nil {
+		delete(r.state.Services, n)
+		delete(r.state.Endpoints, n)
+	} else {
+		r.state.Services[n] = sp
+		r.state.Endpoints[n] = eps
+	}
+	r.changed.Insert(n)
+}
+
+// restoresSince returns the inputs of the Restore calls after the first
+// skip ones.
+func (r *rig) restoresSince(skip int) []string {
+	var out []string
+	for _, c := range r.fake.Restores()[skip:] {
+		out = append(out, string(c.Data))
+	}
+	return out
+}
+
+// freshDump is what a full sync of the current state writes on a fresh node.
+func (r *rig) freshDump() string {
+	r.t.Helper()
+	fresh := xtablestest.NewFake(r.backend, xfamily(r.opts.Family))
+	p := NewProxier(r.opts, fresh, nil, nil)
+	if _, err := p.Sync(context.Background(), &proxy.Request{State: r.state, Changed: sets.New[model.ServicePortName](), Node: r.node, Full: true}); err != nil {
+		r.t.Fatalf("full sync on a fresh node: %v", err)
+	}
+	return normalize(fresh.Dump())
+}
+
+// sharedChains hold rules of many services; a partial sync inserts and
+// deletes single rules there, so their order differs from a full sync's.
+var sharedChains = []string{chainServices, chainNodePorts, chainExternalServices, chainProxyFirewall}
+
+// normalize sorts the rules of the shared chains (keeping nat
+// KUBE-SERVICES' node port jump last) so that dumps compare by content.
+func normalize(dump string) string {
+	lines := strings.Split(dump, "\n")
+	var out, group []string
+	groupChain := ""
+	flush := func() {
+		slices.SortStableFunc(group, func(a, b string) int {
+			la, lb := strings.Contains(a, "NOTE: this must be the last rule"), strings.Contains(b, "NOTE: this must be the last rule")
+			switch {
+			case la && !lb:
+				return 1
+			case lb && !la:
+				return -1
+			}
+			return strings.Compare(a, b)
+		})
+		out = append(out, group...)
+		group, groupChain = nil, ""
+	}
+	for _, l := range lines {
+		chain := ""
+		if strings.HasPrefix(l, "-A ") {
+			chain = strings.Fields(l)[1]
+		}
+		if chain != groupChain {
+			flush()
+		}
+		if slices.Contains(sharedChains, chain) {
+			group = append(group, l)
+			groupChain = chain
+			continue
+		}
+		out = append(out, l)
+	}
+	flush()
+	return strings.Join(out, "\n")
+}
+
+func TestProxierFirstSyncAndRepeat(t *testing.T) {
+	c := loadExample(t, "node-a")
+	for _, b := range xtables.Backends {
+		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
+			t.Run(string(b)+"/"+string(f), func(t *testing.T) {
+				r := newRig(t, c, f, b, nil)
+				// Someone else's rules in the built-in chains stay.
+				if err := r.fake.Restore(context.Background(), []byte("*filter\n-A INPUT -p tcp --dport 22 -j ACCEPT\nCOMMIT\n"), xtables.RestoreOptions{NoFlush: true}); err != nil {
+					t.Fatal(err)
+				}
+				res := r.mustSync(false) // the first sync is full whatever is asked
+				first := r.fake.Dump()
+				if !strings.Contains(first, "-A INPUT -p tcp --dport 22 -j ACCEPT") {
+					t.Errorf("another program's rule in INPUT is gone:\n%s", first)
+				}
+				for table, lines := range JumpRuleLines(r.p.cfg.LocalhostNodePorts) {
+					for _, l := range lines {
+						chain := strings.Fields(l)[1]
+						if n := strings.Count(strings.Join(r.fake.Rules(table, chain), "\n"), l); n != 1 {
+							t.Errorf("%s %s: jump rule %q present %d times", table, chain, l, n)
+						}
+					}
+				}
+				if f == model.IPv4 {
+					if got := res.HealthCheckPorts; len(got) != 1 {
+						t.Errorf("health check ports = %v, want etp-local's", got)
+					}
+				}
+				// A second full sync finds its jump rules and adds none.
+				r.mustSync(true)
+				if again := r.fake.Dump(); again != first {
+					t.Errorf("a second full sync changed the rules:\n%s", cmp.Diff(first, again))
+				}
+				// A partial sync with nothing changed writes nothing.
+				n := len(r.fake.Restores())
+				r.mustSync(false)
+				if got := r.restoresSince(n); len(got) != 0 {
+					t.Errorf("an empty partial sync ran iptables-restore: %q", got)
+				}
+			})
+		}
+	}
+}
+
+// TestProxierPartialSync changes service ports one at a time and checks
+// that each partial restore is small and leaves exactly what a full sync
+// of the new state would write.
+func TestProxierPartialSync(t *testing.T) {
+	c := loadExample(t, "node-a")
+	web := spName("web-clusterip", "http", model.TCP)
+	dns := spName("dns-udp", "dns", model.UDP)
+	newSvc := spName("new", "http", model.TCP)
+	noEP := spName("no-endpoints", "http", model.TCP)
+	lb := spName("lb-ranges", "https", model.TCP)
+	steps := []struct {
+		name string
+		do   func(r *rig)
+		// want are substrings of the partial restore; notWant must not be there.
+		want, notWant []string
+	}{
+		{
+			name: "one endpoint added",
+			do: func(r *rig) {
+				eps := append(slices.Clone(r.state.Endpoints[web]), makeEP("198.18.129.11", 8080, true, nil))
+				r.set(web, r.state.Services[web], eps)
+			},
+			want:    []string{"-A KUBE-SVC-L3ZXZ5RL5JV2UINA", "--probability 0.3333333333", "--to-destination 198.18.129.11:8080"},
+			notWant: []string{"*filter", ":KUBE-SERVICES", "-A KUBE-SERVICES", "KUBE-SEP-5FM52R3KVI3RBTFP - [0:0]"},
+		},
+		{
+			name: "one endpoint removed",
+			do: func(r *rig) {
+				r.set(web, r.state.Services[web], r.state.Endpoints[web][1:])
+			},
+			want:    []string{"-X KUBE-SEP-"},
+			notWant: []string{":KUBE-SERVICES"},
+		},
+		{
+			name: "new service",
+			do: func(r *rig) {
+				r.set(newSvc, makeSP("new", "198.19.1.1", 80, nil), []*model.Endpoint{makeEP("198.18.130.90", 8080, false, nil)})
+			},
+			want: []string{`-I KUBE-SERVICES 1 -m comment --comment "demo/new:http cluster IP"`},
+		},
+		{
+			name: "service loses its endpoints: nat jump out, REJECT in",
+			do:   func(r *rig) { r.set(newSvc, r.state.Services[newSvc], nil) },
+			want: []string{`-D KUBE-SERVICES -m comment --comment "demo/new:http cluster IP"`, `-A KUBE-SERVICES -m comment --comment "demo/new:http has no endpoints"`},
+		},
+		{
+			name: "service without endpoints gains one",
+			do: func(r *rig) {
+				r.set(noEP, r.state.Services[noEP], []*model.Endpoint{makeEP("198.18.129.99", 8080, true, nil)})
+			},
+			want: []string{`-D KUBE-SERVICES -m comment --comment "demo/no-endpoints:http has no endpoints"`},
+		},
+		{
+			name:    "service removed",
+			do:      func(r *rig) { r.set(newSvc, nil, nil) },
+			want:    []string{`-D KUBE-SERVICES -m comment --comment "demo/new:http has no endpoints"`},
+			notWant: []string{"*nat"},
+		},
+		{
+			name: "UDP service loses an endpoint",
+			do:   func(r *rig) { r.set(dns, r.state.Services[dns], r.state.Endpoints[dns][:1]) },
+			want: []string{"-X KUBE-SEP-"},
+		},
+		{
+			name: "source ranges change",
+			do: func(r *rig) {
+				sp := *r.state.Services[lb]
+				sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+				r.set(lb, &sp, r.state.Endpoints[lb])
+			},
+			want: []string{"-A KUBE-FW-EDLNQQTDUOW7MKI7", "-s 192.0.2.0/24"},
+		},
+	}
+	for _, b := range xtables.Backends {
+		t.Run(string(b), func(t *testing.T) {
+			r := newRig(t, c, model.IPv4, b, nil)
+			r.mustSync(true)
+			for _, st := range steps {
+				n := len(r.fake.Restores())
+				st.do(r)
+				r.mustSync(false)
+				got := strings.Join(r.restoresSince(n), "")
+				for _, w := range st.want {
+					if !strings.Contains(got, w) {
+						t.Errorf("%s: partial restore lacks %q:\n%s", st.name, w, got)
+					}
+				}
+				for _, w := range st.notWant {
+					if strings.Contains(got, w) {
+						t.Errorf("%s: partial restore has %q:\n%s", st.name, w, got)
+					}
+				}
+				if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+					t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s", st.name, diff)
+				}
+				rules := r.fake.Rules(tableNAT, chainServices)
+				if last := rules[len(rules)-1]; !strings.Contains(last, "NOTE: this must be the last rule") {
+					t.Errorf("%s: the node port jump is not last in nat KUBE-SERVICES: %s", st.name, last)
+				}
+			}
+		})
+	}
+}
+
+// TestProxierSplitRestores: with a small chain budget (as the nft backend
+// gets at scale) a sync is spread over several restores, each within the
+// budget up to one service port's chains, and the result is the same.
+func TestProxierSplitRestores(t *testing.T) {
+	c := loadExample(t, "node-a")
+	r := newRig(t, c, model.IPv4, xtables.NFT, func(o *Options) { o.MaxChainsPerRestore = 6 })
+	r.mustSync(true)
+	calls := r.fake.Restores()
+	if len(calls) < 4 {
+		t.Fatalf("a full sync with a budget of 6 chains ran %d restores, want several", len(calls))
+	}
+	for i, call := range calls[:len(calls)-1] {
+		if n := strings.Count(string(call.Data), " - [0:0]\n"); n > 10 {
+			t.Errorf("restore %d declares %d chains:\n%s", i, n, call.Data)
+		}
+	}
+	if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+		t.Errorf("split full sync differs from a single restore (-single +split):\n%s", diff)
+	}
+	// Stale chains of a removed service go in restores after the shared
+	// chains stop jumping to them.
+	web := spName("web-clusterip", "http", model.TCP)
+	r.set(web, nil, nil)
+	for _, n := range []string{"affinity", "dual-stack", "topology"} {
+		r.set(spName(n, "http", model.TCP), nil, nil)
+	}
+	k := len(r.fake.Restores())
+	r.mustSync(false)
+	got := r.restoresSince(k)
+	if len(got) < 2 || !strings.Contains(got[0], "-D KUBE-SERVICES") || !strings.Contains(got[len(got)-1], "-X KUBE-SEP-") {
+		t.Errorf("removing services: want the shared rules deleted first, chains last; got %q", got)
+	}
+	if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+		t.Errorf("after removing services (-full +partial):\n%s", diff)
+	}
+}
+
+// TestProxierLeftovers: chains of an earlier run that no service uses any
+// more are deleted by the first full sync; other programs' chains stay.
+func TestProxierLeftovers(t *testing.T) {
+	c := loadExample(t, "node-a")
+	r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
+	old := "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]\n:KUBE-XLB-CCCCCCCCCCCCCCCC - [0:0]\n:CNI-HOSTPORT - [0:0]\n" +
+		"-A KUBE-SERVICES -d 198.19.9.9/32 -p tcp --dport 80 -j KUBE-XLB-CCCCCCCCCCCCCCCC\n" +
+		"-A KUBE-XLB-CCCCCCCCCCCCCCCC -j KUBE-SVC-AAAAAAAAAAAAAAAA\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j KUBE-SEP-BBBBBBBBBBBBBBBB\n" +
+		"-A KUBE-SEP-BBBBBBBBBBBBBBBB -p tcp -j DNAT --to-destination 198.18.130.9:80\nCOMMIT\n"
+	if err := r.fake.Restore(context.Background(), []byte(old), xtables.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.mustSync(true)
+	chains := r.fake.Chains(tableNAT)
+	for _, gone := range []string{"KUBE-SVC-AAAAAAAAAAAAAAAA", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-XLB-CCCCCCCCCCCCCCCC"} {
+		if slices.Contains(chains, gone) {
+			t.Errorf("stale chain %s is still there", gone)
+		}
+	}
+	if !slices.Contains(chains, "CNI-HOSTPORT") {
+		t.Errorf("another program's chain was deleted")
+	}
+}
+
+// TestProxierFailureAndCanary: a failed restore makes the next sync full
+// (and it repairs what the failure left); a flushed ruleset (canary gone)
+// is noticed by the next partial sync.
+func TestProxierFailureAndCanary(t *testing.T) {
+	c := loadExample(t, "node-a")
+	web := spName("web-clusterip", "http", model.TCP)
+	r := newRig(t, c, model.IPv4, xtables.NFT, nil)
+	r.mustSync(true)
+
+	boom := errors.New("boom")
+	r.fake.RestoreHook = func([]byte, xtables.RestoreOptions) error { return boom }
+	r.set(web, r.state.Services[web], r.state.Endpoints[web][:1])
+	if _, err := r.sync(false); !errors.Is(err, boom) {
+		t.Fatalf("sync with a failing restore: err = %v, want boom", err)
+	}
+	r.fake.RestoreHook = nil
+	n := len(r.fake.Restores())
+	r.mustSync(false) // the loop keeps the change pending and asks for a partial sync
+	got := r.restoresSince(n)
+	if len(got) != 1 || !strings.Contains(got[0], "*mangle") {
+		t.Errorf("the sync after a failure is not full: %q", got)
+	}
+	if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+		t.Errorf("after recovery (-want +got):\n%s", diff)
+	}
+
+	// Flush everything, as firewalld's reload does.
+	flush := "*mangle\n-X KUBE-PROXY-CANARY\n-X KUBE-IPTABLES-HINT\nCOMMIT\n"
+	if err := r.fake.Restore(context.Background(), []byte(flush), xtables.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	n = len(r.fake.Restores())
+	r.mustSync(false)
+	got = r.restoresSince(n)
+	if len(got) != 1 || !strings.Contains(got[0], ":"+chainCanary) {
+		t.Errorf("a partial sync after the canary vanished did not sync in full: %q", got)
+	}
+}
+
+func TestProxierUDPConntrack(t *testing.T) {
+	c := loadExample(t, "node-a")
+	dns := spName("dns-udp", "dns", model.UDP)
+	r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
+	a := netip.MustParseAddr
+	// Flows as the kernel would have them: one to each endpoint of the
+	// DNS service, one to a dead endpoint (reconciled at the full sync).
+	r.ct.Flows4 = []conntrack.Flow{
+		{OrigSrc: a("198.18.129.5"), OrigSrcPort: 1000, OrigDst: a("198.19.0.18"), OrigDstPort: 53, ReplySrc: a("198.18.129.53"), ReplySrcPort: 53},
+		{OrigSrc: a("198.18.129.5"), OrigSrcPort: 1001, OrigDst: a("198.19.0.18"), OrigDstPort: 53, ReplySrc: a("198.18.130.53"), ReplySrcPort: 53},
+		{OrigSrc: a("198.18.129.5"), OrigSrcPort: 1002, OrigDst: a("198.19.0.18"), OrigDstPort: 53, ReplySrc: a("198.18.130.99"), ReplySrcPort: 53},
+	}
+	r.mustSync(true)
+	if len(r.ct.Flows4) != 2 {
+		t.Fatalf("after the first full sync %d flows are left, want the 2 to serving endpoints: %v", len(r.ct.Flows4), r.ct.Flows4)
+	}
+	r.set(dns, r.state.Services[dns], r.state.Endpoints[dns][:1])
+	r.mustSync(false)
+	if len(r.ct.Flows4) != 1 || r.ct.Flows4[0].ReplySrc != a("198.18.129.53") {
+		t.Errorf("after removing endpoint 198.18.130.53 the flows are %v, want only the one to 198.18.129.53", r.ct.Flows4)
+	}
+}
