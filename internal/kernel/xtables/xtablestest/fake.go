@@ -679,9 +679,9 @@ func (t *table) newRule(chain string, spec []string) (rule, error) {
 }
 
 // check does what the kernel does when a table is committed: no loops of
-// jumps, and every target used only from the hooks it supports.
+// jumps reachable from a hook, and every target used only from the hooks it supports.
 func (t *table) check() error {
-	// Loops: depth-first search over jump edges between user chains.
+	// Loops: depth-first search over jump edges, from the built-in chains.
 	const (
 		white = iota
 		grey
@@ -707,7 +707,9 @@ func (t *table) check() error {
 		color[n] = black
 		return nil
 	}
-	for _, n := range t.order() {
+	// Like the kernel, only what the hooks reach is checked: a loop
+	// between chains nothing jumps to is accepted.
+	for _, n := range xtables.BuiltinChains[t.name] {
 		if color[n] == white {
 			if err := visit(n); err != nil {
 				return err
