@@ -12,6 +12,12 @@
 // one (legacy): a user chain declared twice in a flushing restore, or a
 // user chain with a policy, is an error.
 //
+// Errors are *xtables.RestoreError naming the input line, as the real
+// backends do; checks the kernel makes when a table is committed (loops,
+// hooks) name the COMMIT line, as legacy does (nft names the rule). A
+// kernel test runs the same inputs through both backends and the Fake and
+// compares what they accept and hold.
+//
 // It does not canonicalize rules as iptables-save does (`-p tcp --dport
 // 80` is not turned into `-p tcp -m tcp --dport 80`, addresses get no
 // /32): Save prints rules as they were given, fields quoted as needed,
