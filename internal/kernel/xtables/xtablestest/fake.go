@@ -6,11 +6,12 @@
 // missing COMMIT, a rule in a chain that does not exist, a jump to a chain
 // that does not exist (yet: chains must be declared before the rules that
 // jump to them), deleting a chain that is not empty or that a rule still
-// jumps to, a loop of jumps, DNAT/SNAT/MASQUERADE/REDIRECT outside the nat
-// table or reachable from a hook where the kernel refuses them, REJECT
-// outside filter. Where the two backends differ it follows the stricter
-// one (legacy): a user chain declared twice in a flushing restore, or a
-// user chain with a policy, is an error.
+// jumps to, a loop of jumps that a built-in chain reaches,
+// DNAT/SNAT/MASQUERADE/REDIRECT outside the nat table or reachable from a
+// hook where the kernel refuses them, REJECT outside filter. Where the two
+// backends differ it follows the stricter one (legacy): a user chain
+// declared twice in a flushing restore, or a user chain with a policy, is
+// an error.
 //
 // Errors are *xtables.RestoreError naming the input line, as the real
 // backends do; checks the kernel makes when a table is committed (loops,
