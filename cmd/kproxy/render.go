@@ -3,17 +3,23 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kube-proxy/config/v1alpha1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/source/file"
 	"github.com/kproxy/kproxy/internal/view"
@@ -22,6 +28,9 @@ import (
 type renderFlags struct {
 	file   string
 	output string
+	// iptablesBackend is --iptables-backend: which iptables-restore the
+	// rules are shown for (legacy or nft).
+	iptablesBackend string
 }
 
 func newRenderCommand() *cobra.Command {
@@ -37,11 +46,13 @@ selection as the proxy for the node named by --hostname-override, and prints
 either the model (-o table|yaml|json: every service port, its addresses, the
 endpoints chosen for this node and why others were left out) or, with
 --proxy-mode, the exact rules the proxy would write on a fresh node
-(nftables: the 'nft -f' transaction).
+(nftables: the 'nft -f' transaction; iptables: the input of
+'iptables-restore --noflush', for the backend --iptables-backend names).
 
 It accepts the proxy's flags and --config, since they shape the result.`,
 		Example: `  kproxy render                                # the built-in example, as a table
   kproxy render --proxy-mode nftables          # the nftables rules for node-a
+  kproxy render --proxy-mode iptables --iptables-backend legacy
   kproxy render -f cluster.yaml --hostname-override worker-1 -o yaml`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -63,6 +74,7 @@ It accepts the proxy's flags and --config, since they shape the result.`,
 	config.AddKlogFlags(fs)
 	fs.StringVarP(&rf.file, "filename", "f", "", "Snapshot file or directory (YAML/JSON, kubectl's List format works). Default: the built-in example.")
 	fs.StringVarP(&rf.output, "output", "o", "table", "Model output format: table, yaml or json. Ignored when --proxy-mode asks for rules.")
+	fs.StringVar(&rf.iptablesBackend, "iptables-backend", "", "With --proxy-mode iptables: the iptables backend the restore input is for, legacy or nft (default: IPTABLES_MODE, else nft). Both get the same bytes, except that a sync of more than "+strconv.Itoa(iptables.DefaultMaxChainsPerRestore)+" chains is split into several iptables-nft-restore runs.")
 	return cmd
 }
 
@@ -77,11 +89,14 @@ func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool
 	states, node, nodeName := snap.states, snap.node, snap.nodeName
 
 	if rules {
-		mode := config.EffectiveMode(o.Config)
-		if mode != "nftables" {
-			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables, or -o table|yaml|json for the model", mode)}
+		switch mode := config.EffectiveMode(o.Config); mode {
+		case config.ModeNFTables:
+			return renderNFTables(out, o, states, node, nodeName)
+		case config.ModeIPTables:
+			return renderIPTables(out, o, rf, states, node, nodeName)
+		default:
+			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables or iptables, or -o table|yaml|json for the model", mode)}
 		}
-		return renderNFTables(out, o, states, node, nodeName)
 	}
 
 	v := view.Build(states, node, nodeName)
@@ -193,6 +208,72 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 			fmt.Fprintf(out, "# conflict: %s\n", c)
 		}
 		if _, err := io.WriteString(out, plan.Tx.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// iptablesOptions derives one family's iptables settings from the config.
+// hostname is the node's name.
+func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname string) iptables.Options {
+	o := iptables.Options{
+		Family:              f,
+		Hostname:            hostname,
+		MasqueradeBit:       int(config.MasqueradeBit(c)),
+		MasqueradeAll:       config.MasqueradeAll(c),
+		LocalhostNodePorts:  ptr.Deref(c.IPTables.LocalhostNodePorts, true),
+		DetectLocalMode:     string(c.DetectLocalMode),
+		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
+		BridgeInterface:     c.DetectLocal.BridgeInterface,
+		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
+		NodePortAddresses:   c.NodePortAddresses,
+	}
+	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
+		o.NodeIPs = []netip.Addr{ip}
+	}
+	return o
+}
+
+// renderIPTables prints, per family, the input of iptables-restore
+// --noflush at a fresh node's first (full) sync.
+func renderIPTables(out io.Writer, o *config.Options, rf renderFlags, states []*model.State, node *model.Node, nodeName string) error {
+	backend := xtables.Backend(rf.iptablesBackend)
+	if backend == "" {
+		backend = xtables.NFT
+		if o.IPTablesMode == config.IPTablesModeLegacy {
+			backend = xtables.Legacy
+		}
+	}
+	if backend != xtables.Legacy && backend != xtables.NFT {
+		return usageError{fmt.Errorf("unknown --iptables-backend %q: use legacy or nft", rf.iptablesBackend)}
+	}
+	// A fresh node's local addresses, as far as the snapshot knows them.
+	var local []netip.Addr
+	if node != nil {
+		local = node.Addresses
+	}
+	for _, st := range states {
+		opts := iptablesOptions(o.Config, st.Family, nodeName)
+		opts.MaxChainsPerRestore = -1
+		if backend == xtables.NFT {
+			opts.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
+		}
+		cfg := opts.RenderConfig(node, local)
+		in := &iptables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true,
+			Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
+		plan := iptables.Render(cfg, in, iptables.NewApplied())
+		bin := "iptables"
+		if st.Family == model.IPv6 {
+			bin = "ip6tables"
+		}
+		runs := "one run"
+		if n := len(plan.Restores); n > 1 {
+			runs = strconv.Itoa(n) + " runs"
+		}
+		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d endpoints: %s-%s-restore --noflush on a fresh node, %s (%d nat and %d filter rules)\n",
+			st.Family, plan.ServicePorts, plan.Endpoints, bin, backend, runs, plan.NATRules, plan.FilterRules)
+		if _, err := io.WriteString(out, plan.Text()); err != nil {
 			return err
 		}
 	}

@@ -47,9 +47,10 @@ type Options struct {
 	BridgeInterface     string
 	InterfaceNamePrefix string
 
-	// NodePortAddresses as configured: empty means every local address
-	// (iptables mode's default); "primary" the node's primary IPs; else
-	// CIDRs, matched against local addresses.
+	// NodePortAddresses as configured: empty or "all" means every local
+	// address (iptables mode's default); "primary" the node's primary IPs;
+	// "localhost" the loopback addresses; else CIDRs, matched against
+	// local addresses.
 	NodePortAddresses []string
 	// NodeIPs are the node's primary IPs of this family; when empty they
 	// are taken from the Node object. A node inside a service's
@@ -120,9 +121,17 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 	var cidrs []netip.Prefix
 	primary := false
 	for _, s := range o.NodePortAddresses {
-		if s == "primary" {
+		switch s {
+		case "primary":
 			primary = true
 			continue
+		case "all":
+			s = "0.0.0.0/0"
+			if o.Family == model.IPv6 {
+				s = "::/0"
+			}
+		case "localhost":
+			s = loopback.String()
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil || model.FamilyOf(p.Addr()) != o.Family {
