@@ -424,14 +424,18 @@ var targetHooks = map[string][]string{
 
 // validate checks a table as the kernel checks it when the restore
 // commits: following jumps and gotos from each built-in chain there is no
-// loop, and each target is only reachable from hooks it supports.
+// loop, and each target is only reachable from hooks it supports. The
+// error names the latest line of this input on the offending path (the
+// rule itself, or the jump that made it reachable).
 func (r *Ruleset) validate(t *table, lines []string) error {
-	fail := func(ru *rule, format string, args ...any) error {
+	fail := func(path []*rule, format string, args ...any) error {
 		err := fmt.Errorf(format, args...)
-		if ru.gen != r.gen {
-			return &ParseError{Err: fmt.Errorf("%w (rule added by an earlier restore, line %d)", err, ru.line)}
+		for i := len(path) - 1; i >= 0; i-- {
+			if ru := path[i]; ru.gen == r.gen {
+				return &ParseError{Line: ru.line, Text: strings.TrimSpace(lines[ru.line-1]), Err: err}
+			}
 		}
-		return &ParseError{Line: ru.line, Text: strings.TrimSpace(lines[ru.line-1]), Err: err}
+		return &ParseError{Err: fmt.Errorf("%w (rules of an earlier restore)", err)}
 	}
 	const (
 		white = iota
@@ -440,12 +444,12 @@ func (r *Ruleset) validate(t *table, lines []string) error {
 	)
 	for _, hook := range builtinChains[t.name] {
 		color := map[string]int{}
-		var visit func(c *chain) error
-		visit = func(c *chain) error {
+		var visit func(c *chain, via []*rule) error
+		visit = func(c *chain, via []*rule) error {
 			color[c.name] = gray
 			for _, ru := range c.rules {
 				if hooks := targetHooks[ru.target.kind]; hooks != nil && !slices.Contains(hooks, hook) {
-					return fail(ru, "target %s in chain %s is reached from hook %s; the kernel allows it only on %s",
+					return fail(append(via, ru), "target %s in chain %s is reached from hook %s; the kernel allows it only on %s",
 						ru.target.kind, c.name, hook, strings.Join(hooks, ", "))
 				}
 				if ru.target.kind != tJump && ru.target.kind != tGoto {
@@ -454,9 +458,9 @@ func (r *Ruleset) validate(t *table, lines []string) error {
 				next := t.chains[ru.target.chain]
 				switch color[next.name] {
 				case gray:
-					return fail(ru, "chain %s jumps back to %s: the kernel refuses loops between chains", c.name, next.name)
+					return fail(append(via, ru), "chain %s jumps back to %s: the kernel refuses loops between chains", c.name, next.name)
 				case white:
-					if err := visit(next); err != nil {
+					if err := visit(next, append(via, ru)); err != nil {
 						return err
 					}
 				}
@@ -464,7 +468,7 @@ func (r *Ruleset) validate(t *table, lines []string) error {
 			color[c.name] = black
 			return nil
 		}
-		if err := visit(t.chains[hook]); err != nil {
+		if err := visit(t.chains[hook], nil); err != nil {
 			return err
 		}
 	}

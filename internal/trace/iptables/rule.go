@@ -113,7 +113,33 @@ func (p portRange) String() string {
 type l4Match struct {
 	proto        string
 	dport, sport portRange
-	syn          *bool // tcp --syn: true, ! --syn: false
+	flags        *tcpFlags
+}
+
+// tcpFlags is --tcp-flags MASK COMP (--syn is FIN,SYN,RST,ACK SYN): the
+// flags under the mask must equal comp.
+type tcpFlags struct {
+	neg        bool
+	mask, comp uint8
+}
+
+// The TCP flag bits by the names iptables uses.
+var tcpFlagBits = []struct {
+	name string
+	bit  uint8
+}{{"FIN", 0x01}, {"SYN", 0x02}, {"RST", 0x04}, {"PSH", 0x08}, {"ACK", 0x10}, {"URG", 0x20}, {"ECE", 0x40}, {"CWR", 0x80}}
+
+func tcpFlagNames(b uint8) string {
+	if b == 0 {
+		return "NONE"
+	}
+	var names []string
+	for _, f := range tcpFlagBits {
+		if b&f.bit != 0 {
+			names = append(names, f.name)
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 func (m *l4Match) String() string {
@@ -124,8 +150,8 @@ func (m *l4Match) String() string {
 	if m.dport.set {
 		s += neg(m.dport.neg) + " --dport " + m.dport.String()
 	}
-	if m.syn != nil {
-		s += neg(!*m.syn) + " --tcp-flags FIN,SYN,RST,ACK SYN"
+	if m.flags != nil {
+		s += neg(m.flags.neg) + " --tcp-flags " + tcpFlagNames(m.flags.mask) + " " + tcpFlagNames(m.flags.comp)
 	}
 	return s
 }
@@ -414,14 +440,4 @@ func (r *rule) String() string {
 		parts = append(parts, t)
 	}
 	return strings.Join(parts, " ")
-}
-
-// comment is the rule's first comment, "" if none.
-func (r *rule) comment() string {
-	for _, m := range r.matches {
-		if c, ok := m.(*commentMatch); ok {
-			return c.text
-		}
-	}
-	return ""
 }

@@ -201,7 +201,7 @@ func (p *ruleParser) option(opt string, negate bool) error {
 	}
 	// iptables loads the protocol's match by itself for its options
 	// ("-p tcp --dport 80"), if -p came first.
-	if p.r.proto.set && !p.r.proto.neg && (opt == "--dport" || opt == "--sport" || opt == "--destination-port" || opt == "--source-port" || opt == "--syn") {
+	if p.r.proto.set && !p.r.proto.neg && (opt == "--dport" || opt == "--sport" || opt == "--destination-port" || opt == "--source-port" || opt == "--syn" || opt == "--tcp-flags") {
 		if name := protoName(p.r.proto.num); name == "tcp" || name == "udp" || name == "sctp" {
 			m := &l4Match{proto: name}
 			p.r.matches = append(p.r.matches, m)
@@ -358,14 +358,33 @@ func (p *ruleParser) matchOption(m match, opt string, negate bool) (ok bool, err
 			}
 			*dst = pr
 			return true, nil
-		case "--syn":
+		case "--syn", "--tcp-flags":
 			if m.proto != "tcp" {
 				return false, nil
 			}
-			b := !negate
-			m.syn = &b
+			if m.flags != nil {
+				return true, errors.New("TCP flags given twice")
+			}
+			f := &tcpFlags{neg: negate, mask: 0x17, comp: 0x02} // --syn
+			if opt == "--tcp-flags" {
+				mask, err := arg()
+				if err != nil {
+					return true, err
+				}
+				comp, err := arg()
+				if err != nil {
+					return true, err
+				}
+				if f.mask, err = parseTCPFlags(mask); err != nil {
+					return true, err
+				}
+				if f.comp, err = parseTCPFlags(comp); err != nil {
+					return true, err
+				}
+			}
+			m.flags = f
 			return true, nil
-		case "--tcp-flags", "--tcp-option", "--chunk-types":
+		case "--tcp-option", "--chunk-types":
 			return true, unsupported("option %s", opt)
 		}
 	case *addrtypeMatch:
@@ -546,6 +565,30 @@ func (p *ruleParser) matchOption(m match, opt string, negate bool) (ok bool, err
 		}
 	}
 	return false, nil
+}
+
+func parseTCPFlags(v string) (uint8, error) {
+	var b uint8
+	for _, n := range strings.Split(v, ",") {
+		switch n = strings.ToUpper(n); n {
+		case "ALL":
+			b = 0xff
+			continue
+		case "NONE":
+			continue
+		}
+		found := false
+		for _, f := range tcpFlagBits {
+			if f.name == n {
+				b |= f.bit
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown TCP flag %q", n)
+		}
+	}
+	return b, nil
 }
 
 func parsePortRange(v string) (portRange, error) {

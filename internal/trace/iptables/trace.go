@@ -430,8 +430,8 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 		if !m.dport.matches(s.dport) || !m.sport.matches(s.sport) {
 			return false, nil
 		}
-		// The first packet of a TCP connection is a SYN.
-		return m.syn == nil || *m.syn, nil
+		// The first packet of a TCP connection carries SYN alone.
+		return m.flags == nil || (synOnly&m.flags.mask == m.flags.comp) != m.flags.neg, nil
 	case *commentMatch, *nfacctMatch:
 		return true, nil
 	case *addrtypeMatch:
@@ -480,6 +480,9 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 	}
 	return false, fmt.Errorf("chain %s: match %T not handled", c.name, m)
 }
+
+// synOnly is the TCP flags of the first packet of a connection.
+const synOnly = 0x02
 
 func fmtProb(p float64) string { return strconv.FormatFloat(p, 'g', 4, 64) }
 

@@ -544,6 +544,23 @@ func TestTraceMatches(t *testing.T) {
 		pkt:  pkt(tcp, "10.180.1.5", "10.96.0.1", 80, "cali1"),
 		want: []string{out("accept", "10.180.0.3:80", false, 1)},
 	}, {
+		name: "addrtype multicast",
+		rules: base(`-A PREROUTING -m addrtype --dst-type UNICAST -p udp -j DNAT --to-destination 10.180.0.1
+-A PREROUTING -m addrtype --dst-type BROADCAST -p udp -j DNAT --to-destination 10.180.0.2
+-A PREROUTING -m addrtype --dst-type MULTICAST -p udp -j DNAT --to-destination 10.180.0.3
+`),
+		pkt:  pkt(udp, "10.180.1.5", "239.1.2.3", 5000, "cali1"),
+		want: []string{out("accept", "10.180.0.3:5000", false, 1)},
+	}, {
+		// The kernel classifies 0.0.0.0 as broadcast, like 255.255.255.255.
+		name: "addrtype broadcast",
+		rules: base(`-A PREROUTING -m addrtype --dst-type UNICAST,MULTICAST -p udp -j DNAT --to-destination 10.180.0.1
+-A PREROUTING -m addrtype --src-type UNSPEC -p udp -j DNAT --to-destination 10.180.0.2
+-A PREROUTING -m addrtype --src-type BROADCAST --dst-type BROADCAST -p udp -j DNAT --to-destination 10.180.0.3
+`),
+		pkt:  pkt(udp, "0.0.0.0", "255.255.255.255", 67, "eth0"),
+		want: []string{out("accept", "10.180.0.3:67", false, 1)},
+	}, {
 		name: "the old state match",
 		rules: base(`-A PREROUTING -m state --state ESTABLISHED,RELATED -p tcp -j DNAT --to-destination 10.180.0.1
 -A PREROUTING -m state ! --state INVALID -p tcp -j DNAT --to-destination 10.180.0.2
