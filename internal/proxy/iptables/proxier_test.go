@@ -22,6 +22,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
 
 type rig struct {
@@ -294,6 +295,7 @@ func TestProxierPartialSync(t *testing.T) {
 				if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
 					t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s", st.name, diff)
 				}
+				r.checkTraces(t, st.name)
 				rules := r.fake.Rules(tableNAT, chainServices)
 				if last := rules[len(rules)-1]; !strings.Contains(last, "NOTE: this must be the last rule") {
 					t.Errorf("%s: the node port jump is not last in nat KUBE-SERVICES: %s", st.name, last)
@@ -423,5 +425,48 @@ func TestProxierUDPConntrack(t *testing.T) {
 	r.mustSync(false)
 	if len(r.ct.Flows4) != 1 || r.ct.Flows4[0].ReplySrc != a("198.18.129.53") {
 		t.Errorf("after removing endpoint 198.18.130.53 the flows are %v, want only the one to 198.18.129.53", r.ct.Flows4)
+	}
+}
+
+// checkTraces replays every restore so far into the iptables tracer (which
+// checks restore semantics on its own: "-D" of a missing rule, "-X" of a
+// chain in use) and compares where packets to every service port go with a
+// fresh full sync of the current state.
+func (r *rig) checkTraces(t *testing.T, step string) {
+	t.Helper()
+	got := &iptrace.Ruleset{RouteLocalnet: true}
+	for i, call := range r.fake.Restores() {
+		if call.Err != nil {
+			continue
+		}
+		if err := got.Apply(call.Data, call.NoFlush); err != nil {
+			t.Fatalf("%s: the tracer refuses restore %d: %v\n%s", step, i+1, err, call.Data)
+		}
+	}
+	fresh := NewProxier(r.opts, xtablestest.NewFake(r.backend, xfamily(r.opts.Family)), nil, nil)
+	want := &iptrace.Ruleset{RouteLocalnet: true}
+	plan := Render(fresh.opts.RenderConfig(r.node, nil), &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Existing: &Existing{}}, NewApplied())
+	for _, data := range plan.Restores {
+		if err := want.Apply(data, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sp := range r.state.Services {
+		for _, pkt := range []packetFlowTest{
+			{src: localPod, iif: podIIF, dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), proto: sp.Protocol},
+			{src: outside, iif: lanIIF, dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), proto: sp.Protocol},
+		} {
+			p := pkt.packet()
+			g, err1 := got.Trace(p, hostA)
+			w, err2 := want.Trace(p, hostA)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s: trace %s: %v / %v", step, p, err1, err2)
+			}
+			go1, gm, _ := flowSummary(g)
+			wo, wm, _ := flowSummary(w)
+			if go1 != wo || gm != wm {
+				t.Errorf("%s: %s goes to %q (masquerade %v) after partial syncs, %q (%v) after a full one", step, p, go1, gm, wo, wm)
+			}
+		}
 	}
 }
