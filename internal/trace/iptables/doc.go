@@ -19,13 +19,15 @@
 // the filter table, "-m tcp" without "-p tcp", addresses of both families.
 //
 // Only what kube-proxy writes is understood: -s -d -i -o -p (with "!"),
-// the matches tcp/udp/sctp (--dport, --sport, --syn), addrtype
+// the matches tcp/udp/sctp (--dport, --sport, --syn, --tcp-flags), addrtype
 // (--src-type, --dst-type), comment, mark, conntrack (--ctstate) and
 // state, statistic (--mode random), recent (--set, --rcheck) and nfacct;
 // the targets ACCEPT, DROP, RETURN, jumps, gotos, REJECT, MARK, DNAT and
 // MASQUERADE. Any other match, target or option is an error wrapping
 // ErrUnsupported, never skipped: a tracer that skipped a rule would
-// describe a ruleset that does not exist.
+// describe a ruleset that does not exist. A ruleset holds one family, as
+// iptables-save or ip6tables-save prints it; the addresses tell which
+// (Family), and tracing a packet of the other family is an error.
 //
 // # The model of the hooks
 //
@@ -51,7 +53,7 @@
 // Conntrack: the packet opens a new connection. In the raw table (before
 // conntrack) its state is INVALID, afterwards NEW, plus DNAT once DNAT
 // changed its destination and SNAT once masqueraded; RELATED and
-// ESTABLISHED never match. The nat table runs once per direction: after a
+// ESTABLISHED never match. A TCP packet carries SYN alone (--syn matches). The nat table runs once per direction: after a
 // nat chain of PREROUTING or OUTPUT finished (with or without DNAT) the
 // destination binding is set up and no later nat chain of those hooks
 // runs; likewise INPUT and POSTROUTING for the source. That is why the
