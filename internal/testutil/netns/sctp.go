@@ -18,8 +18,8 @@ import (
 // which wrap any connected stream socket. Kernels without CONFIG_IP_SCTP
 // refuse the socket: check SCTPSupported first.
 //
-// Note: the kernel these tests were written on has no SCTP, so only the
-// "not supported" path has run here.
+// The host kernel these tests were written on has no SCTP; test/kernel's
+// TestSCTP runs itself in the test VM (internal/testutil/vm) there.
 
 // ErrSCTPUnsupported wraps the kernel's refusal to open an SCTP socket.
 var ErrSCTPUnsupported = errors.New("the kernel cannot open SCTP sockets")
@@ -68,6 +68,9 @@ func (n *NS) listenSCTP(port int) (net.Listener, error) {
 	return ln, err
 }
 
+// sctpErrorPoll is how often DialSCTP looks for an ICMP error.
+const sctpErrorPoll = 50 * time.Millisecond
+
 // DialSCTP opens an SCTP association from inside the namespace, bounded by
 // the options' timeout; the result is used like a TCP connection.
 func (n *NS) DialSCTP(dst netip.AddrPort, o DialOptions) (net.Conn, error) {
@@ -92,7 +95,13 @@ func (n *NS) DialSCTP(dst netip.AddrPort, o DialOptions) (net.Conn, error) {
 		if err != nil && !errors.Is(err, unix.EINPROGRESS) {
 			return err
 		}
-		// Wait for the association (or its failure), bounded.
+		// Wait for the association (or its failure), bounded. An ICMP
+		// error (a "reject" rule's port unreachable) does not wake the
+		// socket: SCTP records it as a soft error (sk_err_soft) unless
+		// IP_RECVERR is set and the socket is not busy, and retransmits
+		// the INIT until the association times out. TCP fails at once in
+		// SYN-SENT. So poll in short slices and look at SO_ERROR, which
+		// reports a soft error too, between them.
 		deadline := time.Now().Add(o.timeout())
 		for {
 			left := time.Until(deadline)
@@ -100,7 +109,7 @@ func (n *NS) DialSCTP(dst netip.AddrPort, o DialOptions) (net.Conn, error) {
 				return fmt.Errorf("sctp connect to %s: %w", dst, os.ErrDeadlineExceeded)
 			}
 			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-			k, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
+			k, err := unix.Poll(pfd, int(min(left, sctpErrorPoll)/time.Millisecond)+1)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
@@ -109,6 +118,13 @@ func (n *NS) DialSCTP(dst netip.AddrPort, o DialOptions) (net.Conn, error) {
 			}
 			if k > 0 {
 				break
+			}
+			soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			if err != nil {
+				return err
+			}
+			if soErr != 0 {
+				return fmt.Errorf("sctp connect to %s: %w", dst, unix.Errno(soErr))
 			}
 		}
 		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
