@@ -33,15 +33,22 @@ func cleanupOtherModesWith(ctx context.Context, o leftoverOptions) error {
 	for _, b := range xtables.Backends {
 		errs = append(errs, cleanupBackend(ctx, b, o.xtables))
 	}
+	errs = append(errs, cleanupIPVS(ctx, o))
+	return errors.Join(errs...)
+}
+
+// cleanupIPVS removes IPVS mode's kernel objects: its dummy interface,
+// ipsets and virtual servers.
+func cleanupIPVS(ctx context.Context, o leftoverOptions) error {
 	l, err := ipvs.FindLeftovers(ctx, o.ipvs...)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
-	if !l.Empty() {
-		klog.InfoS("Removing leftovers of kube-proxy's IPVS mode", "interface", l.Link, "ipsets", len(l.IPSets), "virtualServers", len(l.VirtualServers))
-		errs = append(errs, ipvs.CleanupLeftovers(ctx, o.ipvs...))
+	if l.Empty() {
+		return nil
 	}
-	return errors.Join(errs...)
+	klog.InfoS("Removing leftovers of kube-proxy's IPVS mode", "interface", l.Link, "ipsets", len(l.IPSets), "virtualServers", len(l.VirtualServers))
+	return ipvs.CleanupLeftovers(ctx, o.ipvs...)
 }
 
 // cleanupBackend removes one iptables backend's leftovers in both

@@ -150,28 +150,42 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 	if o.CleanupAndExit {
 		return cleanup(ctx)
 	}
-	if mode != "nftables" {
-		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables", mode)}
-	}
 	fams := families(c, ipv6Available())
-	klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName)
-	metrics.SetInfo(mode, "nftables", version)
-	if err := cleanupOtherModes(ctx); err != nil {
-		klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's iptables and IPVS modes; running nftables mode anyway")
+	backends := map[v1.IPFamily]proxy.Backend{}
+	backendName := ""
+	switch mode {
+	case config.ModeNFTables:
+		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName)
+		backendName = "nftables"
+		if err := cleanupOtherModes(ctx); err != nil {
+			klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's iptables and IPVS modes; running nftables mode anyway")
+		}
+		for _, f := range fams {
+			iface, err := nft.NewNetlink()
+			if err != nil {
+				return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
+			}
+			backends[f] = nftables.NewProxier(nftablesOptions(c, f), iface, conntrack.Netlink{}, localAddrs)
+		}
+	case config.ModeIPTables:
+		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{})
+		if err != nil {
+			return err
+		}
+		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families)
+		fams, backends, backendName = s.families, s.backends, string(s.backend)
+		reportOtherBackend(ctx, s.backend, nil)
+		if err := cleanupForIPTablesMode(ctx); err != nil {
+			klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's nftables and IPVS modes; running iptables mode anyway")
+		}
+	default:
+		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)}
 	}
+	metrics.SetInfo(mode, backendName, version)
 
 	syncPeriod, minSyncPeriod := config.SyncPeriods(c)
 	clk := clock.RealClock{}
 	health := server.NewProxyHealth(2*syncPeriod, clk)
-
-	backends := map[v1.IPFamily]proxy.Backend{}
-	for _, f := range fams {
-		iface, err := nft.NewNetlink()
-		if err != nil {
-			return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
-		}
-		backends[f] = nftables.NewProxier(nftablesOptions(c, f), iface, conntrack.Netlink{}, localAddrs)
-	}
 
 	var loop *proxy.Loop
 	var run *runner.Runner
@@ -215,7 +229,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 	go func() {
 		errc <- server.NewMetricsServer(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
-			ProxyMode: func() string { return mode }, Configz: func() any { return c },
+			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
 		}).Run(ctx)
 	}()

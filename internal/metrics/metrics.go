@@ -294,6 +294,17 @@ var (
 		Help:      "Number of malformed Service, EndpointSlice or Node parts that were skipped",
 	}, []string{LabelKind, LabelReason})
 
+	// IPTablesOtherBackendChains is the number of kube-proxy chains found
+	// in the iptables backend kproxy does not use (checked at start and at
+	// every full sync). Rules of both backends run on every packet, legacy
+	// first, so anything above zero can steal service traffic; `kproxy
+	// --cleanup` removes them.
+	IPTablesOtherBackendChains = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "iptables_other_backend_chains",
+		Help:      "Number of kube-proxy chains found in the iptables backend kproxy does not use",
+	}, []string{LabelBackend})
+
 	// Info is always 1; its labels say what this kproxy runs. Set it with
 	// SetInfo.
 	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -344,6 +355,7 @@ func allCollectors() []prometheus.Collector {
 		IPTablesLocalhostNodePortsAcceptedPackets,
 		NFTablesLocalhostNodePortRejectedPackets,
 		InvalidObjectsTotal,
+		IPTablesOtherBackendChains,
 		Info,
 	}
 }

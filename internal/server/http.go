@@ -161,6 +161,11 @@ type MetricsServerConfig struct {
 	// ProxyMode returns the text of /proxyMode. A func, so that it can
 	// include facts known only after start (e.g. the iptables backend).
 	ProxyMode func() string
+	// ProxyBackend names what implements the mode ("nftables", or the
+	// iptables backend "legacy" / "nft"). /proxyMode keeps upstream's body
+	// (the mode alone, which scripts compare) and carries the backend in
+	// the X-Kproxy-Backend header, and in the body with ?verbose.
+	ProxyBackend func() string
 	// Configz returns the configuration served on /configz; nil serves an
 	// empty object.
 	Configz func() any
@@ -223,13 +228,22 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 	mux.HandleFunc("/healthz", pingHealthz)
 	mux.HandleFunc("/healthz/ping", pingHealthz)
 
-	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
-		mode := ""
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, r *http.Request) {
+		mode, backend := "", ""
 		if cfg.ProxyMode != nil {
 			mode = cfg.ProxyMode()
 		}
+		if cfg.ProxyBackend != nil {
+			backend = cfg.ProxyBackend()
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if backend != "" {
+			w.Header().Set("X-Kproxy-Backend", backend)
+			if r.URL.Query().Has("verbose") {
+				mode += " (backend: " + backend + ")"
+			}
+		}
 		_, _ = io.WriteString(w, mode)
 	})
 

@@ -83,10 +83,30 @@ func TestMetricsServer(t *testing.T) {
 	}
 
 	// /proxyMode is computed per request, so it can report facts learnt
-	// after start, such as the iptables backend.
-	mode.Store("iptables (nft)")
-	if got := get(t, httpURL(addr, "/proxyMode")).body; got != "iptables (nft)" {
+	// after start.
+	mode.Store("nftables")
+	if got := get(t, httpURL(addr, "/proxyMode")).body; got != "nftables" {
 		t.Errorf("/proxyMode after change = %q", got)
+	}
+}
+
+// TestProxyModeBackend: the body stays upstream's (the mode alone, which
+// scripts compare); the iptables backend is in a header, and in the body
+// only when asked with ?verbose.
+func TestProxyModeBackend(t *testing.T) {
+	addr := startMetrics(t, MetricsServerConfig{
+		ProxyMode:    func() string { return "iptables" },
+		ProxyBackend: func() string { return "legacy" },
+	})
+	resp := get(t, httpURL(addr, "/proxyMode"))
+	if resp.body != "iptables" {
+		t.Errorf("/proxyMode body %q, want iptables", resp.body)
+	}
+	if h := resp.header.Get("X-Kproxy-Backend"); h != "legacy" {
+		t.Errorf("X-Kproxy-Backend %q, want legacy", h)
+	}
+	if got := get(t, httpURL(addr, "/proxyMode?verbose")).body; got != "iptables (backend: legacy)" {
+		t.Errorf("/proxyMode?verbose = %q", got)
 	}
 }
 

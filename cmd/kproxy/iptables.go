@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+)
+
+// iptablesSetup is what starting iptables mode decided.
+type iptablesSetup struct {
+	backend xtables.Backend
+	reason  string
+	// families that are proxied: IPv6 is dropped (with an error in the
+	// log) when ip6tables of the backend cannot be used, as upstream
+	// falls back to single-stack.
+	families []v1.IPFamily
+	backends map[v1.IPFamily]proxy.Backend
+}
+
+// iptablesEnv points the iptables mode set-up somewhere else than this
+// process's network namespace and /proc (tests).
+type iptablesEnv struct {
+	xtables []xtables.Option
+	// sysctl writes a sysctl (path under /proc/sys); nil writes /proc/sys.
+	sysctl func(path, value string) error
+	// readSysctl reads one; nil reads /proc/sys.
+	readSysctl func(path string) (string, error)
+}
+
+// setUpIPTablesMode prepares --proxy-mode iptables before any rule is
+// written: it picks the iptables backend on purpose and says which and
+// why, checks that backend's binaries and version, warns about kube-proxy
+// rules in the other backend, and returns one proxier per family.
+// Everything that can make the mode unusable is an error here, so a bad
+// IPTABLES_MODE, a missing binary or a too old iptables stop kproxy
+// before it touches the kernel.
+func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, node string, env iptablesEnv) (*iptablesSetup, error) {
+	c := o.Config
+	b, reason, err := xtables.Select(ctx, o.IPTablesMode, env.xtables...)
+	if err != nil {
+		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
+	}
+	s := &iptablesSetup{backend: b, reason: reason, backends: map[v1.IPFamily]proxy.Backend{}}
+	liberal := false
+	if v, err := env.read("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
+		liberal = strings.TrimSpace(v) != "0"
+	}
+	for i, f := range fams {
+		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
+		if err == nil {
+			_, err = ipt.Version(ctx)
+		}
+		if err != nil {
+			if i > 0 {
+				// The secondary family is optional, as upstream runs
+				// single-stack when ip6tables does not work.
+				klog.ErrorS(err, "Cannot use iptables for this IP family; proxying the primary family only", "ipFamily", f, "backend", b)
+				continue
+			}
+			return nil, fmt.Errorf("iptables mode (%s backend): %w", b, err)
+		}
+		opts := iptablesOptions(c, f, node)
+		opts.ConntrackTCPBeLiberal = liberal
+		if f == model.IPv4 && opts.RenderConfig(nil, nil).LocalhostNodePorts {
+			// Node ports on 127.0.0.1 need the kernel to route packets
+			// to loopback addresses that DNAT sends elsewhere; the
+			// renderer adds the guard that drops such packets arriving
+			// from other hosts (CVE-2020-8558).
+			if err := env.write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+				return nil, fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
+			}
+			klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
+		}
+		s.families = append(s.families, f)
+		s.backends[f] = iptables.NewProxier(opts, ipt, conntrack.Netlink{}, localAddrs)
+	}
+	// The primary family watches the other backend at every full sync.
+	primary := s.families[0]
+	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables}
+	return s, nil
+}
+
+// logLine is the start-up line that says which iptables backend is used
+// and why, in upstream's words ("Using iptables Proxier") with the backend.
+func (s *iptablesSetup) logLine() string {
+	line := fmt.Sprintf("Using iptables Proxier in %s mode (%s)", s.backend, s.reason)
+	if s.backend == xtables.NFT {
+		// iptables-nft stores xtables rules in nf_tables; keep it apart
+		// from kproxy's nftables mode in every log.
+		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
+	}
+	return line
+}
+
+func (e iptablesEnv) write(path, value string) error {
+	if e.sysctl != nil {
+		return e.sysctl(path, value)
+	}
+	return os.WriteFile("/proc/sys/"+path, []byte(value), 0o644)
+}
+
+func (e iptablesEnv) read(path string) (string, error) {
+	if e.readSysctl != nil {
+		return e.readSysctl(path)
+	}
+	b, err := os.ReadFile("/proc/sys/" + path)
+	return string(b), err
+}
+
+func xtablesFamily(f v1.IPFamily) xtables.Family {
+	if f == model.IPv6 {
+		return xtables.IPv6
+	}
+	return xtables.IPv4
+}
+
+// otherBackendWatch checks, after every full sync, whether the iptables
+// backend kproxy does not use holds kube-proxy chains.
+type otherBackendWatch struct {
+	proxy.Backend
+	chosen xtables.Backend
+	opts   []xtables.Option
+}
+
+func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	res, err := w.Backend.Sync(ctx, req)
+	if err == nil && req.Full {
+		reportOtherBackend(ctx, w.chosen, w.opts)
+	}
+	return res, err
+}
+
+// maxNamedChains bounds how many chains the warning names.
+const maxNamedChains = 8
+
+// reportOtherBackend warns when the backend kproxy does not use holds
+// kube-proxy chains: rules of both backends run on every packet (legacy
+// first), so they can send service traffic to stale endpoints. It never
+// changes them; `kproxy --cleanup` does.
+func reportOtherBackend(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) int {
+	other := chosen.Other()
+	found, err := xtables.OtherBackendRules(ctx, chosen, opts...)
+	if err != nil {
+		klog.ErrorS(err, "Could not check the other iptables backend for kube-proxy rules", "backend", other)
+	}
+	metrics.IPTablesOtherBackendChains.WithLabelValues(string(other)).Set(float64(len(found)))
+	if len(found) == 0 {
+		return 0
+	}
+	var names []string
+	for i, l := range found {
+		if i == maxNamedChains {
+			names = append(names, fmt.Sprintf("and %d more", len(found)-maxNamedChains))
+			break
+		}
+		names = append(names, l.String())
+	}
+	klog.InfoS("WARNING: kube-proxy rules found in the iptables backend kproxy does not use; both backends' rules run on every packet, so they can misroute service traffic. Remove them with `kproxy --cleanup` (stop kproxy first) or let the tool that wrote them remove them",
+		"using", chosen, "otherBackend", other, "chains", len(found), "names", strings.Join(names, ", "))
+	return len(found)
+}
+
+// cleanupForIPTablesMode removes what nftables and IPVS modes left, as
+// upstream's iptables mode does at start: their rules would catch service
+// traffic before or beside the iptables rules. kproxy's own iptables
+// chains in the chosen backend are left to the first full sync, which
+// replaces them without a gap.
+func cleanupForIPTablesMode(ctx context.Context) error {
+	var errs []error
+	if err := deleteNFTablesTables(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cleanupIPVS(ctx, leftoverOptions{}); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteNFTablesTables deletes the nftables mode's tables (kproxy's and
+// upstream's share the name) in both families.
+func deleteNFTablesTables(ctx context.Context) error {
+	iface, err := nft.NewNetlink()
+	if err != nil {
+		if errors.Is(err, nft.ErrNotSupported) {
+			return nil // no nf_tables: no nftables mode leftovers either
+		}
+		return fmt.Errorf("checking for nftables mode leftovers: %w", err)
+	}
+	defer iface.Close()
+	var errs []error
+	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
+		exists, err := iface.TableExists(ctx, f, nftables.DefaultTableName)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !exists {
+			continue
+		}
+		if err := iface.DeleteTable(ctx, f, nftables.DefaultTableName); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		klog.InfoS("Deleted the nftables mode's table", "family", f, "table", nftables.DefaultTableName)
+	}
+	return errors.Join(errs...)
+}
