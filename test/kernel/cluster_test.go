@@ -108,7 +108,16 @@ func clusterSpec(pods []podInfo) netns.ClusterSpec {
 // how to read its rules. Only nftables exists so far; iptables and ipvs get
 // their own value.
 type proxyMode struct {
-	name string
+	// name names the subtests; flag is --proxy-mode (name when empty).
+	name, flag string
+	// env is set for kproxy (IPTABLES_MODE).
+	env []string
+	// needs lists binaries the mode's tests cannot run without.
+	needs []string
+	// iptables is true for both iptables backends: what upstream's
+	// iptables mode does differently from nftables mode (node ports on
+	// every local address, no reject of undefined ClusterIP ports).
+	iptables bool
 	// dump returns the node's rules in the mode's own syntax.
 	dump func(n *netns.NS) (string, error)
 	// routesTo reports whether the rules in dump send traffic of the
@@ -237,15 +246,23 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 // kproxyArgs is kproxy's command line on a node.
 func (c *kcluster) kproxyArgs(node string) []string {
 	n := c.Nodes[node]
-	return []string{kproxyBin,
-		"--proxy-mode", c.mode.name,
+	flag := c.mode.flag
+	if flag == "" {
+		flag = c.mode.name
+	}
+	var argv []string
+	if len(c.mode.env) > 0 {
+		argv = append([]string{"env"}, c.mode.env...)
+	}
+	return append(argv, kproxyBin,
+		"--proxy-mode", flag,
 		"--hostname-override", node,
 		"--from-file", c.snapPath,
 		"--cluster-cidr", clusterCIDR,
 		"--healthz-bind-address", netip.AddrPortFrom(n.Addr(clientIP), 10256).String(),
 		"--metrics-bind-address", "127.0.0.1:10249",
 		"-v", "2",
-	}
+	)
 }
 
 func (c *kcluster) startKproxy(node string) {

@@ -26,12 +26,16 @@ func testExternalTraffic(t *testing.T, m proxyMode) {
 		{from: client, network: "tcp", dst: "198.18.0.11:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeB},
 		{from: testerB, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		// The node reaches its own NodePort; in nftables mode not on
-		// localhost (nothing listens there: refused).
+		// localhost (nothing listens there: refused). iptables mode
+		// serves node ports on 127.0.0.1 too (localhostNodePorts).
 		{from: nodeA, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
-		{from: nodeA, network: "tcp", dst: "127.0.0.1:30080", outcome: netns.Refused, within: quick},
+		{from: nodeA, network: "tcp", dst: "127.0.0.1:30080", outcome: netns.Refused, within: quick,
+			ipt: &probe{servers: web, every: true, peer: peerMasq, masqBy: nodeA}},
 		// Only the node's primary IPs take NodePorts (nftables default):
 		// not node-a's pod gateway. Nothing listens there: refused.
-		{from: testerA, network: "tcp", dst: "198.18.129.1:30080", outcome: netns.Refused, within: quick},
+		// iptables mode's default is every local address.
+		{from: testerA, network: "tcp", dst: "198.18.129.1:30080", outcome: netns.Refused, within: quick,
+			ipt: &probe{servers: web, every: true, peer: peerMasq, masqBy: nodeA}},
 
 		// lb-ranges: LoadBalancer, VIP 198.19.200.1 (ipMode VIP),
 		// NodePort 30443, source ranges 198.18.0.0/24 and 203.0.113.0/24.

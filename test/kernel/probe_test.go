@@ -47,6 +47,32 @@ type probe struct {
 	// within bounds how long a refusal may take: a reject answers at
 	// once, a drop would wait for the timeout.
 	within time.Duration
+	// nftOnly: only nftables mode does this (rejecting undefined ports
+	// of a ClusterIP); upstream's iptables mode lets such packets route.
+	nftOnly bool
+	// ipt is what to expect instead in iptables mode, where upstream
+	// differs (node ports on every local address and on 127.0.0.1, no
+	// reject of undefined ports): its from, network and dst default to
+	// this probe's.
+	ipt *probe
+}
+
+// forMode returns the probe to run in mode m.
+func (p probe) forMode(m proxyMode) probe {
+	if !m.iptables || p.ipt == nil {
+		return p
+	}
+	q := *p.ipt
+	if q.from == "" {
+		q.from = p.from
+	}
+	if q.network == "" {
+		q.network = p.network
+	}
+	if q.dst == "" {
+		q.dst = p.dst
+	}
+	return q
 }
 
 // dropTimeout is how long a request waits before it counts as dropped.
