@@ -1,0 +1,86 @@
+package kernel
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+// staleLegacyRules is what an old kube-proxy on the legacy backend left:
+// its chains, hooked into PREROUTING and OUTPUT.
+const staleLegacyRules = `*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-STALESTALESTALEZ - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 198.19.0.99/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-STALESTALESTALEZ
+COMMIT
+`
+
+// TestOtherBackendRules: kproxy uses the nft backend (IPTABLES_MODE=nft)
+// on a node whose legacy backend still holds an old kube-proxy's rules.
+// kproxy must not touch them, must say so loudly (log and metric), keep
+// serving, and `kproxy --cleanup` must remove them.
+func TestOtherBackendRules(t *testing.T) {
+	t.Parallel()
+	m := iptablesMode(xtables.NFT)
+	for _, bin := range append(m.needs, "iptables-legacy-restore", "iptables-legacy-save") {
+		netns.Require(t, bin)
+	}
+	c := newCluster(t, clusterOptions{mode: m, kproxyOn: []string{}})
+	node := c.Nodes[nodeA]
+	if out, err := node.Exec(10*time.Second, "sh", "-c", `printf '%s' "$0" | iptables-legacy-restore --noflush`, staleLegacyRules); err != nil {
+		t.Fatalf("writing stale legacy rules: %v\n%s", err, out)
+	}
+	c.startKproxy(nodeA)
+	c.waitSynced(nodeA)
+
+	if log := c.kproxy[nodeA].Log(); !strings.Contains(log, "Using iptables Proxier in nft mode (IPTABLES_MODE=nft)") {
+		t.Errorf("kproxy's log does not name the backend and why:\n%s", log)
+	}
+	netns.Eventually(t, syncTimeout, "the warning about the legacy backend", func() (bool, string) {
+		log := c.kproxy[nodeA].Log()
+		return strings.Contains(log, "kube-proxy rules found in the iptables backend kproxy does not use") &&
+			strings.Contains(log, "legacy IPv4 nat/KUBE-SERVICES"), "no warning naming legacy IPv4 nat/KUBE-SERVICES yet"
+	})
+	_, body, err := node.HTTPGet("http://127.0.0.1:10249/metrics", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !metricPositive(body, `kproxy_iptables_other_backend_chains{backend="legacy"}`) {
+		t.Errorf("kproxy_iptables_other_backend_chains{backend=\"legacy\"} not above 0")
+	}
+	if code, proxyMode, err := node.HTTPGet("http://127.0.0.1:10249/proxyMode?verbose", 2*time.Second); err != nil || code != 200 || proxyMode != "iptables (backend: nft)" {
+		t.Errorf("/proxyMode?verbose = %d %q %v, want iptables (backend: nft)", code, proxyMode, err)
+	}
+	// kproxy left the legacy rules alone and serves through nft.
+	legacy, err := node.Exec(10*time.Second, "iptables-legacy-save", "-t", "nat")
+	if err != nil || !strings.Contains(legacy, "KUBE-SVC-STALESTALESTALEZ") {
+		t.Errorf("kproxy changed the legacy backend (err %v):\n%s", err, legacy)
+	}
+	runProbes(t, c, []probe{
+		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+	})
+
+	// --cleanup removes kube-proxy's rules from both backends.
+	if err := c.kproxy[nodeA].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"env"}, m.env...)
+	argv = append(argv, kproxyBin, "--cleanup", "-v", "2")
+	if out, err := node.Exec(30*time.Second, argv...); err != nil {
+		t.Fatalf("kproxy --cleanup: %v\n%s", err, out)
+	}
+	for _, bin := range []string{"iptables-legacy-save", "iptables-nft-save", "ip6tables-nft-save"} {
+		out, err := node.Exec(10*time.Second, bin)
+		if err != nil {
+			t.Fatalf("%s: %v", bin, err)
+		}
+		if strings.Contains(out, "KUBE-SERVICES") || strings.Contains(out, "KUBE-SVC-") || strings.Contains(out, "KUBE-SEP-") {
+			t.Errorf("%s after kproxy --cleanup still has kube-proxy chains:\n%s", bin, out)
+		}
+	}
+}
