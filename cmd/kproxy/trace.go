@@ -33,22 +33,29 @@ func newTraceCommand() *cobra.Command {
 	var tf traceFlags
 	cmd := &cobra.Command{
 		Use:   "trace --dst IP:PORT [--src IP] [--proto tcp|udp|sctp] [--iif IFACE]",
-		Short: "Show where a packet goes through kproxy's nftables rules",
-		Long: `trace walks one new connection through kproxy's nftables rules and prints
+		Short: "Show where a packet goes through kproxy's nftables or iptables rules",
+		Long: `trace walks one new connection through kproxy's rules and prints
 every chain and rule it meets and where it ends: which endpoint it is DNATed
 to (every possible one, with its probability), whether it is masqueraded,
 dropped or rejected.
 
 The rules come from one of:
-  --live         this node's kernel ('nft list table ip|ip6 kube-proxy'; root)
-  --rules FILE   a saved 'nft list ruleset' or 'kproxy render' output
+  --live         this node's kernel ('nft list table ip|ip6 kube-proxy', or
+                 iptables-save of the backend kproxy would choose; root)
+  --rules FILE   a saved 'nft list ruleset', 'iptables-save' or 'kproxy
+                 render' output (iptables-save syntax is recognised)
   -f FILE        a cluster snapshot, rendered as 'kproxy render --proxy-mode
-                 nftables' would (the built-in example when none of these is
-                 given); takes render's flags (--hostname-override, ...)
+                 nftables|iptables' would (the built-in example when none of
+                 these is given); takes render's flags (--hostname-override, ...)
+
+Which rules: --proxy-mode iptables or nftables says; without it, nftables
+rules, except for an iptables-save file, and with --live a node without
+the nftables mode's table.
 
 --iif names the interface the packet arrives on (a pod's veth, the node's
 uplink); without it the packet is sent by the node itself.`,
 		Example: `  kproxy trace --dst 198.19.0.10:80                          # the example, from node-a itself
+  kproxy trace --proxy-mode iptables --dst 127.0.0.1:30080   # the example's iptables rules
   kproxy trace --src 203.0.113.9 --iif eth0 --dst 198.19.200.1:443
   sudo kproxy trace --live --src 10.0.1.5 --iif veth1 --dst 10.96.0.10:53 --proto udp`,
 		Args:          cobra.NoArgs,
@@ -66,8 +73,8 @@ uplink); without it the packet is sent by the node itself.`,
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
 	fs.StringVarP(&tf.file, "filename", "f", "", "Cluster snapshot to render rules from (default: the built-in example).")
-	fs.StringVar(&tf.rules, "rules", "", "File with nftables rules ('nft list ruleset' or 'kproxy render --proxy-mode nftables' output).")
-	fs.BoolVar(&tf.live, "live", false, "Read the rules of this node's kernel (needs root and nft).")
+	fs.StringVar(&tf.rules, "rules", "", "File with rules: 'nft list ruleset', 'iptables-save' or 'kproxy render --proxy-mode ...' output.")
+	fs.BoolVar(&tf.live, "live", false, "Read the rules of this node's kernel (needs root, and nft or iptables).")
 	fs.StringVar(&tf.src, "src", "", "Source address (default: the node's own address, or an outside address with --iif).")
 	fs.StringVar(&tf.dst, "dst", "", "Destination IP:PORT (required).")
 	fs.StringVar(&tf.proto, "proto", "tcp", "Protocol: tcp, udp or sctp.")
@@ -94,8 +101,14 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		local = append(local, a)
 	}
 
+	iptablesRules, err := traceIPTables(ctx, o, tf)
+	if err != nil {
+		return err
+	}
 	var text string
 	switch {
+	case iptablesRules:
+		// handled below, per family
 	case tf.live:
 		for _, fam := range []string{"ip", "ip6"} {
 			out, err := execer.OS{}.Run(ctx, []string{"nft", "list", "table", fam, nftables.DefaultTableName}, "")
@@ -103,11 +116,6 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 				return fmt.Errorf("reading the live rules: %w", err)
 			}
 			text += out
-		}
-		if len(local) == 0 {
-			if local, err = localAddrs(); err != nil {
-				return err
-			}
 		}
 	case tf.rules != "":
 		b, err := readFile(tf.rules)
@@ -132,8 +140,20 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 			local = snap.node.Addresses
 		}
 	}
-	rs, err := trace.ParseNFT(text)
-	if err != nil {
+	if tf.live && len(local) == 0 {
+		if local, err = localAddrs(); err != nil {
+			return err
+		}
+	}
+	type tracer interface {
+		Trace(trace.Packet, trace.Host) (*trace.Result, error)
+	}
+	var rs tracer
+	if iptablesRules {
+		if rs, local, err = iptablesRuleset(ctx, errOut, o, tf, dst.Addr(), local); err != nil {
+			return err
+		}
+	} else if rs, err = trace.ParseNFT(text); err != nil {
 		return fmt.Errorf("parsing the rules: %w", err)
 	}
 

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/execer"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
+)
+
+// traceIPTables tells whether trace walks iptables rules: --proxy-mode
+// iptables says so; a --rules file in iptables-save syntax too; with
+// --live and no --proxy-mode, iptables unless this node has the nftables
+// mode's table. Without any of these, trace keeps to nftables mode.
+func traceIPTables(ctx context.Context, o *config.Options, tf traceFlags) (bool, error) {
+	switch o.Config.Mode {
+	case config.ModeIPTables:
+		return true, nil
+	case config.ModeNFTables:
+		return false, nil
+	case "":
+	default:
+		return false, usageError{fmt.Errorf("trace follows nftables or iptables rules, not --proxy-mode %s", o.Config.Mode)}
+	}
+	switch {
+	case tf.rules != "":
+		b, err := readFile(tf.rules)
+		if err != nil {
+			return false, err
+		}
+		return looksLikeIPTablesSave(b), nil
+	case tf.live:
+		iface, err := nft.NewNetlink()
+		if err != nil {
+			return true, nil // no nf_tables at all: not nftables mode
+		}
+		defer iface.Close()
+		exists, err := iface.TableExists(ctx, nft.IPv4, nftables.DefaultTableName)
+		return err == nil && !exists, nil
+	}
+	return false, nil
+}
+
+// looksLikeIPTablesSave: iptables-save and restore input start tables with
+// "*name" lines; nft text never has a line starting with '*'.
+func looksLikeIPTablesSave(text string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// iptablesRuleset builds the iptables ruleset of the destination's family:
+// from this node's kernel (the backend kproxy would choose), a file, or a
+// snapshot rendered as a fresh node's first sync.
+func iptablesRuleset(ctx context.Context, errOut io.Writer, o *config.Options, tf traceFlags, dst netip.Addr, local []netip.Addr) (*iptrace.Ruleset, []netip.Addr, error) {
+	fam := model.FamilyOf(dst)
+	var data string
+	switch {
+	case tf.live:
+		b, reason, err := xtables.Select(ctx, o.IPTablesMode)
+		if err != nil {
+			return nil, nil, fmt.Errorf("choosing the iptables backend to read: %w", err)
+		}
+		bin := "iptables-" + string(b) + "-save"
+		if fam == model.IPv6 {
+			bin = "ip6tables-" + string(b) + "-save"
+		}
+		_, _ = fmt.Fprintf(errOut, "Reading %s (%s)\n", bin, reason)
+		out, err := execer.OS{}.Run(ctx, []string{bin}, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the live rules: %w", err)
+		}
+		data = out
+	case tf.rules != "":
+		b, err := readFile(tf.rules)
+		if err != nil {
+			return nil, nil, err
+		}
+		data = b
+	default:
+		snap, err := loadSnapshot(errOut, o, tf.file)
+		if err != nil {
+			return nil, nil, err
+		}
+		var st *model.State
+		for _, s := range snap.states {
+			if s.Family == fam {
+				st = s
+			}
+		}
+		if st == nil {
+			return nil, nil, fmt.Errorf("the snapshot has no %s services", fam)
+		}
+		if len(local) == 0 && snap.node != nil {
+			local = snap.node.Addresses
+		}
+		opts := iptablesOptions(o.Config, fam, snap.nodeName)
+		opts.MaxChainsPerRestore = -1
+		cfg := opts.RenderConfig(snap.node, local)
+		in := &iptables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true,
+			Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
+		data = iptables.Render(cfg, in, iptables.NewApplied()).Text()
+	}
+	rs, err := iptrace.Parse([]byte(data))
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the iptables rules: %w", err)
+	}
+	if f := rs.Family(); f != 0 && (f == 4) != (fam == model.IPv4) {
+		return nil, nil, errors.New("the rules are of the other IP family than --dst")
+	}
+	// Localhost node ports: kproxy sets route_localnet on a node whose
+	// rules serve them; a rendered snapshot stands for such a node.
+	rs.RouteLocalnet = !tf.live || sysctlIs("net/ipv4/conf/all/route_localnet", "1")
+	return rs, local, nil
+}
+
+func sysctlIs(path, want string) bool {
+	v, err := readFile("/proc/sys/" + path)
+	return err == nil && strings.TrimSpace(v) == want
+}
