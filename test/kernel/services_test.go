@@ -173,12 +173,17 @@ func testHairpin(t *testing.T, m proxyMode) {
 
 // TestTraceLive: `kproxy trace --live` on a node reads the rules kproxy
 // programmed there and tells where a packet goes, as real traffic does.
-func TestTraceLive(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, clusterOptions{})
+func TestTraceLive(t *testing.T) { forEachMode(t, testTraceLive) }
+
+// testTraceLive: kproxy trace --live reads the node's rules; without
+// --proxy-mode it finds out which mode's rules are there (with
+// IPTABLES_MODE for the backend, as kproxy itself).
+func testTraceLive(t *testing.T, m proxyMode) {
+	c := newCluster(t, clusterOptions{mode: m})
 	node := c.Node(t, nodeA)
-	out, err := node.Exec(30*time.Second, kproxyBin, "trace", "--live",
-		"--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.10:80")
+	trace := append(append([]string{"env"}, m.env...), kproxyBin, "trace", "--live")
+	out, err := node.Exec(30*time.Second, append(trace,
+		"--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.10:80")...)
 	if err != nil {
 		t.Fatalf("kproxy trace --live: %v\n%s", err, out)
 	}
@@ -187,7 +192,7 @@ func TestTraceLive(t *testing.T) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = node.Exec(30*time.Second, kproxyBin, "trace", "--live", "--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.20:80")
+	out, err = node.Exec(30*time.Second, append(trace, "--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.20:80")...)
 	if err != nil || !strings.Contains(out, "reject") {
 		t.Errorf("no-endpoints service: want a reject: %v\n%s", err, out)
 	}
