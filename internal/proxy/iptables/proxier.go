@@ -51,20 +51,6 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
-	if !in.Full {
-		// Someone flushing the tables (firewalld's reload, iptables -F)
-		// removes the canary with everything else: kproxy's chains are
-		// gone too, and only a full sync brings them back. Upstream polls
-		// for it; kproxy looks before each partial sync (mangle is small).
-		gone, err := p.canaryGone(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if gone {
-			klog.InfoS("KUBE-PROXY-CANARY is gone: the iptables rules were flushed; syncing in full", "ipFamily", p.opts.Family)
-			in.Full = true
-		}
-	}
 	if in.Full {
 		var addrs []netip.Addr
 		if p.localAddrs != nil {
@@ -112,7 +98,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			p.cfg = nil
 			var re *xtables.RestoreError
 			if errors.As(err, &re) && re.Line > 0 {
-				klog.ErrorS(err, "iptables-restore refused a line", "ipFamily", p.opts.Family, "line", lineOf(data, re.Line))
+				line := lineOf(data, re.Line)
+				if line+"\n" == canaryLine {
+					return nil, fmt.Errorf("the iptables rules were flushed by someone else (%s is gone); the next sync is full: %w", chainCanary, err)
+				}
+				klog.ErrorS(err, "iptables-restore refused a line", "ipFamily", p.opts.Family, "line", line)
 			}
 			return nil, fmt.Errorf("iptables-restore %d of %d (%d bytes, full=%v): %w", i+1, len(plan.Restores), len(data), in.Full, err)
 		}
@@ -142,15 +132,6 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		LocalEndpoints:   local,
 		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
 	}, nil
-}
-
-// canaryGone reports whether the mangle table lacks KUBE-PROXY-CANARY.
-func (p *Proxier) canaryGone(ctx context.Context) (bool, error) {
-	mangle, err := p.ipt.Save(ctx, tableMangle)
-	if err != nil {
-		return false, err
-	}
-	return !hasChain(mangle, chainCanary), nil
 }
 
 // lineOf returns line n (1-based) of a restore input, for error messages.

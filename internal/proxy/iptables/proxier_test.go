@@ -368,7 +368,7 @@ func TestProxierLeftovers(t *testing.T) {
 
 // TestProxierFailureAndCanary: a failed restore makes the next sync full
 // (and it repairs what the failure left); a flushed ruleset (canary gone)
-// is noticed by the next partial sync.
+// makes the next partial restore fail, and so the sync after it full.
 func TestProxierFailureAndCanary(t *testing.T) {
 	c := loadExample(t, "node-a")
 	web := spName("web-clusterip", "http", model.TCP)
@@ -392,16 +392,21 @@ func TestProxierFailureAndCanary(t *testing.T) {
 		t.Errorf("after recovery (-want +got):\n%s", diff)
 	}
 
-	// Flush everything, as firewalld's reload does.
-	flush := "*mangle\n-X KUBE-PROXY-CANARY\n-X KUBE-IPTABLES-HINT\nCOMMIT\n"
-	if err := r.fake.Restore(context.Background(), []byte(flush), xtables.RestoreOptions{NoFlush: true}); err != nil {
-		t.Fatal(err)
+	// Delete everything, as firewalld's reload does: the next partial
+	// restore fails on the canary and the sync after it is full.
+	r.fake = xtablestest.NewFake(xtables.NFT, xtables.IPv4)
+	r.p.ipt = r.fake
+	r.set(web, r.state.Services[web], c.states[model.IPv4].Endpoints[web])
+	_, err := r.sync(false)
+	if err == nil || !strings.Contains(err.Error(), chainCanary) {
+		t.Fatalf("a partial sync after the rules were flushed: err = %v, want one naming %s", err, chainCanary)
 	}
-	n = len(r.fake.Restores())
+	if got := r.restoresSince(0); len(got) != 1 || !strings.HasPrefix(got[0], "*nat\n-F "+chainCanary+"\n") {
+		t.Errorf("the partial restore does not start with the canary check: %q", got)
+	}
 	r.mustSync(false)
-	got = r.restoresSince(n)
-	if len(got) != 1 || !strings.Contains(got[0], ":"+chainCanary) {
-		t.Errorf("a partial sync after the canary vanished did not sync in full: %q", got)
+	if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+		t.Errorf("after the flush and a full sync (-want +got):\n%s", diff)
 	}
 }
 

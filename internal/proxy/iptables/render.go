@@ -732,6 +732,7 @@ func (r *renderer) assemble(o *out) {
 		r.plan.Restores = restores
 		r.plan.NATRules += o.natN
 		r.plan.FilterRules = o.filterN
+		r.canaryCheck()
 		return
 	}
 	// Deletions last, once nothing live jumps to the stale chains; each
@@ -751,6 +752,28 @@ func (r *renderer) assemble(o *out) {
 	r.plan.Restores = restores
 	r.plan.NATRules += o.natN
 	r.plan.FilterRules = o.filterN
+	r.canaryCheck()
+}
+
+// canaryLine opens every partial sync. KUBE-PROXY-CANARY is an empty chain
+// in each table that only a full sync creates; someone flushing the tables
+// (firewalld's reload, iptables -X) deletes it with kproxy's other chains.
+// Flushing it then fails, the restore fails before it changes anything in
+// that table, and the next sync is full and puts everything back. It costs
+// nothing, where asking first would cost a run of iptables-save (which
+// iptables-nft makes read every table: 1.3 s at 10k services).
+const canaryLine = "-F " + chainCanary + "\n"
+
+func (r *renderer) canaryCheck() {
+	if r.in.Full || len(r.plan.Restores) == 0 {
+		return
+	}
+	first := r.plan.Restores[0]
+	i := bytes.IndexByte(first, '\n') + 1 // after "*table"
+	b := make([]byte, 0, len(first)+len(canaryLine))
+	b = append(b, first[:i]...)
+	b = append(b, canaryLine...)
+	r.plan.Restores[0] = append(b, first[i:]...)
 }
 
 func appendChainLine(b []byte, name string) []byte {
