@@ -2,7 +2,7 @@ package iptables
 
 import (
 	"bytes"
-	"hash/fnv"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -319,6 +319,10 @@ type renderer struct {
 	// args is scratch space for one rule's arguments.
 	args []string
 	buf  []byte
+	// cw holds the own chains of the service port being rendered;
+	// epChains its endpoints' chain names.
+	cw       chainWriter
+	epChains []epChain
 }
 
 // Render turns a sync's input and what the kernel holds into a plan. It is
@@ -347,9 +351,14 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 
 // out collects the pieces of a sync before they are put into restores.
 type out struct {
-	// own are service ports' own chains to (re)write, grouped by service
-	// port so that a chunk never splits one.
-	own [][]ownChain
+	// own are the service ports' own chains to (re)write: all of them for
+	// the main restore, or (split) the chunk being filled; chunks are
+	// the finished chunk restores. A chunk never splits a service port.
+	own       chunk
+	chunks    [][]byte
+	split     bool
+	max       int
+	ownChains int
 	// stale are per-service chains to flush and delete.
 	stale []string
 	// Shared chain edits and the fixed parts (full syncs).
@@ -366,10 +375,55 @@ type out struct {
 	prelude []byte
 }
 
-type ownChain struct {
-	name  string
-	rules []byte
-	hash  uint64
+type chunk struct {
+	lines, rules []byte
+	chains       int
+}
+
+// addOwn takes the chains of the service port just rendered that pick
+// selects (all when nil).
+func (o *out) addOwn(w *chainWriter, pick func(i int) bool) {
+	n := 0
+	for i := range w.chains {
+		if pick == nil || pick(i) {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if o.split && o.own.chains > 0 && o.own.chains+n > o.max {
+		o.flushChunk()
+	}
+	for i, c := range w.chains {
+		if pick == nil || pick(i) {
+			o.own.lines = appendChainLine(o.own.lines, c.name)
+			o.own.rules = append(o.own.rules, w.rules(i)...)
+		}
+	}
+	o.own.chains += n
+	o.ownChains += n
+}
+
+// flushChunk turns the chunk being filled into a restore of its own.
+func (o *out) flushChunk() {
+	if o.own.chains == 0 {
+		return
+	}
+	b := make([]byte, 0, len(o.own.lines)+len(o.own.rules)+len("*nat\nCOMMIT\n"))
+	b = append(b, "*nat\n"...)
+	b = append(b, o.own.lines...)
+	b = append(b, o.own.rules...)
+	b = append(b, "COMMIT\n"...)
+	o.chunks = append(o.chunks, b)
+	o.own.lines, o.own.rules, o.own.chains = o.own.lines[:0], o.own.rules[:0], 0
+}
+
+// setSplit decides, from an estimate of the chains a sync writes (one or
+// two per service port, one per endpoint), whether it is split.
+func (o *out) setSplit(cfg *Config, chains int) {
+	o.max = cfg.MaxChainsPerRestore
+	o.split = o.max > 0 && chains > o.max
 }
 
 func (r *renderer) renderFull() {
@@ -435,11 +489,16 @@ func (r *renderer) renderFull() {
 		r.plan.fixedNAT += len(cfg.NodePortIPs) - 1
 	}
 	names := r.in.State.SortedNames()
-	o.own = make([][]ownChain, 0, len(names))
-	active := sets.New[string]()
+	o.setSplit(cfg, 2*len(names)+r.plan.Endpoints)
+	if !o.split {
+		// About 330 bytes of rules per endpoint, 400 per service port.
+		o.own.rules = make([]byte, 0, 330*r.plan.Endpoints+400*len(names))
+		o.own.lines = make([]byte, 0, 26*(2*len(names)+r.plan.Endpoints))
+	}
+	active := make(sets.Set[string], 2*len(names)+r.plan.Endpoints)
 	r.plan.services = make(map[model.ServicePortName]*svcApplied, len(names))
 	for _, n := range names {
-		s, own := r.describe(n)
+		s := r.describe(n)
 		for _, sr := range s.shared {
 			if sr.table == tableFilter {
 				o.filterRules = appendRuleLine(o.filterRules, "-A", sr)
@@ -449,10 +508,10 @@ func (r *renderer) renderFull() {
 				o.natN++
 			}
 		}
-		for _, c := range own {
+		for _, c := range r.cw.chains {
 			active.Insert(c.name)
 		}
-		o.own = append(o.own, own)
+		o.addOwn(&r.cw, nil)
 		r.plan.services[n] = s
 		r.udpChanges(n, s, r.last.services[n], true)
 	}
@@ -529,6 +588,14 @@ func (r *renderer) renderPartial() {
 	o := &out{}
 	names := r.in.Changed.UnsortedList()
 	slices.SortFunc(names, model.ServicePortName.Compare)
+	est := 0
+	for _, n := range names {
+		est += 2 + len(r.in.State.Endpoints[n])
+		if old := r.last.services[n]; old != nil {
+			est += len(old.chains)
+		}
+	}
+	o.setSplit(r.cfg, est)
 	var inserts []sharedRule
 	for _, n := range names {
 		old := r.last.services[n]
@@ -546,7 +613,8 @@ func (r *renderer) renderPartial() {
 			r.udpGone(old)
 			continue
 		}
-		s, own := r.describe(n)
+		s := r.describe(n)
+		w := &r.cw
 		r.plan.services[n] = s
 		r.udpChanges(n, s, old, false)
 		var oldShared []sharedRule
@@ -568,18 +636,13 @@ func (r *renderer) renderPartial() {
 			}
 		}
 		// Own chains: write the ones whose rules changed.
-		var write []ownChain
-		for _, c := range own {
-			i := slices.IndexFunc(oldChains, func(x chainState) bool { return x.name == c.name })
-			if i < 0 || oldChains[i].hash != c.hash {
-				write = append(write, c)
-			}
-		}
-		if len(write) > 0 {
-			o.own = append(o.own, write)
-		}
+		o.addOwn(w, func(i int) bool {
+			c := w.chains[i]
+			j := slices.IndexFunc(oldChains, func(x chainState) bool { return x.name == c.name })
+			return j < 0 || oldChains[j].hash != c.hash
+		})
 		for _, c := range oldChains {
-			if !slices.ContainsFunc(own, func(x ownChain) bool { return x.name == c.name }) {
+			if !slices.ContainsFunc(w.chains, func(x chainRef) bool { return x.name == c.name }) {
 				o.stale = append(o.stale, c.name)
 			}
 		}
@@ -626,15 +689,10 @@ func appendRuleLine(b []byte, op string, sr sharedRule) []byte {
 	return append(b, '\n')
 }
 
-// assemble puts the pieces into restores: one, or (MaxChainsPerRestore)
-// chunks of own chains, the shared part, then chunks of deletions.
+// assemble puts the pieces into restores: one, or (split) the prelude,
+// the chunks of own chains, the shared part, then chunks of deletions.
 func (r *renderer) assemble(o *out) {
-	max := r.cfg.MaxChainsPerRestore
-	ownChains := 0
-	for _, g := range o.own {
-		ownChains += len(g)
-	}
-	r.plan.ChainsWritten, r.plan.ChainsDelete = ownChains, len(o.stale)
+	max := o.max
 	// Referrers before referents: deleting in this order never leaves a
 	// stale chain that another one still jumps to.
 	slices.SortStableFunc(o.stale, func(a, b string) int {
@@ -644,55 +702,42 @@ func (r *renderer) assemble(o *out) {
 		return strings.Compare(a, b)
 	})
 	o.stale = slices.Compact(o.stale)
-	split := max > 0 && ownChains+len(o.stale)+len(o.natChains)+len(o.filterChains) > max
+	r.plan.ChainsWritten, r.plan.ChainsDelete = o.ownChains, len(o.stale)
 
 	var restores [][]byte
-	var own []byte // own chains that go into the main restore
-	var ownLines []byte
-	if split && o.prelude != nil {
-		restores = append(restores, o.prelude)
-	}
-	if split {
-		var chains, rules []byte
-		n := 0
-		flush := func() {
-			if n == 0 {
-				return
-			}
-			b := make([]byte, 0, len(chains)+len(rules)+16)
-			b = append(b, "*nat\n"...)
-			b = append(b, chains...)
-			b = append(b, rules...)
-			b = append(b, "COMMIT\n"...)
-			restores = append(restores, b)
-			chains, rules, n = chains[:0], rules[:0], 0
+	if o.split {
+		o.flushChunk()
+		if o.prelude != nil {
+			restores = append(restores, o.prelude)
 		}
-		for _, g := range o.own {
-			if n > 0 && n+len(g) > max {
-				flush()
-			}
-			for _, c := range g {
-				chains = appendChainLine(chains, c.name)
-				rules = append(rules, c.rules...)
-				r.plan.NATRules += bytes.Count(c.rules, newline)
-			}
-			n += len(g)
+		for _, c := range o.chunks {
+			r.plan.NATRules += bytes.Count(c, newline) - 2 - bytes.Count(c, []byte(" - [0:0]\n"))
 		}
-		flush()
+		restores = append(restores, o.chunks...)
 	} else {
-		for _, g := range o.own {
-			for _, c := range g {
-				own = appendChainLine(own, c.name)
-				ownLines = append(ownLines, c.rules...)
-				r.plan.NATRules += bytes.Count(c.rules, newline)
-			}
-		}
+		r.plan.NATRules += bytes.Count(o.own.rules, newline)
 	}
 
-	// The main restore: shared chains (and, unsplit, everything).
-	var b []byte
+	// The main restore: shared chains (and, unsplit, everything), sized
+	// once: at 10k services it is 30 MB.
+	staleHere := !o.split
+	hasFilter := len(o.filterChains) > 0 || o.filterN > 0
+	hasNAT := len(o.natChains) > 0 || o.natN > 0 || (!o.split && o.own.chains > 0) || (staleHere && len(o.stale) > 0)
+	size := len(o.mangle) + len(o.filterHead) + len(o.filterRules) + len(o.filterTail) + len(o.natHead) + len(o.natRules) + len(o.natTail) + 64
+	for _, c := range append(slices.Clip(o.filterChains), o.natChains...) {
+		size += len(c) + 9
+	}
+	if !o.split {
+		size += len(o.own.lines) + len(o.own.rules)
+		if staleHere {
+			for _, c := range o.stale {
+				size += 2*len(c) + 13
+			}
+		}
+	}
+	b := make([]byte, 0, size)
 	b = append(b, o.mangle...)
-	if len(o.filterChains) > 0 || o.filterN > 0 {
+	if hasFilter {
 		b = append(b, "*filter\n"...)
 		for _, c := range o.filterChains {
 			b = appendChainLine(b, c)
@@ -702,13 +747,14 @@ func (r *renderer) assemble(o *out) {
 		b = append(b, o.filterTail...)
 		b = append(b, "COMMIT\n"...)
 	}
-	staleHere := !split
-	if len(o.natChains) > 0 || o.natN > 0 || len(own) > 0 || (staleHere && len(o.stale) > 0) {
+	if hasNAT {
 		b = append(b, "*nat\n"...)
 		for _, c := range o.natChains {
 			b = appendChainLine(b, c)
 		}
-		b = append(b, own...)
+		if !o.split {
+			b = append(b, o.own.lines...)
+		}
 		if staleHere {
 			for _, c := range o.stale {
 				b = appendChainLine(b, c)
@@ -716,7 +762,9 @@ func (r *renderer) assemble(o *out) {
 		}
 		b = append(b, o.natHead...)
 		b = append(b, o.natRules...)
-		b = append(b, ownLines...)
+		if !o.split {
+			b = append(b, o.own.rules...)
+		}
 		if staleHere {
 			for _, c := range o.stale {
 				b = append(b, "-X "+c+"\n"...)
@@ -728,26 +776,22 @@ func (r *renderer) assemble(o *out) {
 	if len(b) > 0 {
 		restores = append(restores, b)
 	}
-	if !split {
-		r.plan.Restores = restores
-		r.plan.NATRules += o.natN
-		r.plan.FilterRules = o.filterN
-		r.canaryCheck()
-		return
-	}
-	// Deletions last, once nothing live jumps to the stale chains; each
-	// chunk flushes its chains (a chain line flushes) and deletes them.
-	for i := 0; i < len(o.stale); i += max {
-		part := o.stale[i:min(i+max, len(o.stale))]
-		d := []byte("*nat\n")
-		for _, c := range part {
-			d = appendChainLine(d, c)
+	if o.split {
+		// Deletions last, once nothing live jumps to the stale chains;
+		// each chunk flushes its chains (a chain line flushes) and
+		// deletes them.
+		for i := 0; i < len(o.stale); i += max {
+			part := o.stale[i:min(i+max, len(o.stale))]
+			d := []byte("*nat\n")
+			for _, c := range part {
+				d = appendChainLine(d, c)
+			}
+			for _, c := range part {
+				d = append(d, "-X "+c+"\n"...)
+			}
+			d = append(d, "COMMIT\n"...)
+			restores = append(restores, d)
 		}
-		for _, c := range part {
-			d = append(d, "-X "+c+"\n"...)
-		}
-		d = append(d, "COMMIT\n"...)
-		restores = append(restores, d)
 	}
 	r.plan.Restores = restores
 	r.plan.NATRules += o.natN
@@ -836,25 +880,9 @@ func (r *renderer) spec(args ...string) string {
 	return string(b)
 }
 
-// chainBuf collects one own chain's rules.
-type chainBuf struct {
-	name  string
-	rules []byte
-}
-
-func (c *chainBuf) add(args ...string) {
-	c.rules = append(c.rules, "-A "...)
-	c.rules = append(c.rules, c.name...)
-	for _, a := range args {
-		c.rules = append(c.rules, ' ')
-		c.rules = append(c.rules, a...)
-	}
-	c.rules = append(c.rules, '\n')
-}
-
 // describe decides a service port's rules, following upstream's iptables
 // proxier so that behaviour and layout match it.
-func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
+func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	cfg := r.cfg
 	sp := r.in.State.Services[n]
 	sel := model.SelectEndpoints(sp, r.in.State.Endpoints[n], r.in.NodeName, r.in.Zone)
@@ -958,69 +986,48 @@ func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
 		add(tableFilter, chainNodePorts, "-m", "comment", "--comment", `"`+name+` health check node port"`, "-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(sp.HealthCheckNodePort)), "-j", "ACCEPT")
 	}
 
-	// Own chains, in upstream's order of creation.
-	var chains []*chainBuf
-	chain := func(name string) *chainBuf {
-		for _, c := range chains {
-			if c.name == name {
-				return c
-			}
-		}
-		c := &chainBuf{name: name}
-		chains = append(chains, c)
-		return c
-	}
-	if usesExternalChain {
-		chain(names.ext)
-	}
-	if usesFW {
-		chain(names.fw)
-	}
-	if usesCluster {
-		chain(names.svc)
-	}
-	if usesLocal {
-		chain(names.svl)
-	}
-
+	// Own chains, in upstream's order of creation, each written whole
+	// before the next (see chainWriter).
+	var masqArgs []string
 	if hasInternal {
 		dst := []string{"-m", "comment", "--comment", clusterComment, pm[0], pm[1], pm[2], pm[3], "-d", clusterIP, "--dport", port}
 		if cfg.MasqueradeAll {
-			chain(internalChain).add(append(dst, "-j", chainMarkMasq)...)
+			masqArgs = append(dst, "-j", chainMarkMasq)
 		} else if cfg.LocalDetector.Implemented() {
 			// Off-cluster traffic to a cluster IP (a static route to the
 			// service range via some node) may leave the node again.
-			a := append(append(dst, cfg.LocalDetector.IfNotLocal...), "-j", chainMarkMasq)
-			chain(internalChain).add(a...)
+			masqArgs = append(append(dst, cfg.LocalDetector.IfNotLocal...), "-j", chainMarkMasq)
 		}
 	}
+	w := &r.cw
+	w.reset()
 	if usesExternalChain {
-		ext := chain(names.ext)
+		w.begin(names.ext)
 		if !sp.ExternalPolicyLocal {
 			// Endpoints may be on other nodes: masquerade to get replies back.
-			ext.add("-m", "comment", "--comment", `"masquerade traffic for `+name+` external destinations"`, "-j", chainMarkMasq)
+			w.add("-m", "comment", "--comment", `"masquerade traffic for `+name+` external destinations"`, "-j", chainMarkMasq)
 		} else {
 			if cfg.LocalDetector.Implemented() {
 				// Pod traffic to an external destination is treated as if
 				// it went out to the LB and came back: policy Cluster.
 				a := append([]string{"-m", "comment", "--comment", `"pod traffic for ` + name + ` external destinations"`}, cfg.LocalDetector.IfLocal...)
-				ext.add(append(a, "-j", names.svc)...)
+				w.add(append(a, "-j", names.svc)...)
 			}
 			// The node's own traffic: its source is a local address
 			// (often the LB IP itself), masquerade it and use all endpoints.
-			ext.add("-m", "comment", "--comment", `"masquerade LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq)
-			ext.add("-m", "comment", "--comment", `"route LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", names.svc)
+			w.add("-m", "comment", "--comment", `"masquerade LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq)
+			w.add("-m", "comment", "--comment", `"route LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", names.svc)
 		}
 		if hasExternal {
-			ext.add("-j", externalPolicyChain)
+			w.add("-j", externalPolicyChain)
 		}
 	}
 	if usesFW {
-		fw := chain(names.fw)
+		w.begin(names.fw)
 		lbComment := `"` + name + ` loadbalancer IP"`
 		allowFromNode := false
 		for _, p := range sp.LoadBalancerSourceRanges {
-			fw.add("-m", "comment", "--comment", lbComment, "-s", p.String(), "-j", names.ext)
+			w.add("-m", "comment", "--comment", lbComment, "-s", p.String(), "-j", names.ext)
 			if cfg.NodeIP.IsValid() && p.Contains(cfg.NodeIP) {
 				allowFromNode = true
 			}
@@ -1029,44 +1036,55 @@ func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
 			// A VIP that is a local address loops a node's request back
 			// with the VIP as source: let the node in.
 			for _, ip := range vips {
-				fw.add("-m", "comment", "--comment", lbComment, "-s", ip.String(), "-j", names.ext)
+				w.add("-m", "comment", "--comment", lbComment, "-s", ip.String(), "-j", names.ext)
 			}
 		}
 		// No target: what gets here is not DNATed, and KUBE-PROXY-FIREWALL
 		// drops it in filter.
-		fw.add("-m", "comment", "--comment", `"other traffic to `+name+` will be dropped by KUBE-PROXY-FIREWALL"`)
+		w.add("-m", "comment", "--comment", `"other traffic to `+name+` will be dropped by KUBE-PROXY-FIREWALL"`)
 	}
-	var epChains map[*model.Endpoint]string
-	if usesCluster || usesLocal {
-		epChains = make(map[*model.Endpoint]string, len(sel.AllReachable))
-		for _, e := range sel.AllReachable {
-			epChains[e] = names.endpointChain(e)
-		}
-	}
-	if usesCluster {
-		r.dispatch(chain(names.svc), name, proto, sp, sel.Cluster, epChains)
-	}
-	if usesLocal {
-		r.dispatch(chain(names.svl), name, proto, sp, sel.Local, epChains)
-	}
+	epChains := r.epChains[:0]
 	if usesCluster || usesLocal {
 		for _, e := range sel.AllReachable {
-			ep := chain(epChains[e])
-			var comment []string
-			if !r.large {
-				comment = []string{"-m", "comment", "--comment", name}
-			}
-			ip := e.IP.String()
-			// Hairpin: a pod reaching itself through the service must be
-			// masqueraded or it would answer itself directly.
-			ep.add(append(slices.Clone(comment), "-s", ip, "-j", chainMarkMasq)...)
-			a := comment
-			if sp.SessionAffinity() {
-				a = append(a, "-m", "recent", "--name", ep.name, "--set")
-			}
-			ep.add(append(a, pm[0], pm[1], pm[2], pm[3], "-j", "DNAT", "--to-destination", e.String())...)
+			epChains = append(epChains, epChain{e, names.endpointChain(e)})
 		}
 	}
+	r.epChains = epChains
+	for _, pc := range []struct {
+		chain string
+		uses  bool
+		eps   []*model.Endpoint
+	}{{names.svc, usesCluster, sel.Cluster}, {names.svl, usesLocal, sel.Local}} {
+		masq := masqArgs != nil && internalChain == pc.chain
+		if !pc.uses && !masq {
+			continue
+		}
+		w.begin(pc.chain)
+		if masq {
+			w.add(masqArgs...)
+		}
+		if pc.uses {
+			r.dispatch(w, name, sp, pc.eps, epChains)
+		}
+	}
+	for _, ec := range epChains {
+		e := ec.e
+		w.begin(ec.chain)
+		var comment []string
+		if !r.large {
+			comment = []string{"-m", "comment", "--comment", name}
+		}
+		ip := e.IP.String()
+		// Hairpin: a pod reaching itself through the service must be
+		// masqueraded or it would answer itself directly.
+		w.add(append(slices.Clip(comment), "-s", ip, "-j", chainMarkMasq)...)
+		a := slices.Clip(comment)
+		if sp.SessionAffinity() {
+			a = append(a, "-m", "recent", "--name", ec.chain, "--set")
+		}
+		w.add(append(a, pm[0], pm[1], pm[2], pm[3], "-j", "DNAT", "--to-destination", e.String())...)
+	}
+	w.finish()
 
 	for _, sr := range s.shared {
 		if sr.table == tableFilter {
@@ -1075,23 +1093,92 @@ func (r *renderer) describe(n model.ServicePortName) (*svcApplied, []ownChain) {
 			s.natRules++
 		}
 	}
-	own := make([]ownChain, len(chains))
-	s.chains = make([]chainState, len(chains))
-	for i, c := range chains {
-		s.natRules += bytes.Count(c.rules, newline)
-		h := fnv.New64a()
-		_, _ = h.Write(c.rules)
-		own[i] = ownChain{name: c.name, rules: c.rules, hash: h.Sum64()}
-		s.chains[i] = chainState{name: c.name, hash: own[i].hash}
+	s.natRules += bytes.Count(w.buf, newline)
+	s.chains = make([]chainState, len(w.chains))
+	for i, c := range w.chains {
+		s.chains[i] = chainState{name: c.name, hash: c.hash}
 	}
-	return s, own
+	return s
 }
+
+type epChain struct {
+	e     *model.Endpoint
+	chain string
+}
+
+// chainWriter holds one service port's own chains while they are
+// rendered: their rules one chain after the other in one buffer, reused
+// from one service port to the next (a full sync at 10k services writes
+// 110k chains; a buffer and its growth per chain were most of the
+// renderer's cost).
+type chainWriter struct {
+	buf    []byte
+	chains []chainRef
+}
+
+type chainRef struct {
+	name       string
+	start, end int
+	hash       uint64
+}
+
+// hashSeed seeds the chain content hashes; they are compared only within
+// this process.
+var hashSeed = maphash.MakeSeed()
+
+func (w *chainWriter) reset() { w.buf, w.chains = w.buf[:0], w.chains[:0] }
+
+func (w *chainWriter) begin(name string) {
+	w.chains = append(w.chains, chainRef{name: name, start: len(w.buf)})
+}
+
+func (w *chainWriter) add(args ...string) {
+	w.buf = append(w.buf, "-A "...)
+	w.buf = append(w.buf, w.chains[len(w.chains)-1].name...)
+	for _, a := range args {
+		w.buf = append(w.buf, ' ')
+		w.buf = append(w.buf, a...)
+	}
+	w.buf = append(w.buf, '\n')
+}
+
+func (w *chainWriter) finish() {
+	for i := range w.chains {
+		w.chains[i].end = len(w.buf)
+		if i+1 < len(w.chains) {
+			w.chains[i].end = w.chains[i+1].start
+		}
+		w.chains[i].hash = maphash.Bytes(hashSeed, w.rules(i))
+	}
+}
+
+func (w *chainWriter) rules(i int) []byte { return w.buf[w.chains[i].start:w.chains[i].end] }
 
 // dispatch writes the endpoint choice of a policy chain: affinity first
 // (a client seen within the timeout goes back to its endpoint), then one
 // rule per endpoint; rule i of n matches with probability 1/(n-i), so that
 // each endpoint gets 1/n of the new connections, and the last always.
-func (r *renderer) dispatch(c *chainBuf, name, proto string, sp *model.ServicePort, eps []*model.Endpoint, epChains map[*model.Endpoint]string) {
+func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, eps []*model.Endpoint, epChains []epChain) {
+	// Services have a few endpoints, searched in a slice; a large one
+	// gets a map rather than a quadratic search.
+	var byEP map[*model.Endpoint]string
+	if len(epChains) > 16 {
+		byEP = make(map[*model.Endpoint]string, len(epChains))
+		for _, ec := range epChains {
+			byEP[ec.e] = ec.chain
+		}
+	}
+	chainOf := func(e *model.Endpoint) string {
+		if byEP != nil {
+			return byEP[e]
+		}
+		for _, ec := range epChains {
+			if ec.e == e {
+				return ec.chain
+			}
+		}
+		return ""
+	}
 	comment := func(e *model.Endpoint) []string {
 		if r.large {
 			return nil
@@ -1101,7 +1188,7 @@ func (r *renderer) dispatch(c *chainBuf, name, proto string, sp *model.ServicePo
 	if sp.SessionAffinity() {
 		secs := strconv.Itoa(int(sp.StickyMaxAgeSeconds))
 		for _, e := range eps {
-			ch := epChains[e]
+			ch := chainOf(e)
 			c.add(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap", "-j", ch)...)
 		}
 	}
@@ -1110,6 +1197,6 @@ func (r *renderer) dispatch(c *chainBuf, name, proto string, sp *model.ServicePo
 		if i < len(eps)-1 {
 			a = append(a, "-m", "statistic", "--mode", "random", "--probability", probability(len(eps)-i))
 		}
-		c.add(append(a, "-j", epChains[e])...)
+		c.add(append(a, "-j", chainOf(e))...)
 	}
 }
