@@ -16,9 +16,12 @@ const sctpPod = "sctp-0"
 // runs itself again inside the test VM (internal/testutil/vm), whose kernel
 // has SCTP, with the same kproxy binary; without a VM it skips, saying why,
 // unless KPROXY_VM=1 (CI), where it fails.
+//
+// The VM run happens before t.Parallel, while the package's parallel tests
+// still wait: an emulated VM (no KVM) is slow enough without sharing the
+// CPUs with them, and the inner test keeps the usual timeouts.
 func TestSCTP(t *testing.T) {
 	requireKernel(t)
-	t.Parallel()
 	if err := netns.New(t, netns.RandomID(3), "sctp-probe").SCTPSupported(); err != nil {
 		if !errors.Is(err, netns.ErrSCTPUnsupported) {
 			t.Fatal(err)
@@ -37,6 +40,7 @@ func TestSCTP(t *testing.T) {
 		}
 		t.Skipf("SCTP traffic not tested: %v (the kernel lacks CONFIG_IP_SCTP), and no test VM: %s (test/vm/prepare.sh makes one)", err, why)
 	}
+	t.Parallel()
 	c := newCluster(t, clusterOptions{})
 	netns.ServeEcho(t, c.Pod(t, sctpPod).NS, sctpPod, "sctp", 9999)
 	runProbes(t, c, []probe{
