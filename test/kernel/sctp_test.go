@@ -36,9 +36,9 @@ func TestSCTP(t *testing.T) {
 			vm.RunTestInVM(t, "^TestSCTP$", "KPROXY_KERNEL_TEST_BIN="+kproxyBin)
 			return
 		case vm.Required():
-			t.Fatalf("SCTP traffic not tested: %v, and no test VM: %s (KPROXY_VM=1 requires one; run test/vm/prepare.sh)", err, why)
+			t.Fatalf("SCTP traffic not tested: %v, and no test VM: %s (KPROXY_VM=1 requires one)", err, why)
 		}
-		t.Skipf("SCTP traffic not tested: %v (the kernel lacks CONFIG_IP_SCTP), and no test VM: %s (test/vm/prepare.sh makes one)", err, why)
+		t.Skipf("SCTP traffic not tested: %v (the kernel lacks CONFIG_IP_SCTP), and no test VM: %s", err, why)
 	}
 	t.Parallel()
 	c := newCluster(t, clusterOptions{})

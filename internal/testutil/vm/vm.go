@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -312,7 +313,15 @@ const powerOffGrace = 15 * time.Second
 // console until qemu has exited (killing it on timeouts), so no goroutine
 // outlives it.
 func runQEMU(ctx context.Context, cfg Config, nonce, accel string, args []string) (*Result, error) {
+	// If the test binary dies (a go test timeout), the kernel kills qemu
+	// too. The death signal follows the thread that started qemu, so this
+	// goroutine keeps its thread until qemu is gone: Go ends threads that
+	// a goroutine left locked (the netns harness does), and one of those
+	// could otherwise have been the parent.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	cmd := exec.Command(qemuBinary, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
