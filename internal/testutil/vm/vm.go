@@ -368,7 +368,8 @@ func runQEMU(ctx context.Context, cfg Config, nonce, accel string, args []string
 	// Each event source is disarmed (nil channel) after it fired once, so
 	// a closed context cannot spin the loop.
 	bootC, stop := boot.C, ctx.Done()
-	var grace <-chan time.Time
+	var grace <-chan time.Time // armed once, by the exit marker
+	graceArmed := false
 	for open := true; open; {
 		select {
 		case line, ok := <-lines:
@@ -385,8 +386,8 @@ func runQEMU(ctx context.Context, cfg Config, nonce, accel string, args []string
 				boot.Stop()
 				bootC = nil
 			}
-			if con.exited && grace == nil {
-				grace = time.After(powerOffGrace)
+			if con.exited && !graceArmed {
+				grace, graceArmed = time.After(powerOffGrace), true
 			}
 		case <-bootC:
 			bootC = nil
