@@ -364,8 +364,9 @@ type renderer struct {
 	last *Applied
 	plan *Plan
 	tx   *nft.Transaction
-	// shards is the shard count of this render.
-	shards int
+	// shards is the shard count of this render, shardNames their tables.
+	shards     int
+	shardNames []string
 	// touched element keys and their kernel value before this plan.
 	before map[elemKey]*ownedElem
 	// existing chains in the kernel, per table (full syncs only).
@@ -377,6 +378,17 @@ type renderer struct {
 	// reused from one service port to the next.
 	keyText []byte
 	keyEnds []int
+}
+
+// shardTable is the name of shard i, built once per render.
+func (r *renderer) shardTable(i int) string {
+	if r.shardNames == nil {
+		r.shardNames = make([]string, r.shards)
+	}
+	if r.shardNames[i] == "" {
+		r.shardNames[i] = r.cfg.shardTable(i)
+	}
+	return r.shardNames[i]
 }
 
 func (r *renderer) numgenStmt(mod uint32) nft.Stmt {
@@ -409,6 +421,7 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 	for t, o := range in.Existing {
 		r.existing[t] = sets.New(o.Chains...)
 	}
+	defer func() { r.shardNames = nil }()
 	r.plan.Tx = r.tx
 	if in.Full {
 		r.shards = chooseShards(len(in.State.Services), last.shards, cfg.ServicesPerShard)
@@ -1091,16 +1104,26 @@ func (r *renderer) flushElements() {
 			// Same value, other owner: nothing the kernel cares about.
 		}
 	}
-	// Grouped by table (keys are sorted by set and key): consecutive
-	// elements of one set of one table go to the kernel in one message.
-	slices.SortStableFunc(adds, func(a, b *ownedElem) int { return strings.Compare(a.table, b.table) })
-	r.tx.Ops = slices.Grow(r.tx.Ops, len(adds))
+	// Grouped by table, in order of first appearance (keys are sorted by
+	// set and key): consecutive elements of one set of one table go to
+	// the kernel in one message.
+	var order []string
+	byTable := map[string][]*ownedElem{}
 	for _, e := range adds {
-		op := nft.Op{Kind: nft.OpAdd, Element: e.elem}
-		if e.table != r.tx.Table {
-			op.In = e.table
+		if _, ok := byTable[e.table]; !ok {
+			order = append(order, e.table)
 		}
-		r.tx.Ops = append(r.tx.Ops, op)
+		byTable[e.table] = append(byTable[e.table], e)
+	}
+	r.tx.Ops = slices.Grow(r.tx.Ops, len(adds))
+	for _, t := range order {
+		in := t
+		if t == r.tx.Table {
+			in = ""
+		}
+		for _, e := range byTable[t] {
+			r.tx.Ops = append(r.tx.Ops, nft.Op{Kind: nft.OpAdd, In: in, Element: e.elem})
+		}
 	}
 }
 
@@ -1285,9 +1308,11 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sp := r.in.State.Services[n]
 	eps := r.in.State.Endpoints[n]
 	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
-	table := r.cfg.shardTable(ShardOf(n, r.shards))
+	var table string
 	if old != nil && !r.in.Full {
 		table = old.table
+	} else {
+		table = r.shardTable(ShardOf(n, r.shards))
 	}
 	s := r.describe(sp, sel, table)
 
