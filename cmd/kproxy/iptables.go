@@ -191,8 +191,9 @@ func cleanupForIPTablesMode(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// deleteNFTablesTables deletes the nftables mode's tables (kproxy's and
-// upstream's share the name) in both families.
+// deleteNFTablesTables deletes the nftables mode's tables (kproxy's main
+// table and its shards; upstream's table has the main table's name) in
+// both families.
 func deleteNFTablesTables(ctx context.Context) error {
 	iface, err := nft.NewNetlink()
 	if err != nil {
@@ -202,21 +203,5 @@ func deleteNFTablesTables(ctx context.Context) error {
 		return fmt.Errorf("checking for nftables mode leftovers: %w", err)
 	}
 	defer iface.Close()
-	var errs []error
-	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
-		exists, err := iface.TableExists(ctx, f, nftables.DefaultTableName)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !exists {
-			continue
-		}
-		if err := iface.DeleteTable(ctx, f, nftables.DefaultTableName); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		klog.InfoS("Deleted the nftables mode's table", "family", f, "table", nftables.DefaultTableName)
-	}
-	return errors.Join(errs...)
+	return cleanupTables(ctx, iface, nftables.DefaultTableName)
 }

@@ -97,7 +97,8 @@ func TestRenderNFTablesRules(t *testing.T) {
 	for _, want := range []string{
 		"add table ip kube-proxy",
 		"add table ip6 kube-proxy",
-		"add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80",
+		"add table ip kube-proxy-s0",
+		"add element ip kube-proxy-s0 service-ips { 198.19.0.10 . tcp . 80",
 		"add element ip kube-proxy no-endpoint-services { 198.19.0.20 . tcp . 80",
 	} {
 		if !strings.Contains(out, want) {

@@ -155,7 +155,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 	backendName := ""
 	switch mode {
 	case config.ModeNFTables:
-		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName)
+		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName+" and "+nftables.ShardTable(nftables.DefaultTableName, 0)+"...")
 		backendName = "nftables"
 		if err := cleanupOtherModes(ctx); err != nil {
 			klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's iptables and IPVS modes; running nftables mode anyway")
@@ -276,18 +276,27 @@ func cleanup(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
+	errs = append(errs, cleanupTables(ctx, iface, nftables.DefaultTableName))
+	return errors.Join(errs...)
+}
+
+// cleanupTables deletes the main table and every shard table of it (those
+// of the current shard count and any left by a larger one) in both
+// families; other tables stay.
+func cleanupTables(ctx context.Context, iface nft.Interface, main string) error {
+	var errs []error
 	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
-		exists, err := iface.TableExists(ctx, f, nftables.DefaultTableName)
+		tables, err := iface.ListTables(ctx, f)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if exists {
-			if err := iface.DeleteTable(ctx, f, nftables.DefaultTableName); err != nil {
+		for _, t := range nftables.OurTables(main, tables) {
+			if err := iface.DeleteTable(ctx, f, t); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			klog.InfoS("Deleted nftables table", "family", f, "table", nftables.DefaultTableName)
+			klog.InfoS("Deleted nftables table", "family", f, "table", t)
 		}
 	}
 	return errors.Join(errs...)

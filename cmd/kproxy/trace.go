@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,12 +111,9 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 	case iptablesRules:
 		// handled below, per family
 	case tf.live:
-		for _, fam := range []string{"ip", "ip6"} {
-			out, err := execer.OS{}.Run(ctx, []string{"nft", "list", "table", fam, nftables.DefaultTableName}, "")
-			if err != nil {
-				return fmt.Errorf("reading the live rules: %w", err)
-			}
-			text += out
+		var err error
+		if text, err = liveRules(ctx, execer.OS{}, nftables.DefaultTableName); err != nil {
+			return err
 		}
 	case tf.rules != "":
 		b, err := readFile(tf.rules)
@@ -204,4 +202,32 @@ func readFile(path string) (string, error) {
 		return "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	return string(b), nil
+}
+
+// liveRules lists our tables of both families ('nft list table' of the
+// main table and of each of its shard tables): a service's dispatch is in
+// its shard, the filter side and masquerading in the main table.
+func liveRules(ctx context.Context, ex execer.Interface, main string) (string, error) {
+	var text strings.Builder
+	for _, fam := range []string{"ip", "ip6"} {
+		out, err := ex.Run(ctx, []string{"nft", "list", "tables", fam}, "")
+		if err != nil {
+			return "", fmt.Errorf("reading the live rules: %w", err)
+		}
+		var tables []string
+		for _, l := range strings.Split(out, "\n") {
+			if name, ok := strings.CutPrefix(strings.TrimSpace(l), "table "+fam+" "); ok {
+				tables = append(tables, name)
+			}
+		}
+		slices.Sort(tables)
+		for _, t := range nftables.OurTables(main, tables) {
+			out, err := ex.Run(ctx, []string{"nft", "list", "table", fam, t}, "")
+			if err != nil {
+				return "", fmt.Errorf("reading the live rules: %w", err)
+			}
+			text.WriteString(out)
+		}
+	}
+	return text.String(), nil
 }

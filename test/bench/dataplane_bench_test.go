@@ -16,10 +16,11 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
-// BenchmarkNFTablesDataPlane connects through kproxy's rules to the first
-// and to the last of 20000 services: verdict maps make the cost of a new
-// connection independent of the service's position (iptables' linear
-// KUBE-SERVICES chain would not). The node namespace holds the rules and
+// BenchmarkNFTablesDataPlane connects through kproxy's rules to a service
+// of the first, the middle and the last of the shard tables of 20000
+// services: verdict maps make the cost of a new connection independent of
+// the service's position (iptables' linear KUBE-SERVICES chain would not),
+// and the shards add one map lookup each, a small constant. The node namespace holds the rules and
 // the client; every service's single endpoint is a server in a pod
 // namespace behind a veth (198.18.129.2:8080).
 func BenchmarkNFTablesDataPlane(b *testing.B) {
@@ -63,10 +64,23 @@ func BenchmarkNFTablesDataPlane(b *testing.B) {
 	if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 		b.Fatal(err)
 	}
+	// Services are spread over shard tables whose nat chains a new
+	// connection passes in order until one DNATs: take one service of
+	// the first, the middle and the last shard (and the first, middle and
+	// last service of the map otherwise).
+	k := nftablesShards(n)
+	inShard := func(shard int) int {
+		for i := range n {
+			if nftables.ShardOf(spn(i), k) == shard {
+				return i
+			}
+		}
+		return 0
+	}
 	for _, tc := range []struct {
 		name string
 		i    int
-	}{{"first", 0}, {"middle", n / 2}, {"last", n - 1}} {
+	}{{"first", inShard(0)}, {"middle", inShard(k / 2)}, {"last", inShard(k - 1)}} {
 		b.Run(fmt.Sprintf("services=%d/%s", n, tc.name), func(b *testing.B) {
 			dst := netip.AddrPortFrom(addr([2]byte{198, 19}, tc.i), 80)
 			b.ResetTimer()

@@ -17,6 +17,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
 
 // writeSnapshot writes n services × 10 endpoints, plus node-a, as a kubectl
@@ -105,6 +107,8 @@ func BenchmarkKproxyProcess(b *testing.B) {
 			snap := filepath.Join(b.TempDir(), "snapshot.json")
 			writeSnapshot(b, snap, n)
 			last := addr([2]byte{198, 19}, n-1).String() + " . tcp . 80"
+			// The last service's dispatch is in its shard table.
+			lastTable := nftables.ShardTable(nftables.DefaultTableName, nftables.ShardOf(spn(n-1), nftablesShards(n)))
 			for range b.N {
 				ns := newNetns(b)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -118,7 +122,7 @@ func BenchmarkKproxyProcess(b *testing.B) {
 				}
 				synced := time.Duration(0)
 				for time.Since(start) < 4*time.Minute {
-					out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "get", "element", "ip", "kube-proxy", "service-ips", "{", last, "}").CombinedOutput()
+					out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "get", "element", "ip", lastTable, "service-ips", "{", last, "}").CombinedOutput()
 					if strings.Contains(string(out), "goto") {
 						synced = time.Since(start)
 						break
@@ -140,4 +144,14 @@ func BenchmarkKproxyProcess(b *testing.B) {
 			}
 		})
 	}
+}
+
+// nftablesShards is the shard count kproxy picks for n service ports at a
+// start (powers of two of DefaultServicesPerShard).
+func nftablesShards(n int) int {
+	k := 1
+	for k*nftables.DefaultServicesPerShard < n {
+		k *= 2
+	}
+	return k
 }

@@ -26,11 +26,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
@@ -129,12 +131,26 @@ var nftablesMode = proxyMode{
 	name: "nftables",
 	dump: func(n *netns.NS) (string, error) {
 		var b strings.Builder
+		// The main table and its shard tables (services' dispatch).
 		for _, fam := range []string{"ip", "ip6"} {
-			out, err := n.Exec(10*time.Second, "nft", "list", "table", fam, "kube-proxy")
+			list, err := n.Exec(10*time.Second, "nft", "list", "tables", fam)
 			if err != nil {
 				return b.String(), err
 			}
-			b.WriteString(out)
+			var tables []string
+			for _, l := range strings.Split(list, "\n") {
+				if name, ok := strings.CutPrefix(strings.TrimSpace(l), "table "+fam+" "); ok {
+					tables = append(tables, name)
+				}
+			}
+			slices.Sort(tables)
+			for _, t := range nftables.OurTables(nftables.DefaultTableName, tables) {
+				out, err := n.Exec(10*time.Second, "nft", "list", "table", fam, t)
+				if err != nil {
+					return b.String(), err
+				}
+				b.WriteString(out)
+			}
 		}
 		return b.String(), nil
 	},

@@ -86,7 +86,7 @@ func (e *Exec) Apply(ctx context.Context, tx *Transaction) error {
 	if _, err := e.exec.Run(ctx, e.argv("-f", "-"), text); err != nil {
 		return wrapApply(tx, explainExec(tx, err))
 	}
-	klog.V(4).InfoS("Applied nftables transaction with nft", "family", tx.Family, "table", tx.Table, "operations", tx.Len())
+	klog.V(4).InfoS("Applied nftables transaction with nft", "family", tx.Family, "tables", tx.Tables(), "operations", tx.Len())
 	return nil
 }
 
@@ -184,6 +184,23 @@ func (e *Exec) TableExists(ctx context.Context, family Family, table string) (bo
 		}
 	}
 	return false, nil
+}
+
+// ListTables runs `nft list tables FAMILY`.
+func (e *Exec) ListTables(ctx context.Context, family Family) ([]string, error) {
+	out, err := e.exec.Run(ctx, e.argv("list", "tables", string(family)), "")
+	if err != nil {
+		return nil, fmt.Errorf("nft: listing tables: %w", err)
+	}
+	var names []string
+	prefix := fmt.Sprintf("table %s ", family)
+	for _, l := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(l), prefix); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // ListChains runs `nft --json list chains FAMILY` and keeps the table's.

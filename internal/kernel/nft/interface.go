@@ -16,6 +16,8 @@ type Interface interface {
 	// either all of them take effect or none does. An error says which
 	// operation the kernel rejected when that is known (see *OpError).
 	Apply(ctx context.Context, tx *Transaction) error
+	// ListTables returns the names of the tables of a family, sorted.
+	ListTables(ctx context.Context, family Family) ([]string, error)
 	// ListChains returns the names of the chains of a table. A missing
 	// table is an error matching ErrNotFound.
 	ListChains(ctx context.Context, family Family, table string) ([]string, error)
@@ -91,12 +93,27 @@ func (t *Transaction) OpText(i int) string {
 }
 
 // wrapApply wraps the errors of a failed Apply so that the message names
-// the table and the transaction size.
+// the tables and the transaction size.
 func wrapApply(t *Transaction, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("nft: transaction of %d operations on table %s %s not applied: %w", t.Len(), t.Family, t.Table, err)
+	return fmt.Errorf("nft: transaction of %d operations on %s not applied: %w", t.Len(), t.Where(), err)
+}
+
+// Where names the tables of the transaction for messages: "table ip
+// kube-proxy", or "tables ip kube-proxy, kube-proxy-s0 (+2 more)".
+func (t *Transaction) Where() string {
+	tables := t.Tables()
+	switch {
+	case len(tables) == 0:
+		return fmt.Sprintf("table %s %s", t.Family, t.Table)
+	case len(tables) == 1:
+		return fmt.Sprintf("table %s %s", t.Family, tables[0])
+	case len(tables) <= 3:
+		return fmt.Sprintf("tables %s %s", t.Family, strings.Join(tables, ", "))
+	}
+	return fmt.Sprintf("tables %s %s (+%d more)", t.Family, strings.Join(tables[:3], ", "), len(tables)-3)
 }
 
 // MaxCommentLen is the longest comment nft accepts (bytes).

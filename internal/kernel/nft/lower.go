@@ -185,11 +185,11 @@ const (
 // kernelView answers what lowering needs to know about sets that exist
 // before the transaction. The netlink adapter asks the kernel.
 type kernelView interface {
-	// setDef returns the definition of an existing set, or nil.
-	setDef(name string) (*Set, error)
+	// setDef returns the definition of an existing set of a table, or nil.
+	setDef(table, name string) (*Set, error)
 	// setEmpty reports whether a set has no elements; a set that does not
 	// exist is empty.
-	setEmpty(name string) (bool, error)
+	setEmpty(table, name string) (bool, error)
 }
 
 // lowerer turns one transaction into batch messages.
@@ -198,35 +198,44 @@ type lowerer struct {
 	fam    uint8
 	msgs   []nlMsg
 	nextID uint32
+	// cur is the table of the operation being lowered.
+	cur string
+	// sets is keyed by setRef(table, name).
 	sets   map[string]*setInfo
 	kernel kernelView // may be nil: nothing exists before the transaction
+	// deleted tables: nothing of them exists before the transaction any
+	// more, whatever the kernel holds.
+	deleted map[string]bool
 }
 
 func newLowerer(tx *Transaction, k kernelView) *lowerer {
-	return &lowerer{tx: tx, fam: nfproto(tx.Family), sets: map[string]*setInfo{}, kernel: k}
+	return &lowerer{tx: tx, fam: nfproto(tx.Family), sets: map[string]*setInfo{}, kernel: k, deleted: map[string]bool{}}
 }
+
+// ref is the key of a set of the current table in l.sets.
+func (l *lowerer) ref(name string) string { return l.cur + "\x00" + name }
 
 // set returns what is known about a set, asking the kernel for sets the
 // transaction has not declared. nil means the set does not exist.
 func (l *lowerer) set(name string) (*setInfo, error) {
-	if si, ok := l.sets[name]; ok {
+	if si, ok := l.sets[l.ref(name)]; ok {
 		return si, nil
 	}
-	if l.kernel == nil {
+	if l.kernel == nil || l.deleted[l.cur] {
 		return nil, nil
 	}
-	def, err := l.kernel.setDef(name)
+	def, err := l.kernel.setDef(l.cur, name)
 	if err != nil || def == nil {
 		return nil, err
 	}
 	si := &setInfo{def: def}
-	l.sets[name] = si
+	l.sets[l.ref(name)] = si
 	return si, nil
 }
 
 // batchID is the id of a set declared earlier in this batch, else 0.
 func (l *lowerer) batchID(name string) uint32 {
-	if si, ok := l.sets[name]; ok {
+	if si, ok := l.sets[l.ref(name)]; ok {
 		return si.id
 	}
 	return 0
@@ -235,8 +244,8 @@ func (l *lowerer) batchID(name string) uint32 {
 func (l *lowerer) isEmpty(name string, si *setInfo) (bool, error) {
 	if si.empty == emptyUnknown {
 		si.empty = emptyYes
-		if l.kernel != nil {
-			e, err := l.kernel.setEmpty(name)
+		if l.kernel != nil && !l.deleted[l.cur] {
+			e, err := l.kernel.setEmpty(l.cur, name)
 			if err != nil {
 				return false, err
 			}
@@ -255,6 +264,7 @@ func (l *lowerer) lower() error {
 	ops := l.tx.Ops
 	for i := 0; i < len(ops); i++ {
 		op := &ops[i]
+		l.cur = l.tx.TableOf(op)
 		var err error
 		switch {
 		case op.Table != nil:
@@ -267,7 +277,7 @@ func (l *lowerer) lower() error {
 			// Consecutive element operations of one kind on one set go
 			// into one message (or a few, see maxAttrBytes), as nft does.
 			j := i + 1
-			for j < len(ops) && ops[j].Element != nil && ops[j].Kind == op.Kind && ops[j].Element.Set == op.Element.Set {
+			for j < len(ops) && ops[j].Element != nil && ops[j].Kind == op.Kind && ops[j].Element.Set == op.Element.Set && l.tx.TableOf(&ops[j]) == l.cur {
 				j++
 			}
 			err = l.lowerElements(i, j)
@@ -294,7 +304,7 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 		if err := CheckComment(op.Table.Comment); err != nil {
 			return err
 		}
-		a.str(unix.NFTA_TABLE_NAME, l.tx.Table)
+		a.str(unix.NFTA_TABLE_NAME, l.cur)
 		a.u32(unix.NFTA_TABLE_FLAGS, 0)
 		if op.Table.Comment != "" {
 			a.put(nftaTableUserdata, udata(nil).str(udComment, op.Table.Comment))
@@ -303,14 +313,18 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 	case OpFlush:
 		// nft's "flush table" removes the rules of every chain; sets keep
 		// their elements.
-		a.str(unix.NFTA_RULE_TABLE, l.tx.Table)
+		a.str(unix.NFTA_RULE_TABLE, l.cur)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELRULE, family: l.fam, attrs: a.b, op: i})
 	case OpDelete:
-		a.str(unix.NFTA_TABLE_NAME, l.tx.Table)
+		a.str(unix.NFTA_TABLE_NAME, l.cur)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELTABLE, family: l.fam, attrs: a.b, op: i})
 		// Nothing of the table exists after this.
-		l.sets = map[string]*setInfo{}
-		l.kernel = nil
+		for k := range l.sets {
+			if strings.HasPrefix(k, l.cur+"\x00") {
+				delete(l.sets, k)
+			}
+		}
+		l.deleted[l.cur] = true
 	}
 	return nil
 }
@@ -323,7 +337,7 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 		if err := CheckComment(c.Comment); err != nil {
 			return err
 		}
-		a.str(unix.NFTA_CHAIN_TABLE, l.tx.Table)
+		a.str(unix.NFTA_CHAIN_TABLE, l.cur)
 		a.str(unix.NFTA_CHAIN_NAME, c.Name)
 		if c.Hook != "" {
 			hook, ok := hookNums[c.Hook]
@@ -344,11 +358,11 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 		}
 		l.add(nlMsg{typ: unix.NFT_MSG_NEWCHAIN, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
 	case OpFlush:
-		a.str(unix.NFTA_RULE_TABLE, l.tx.Table)
+		a.str(unix.NFTA_RULE_TABLE, l.cur)
 		a.str(unix.NFTA_RULE_CHAIN, c.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELRULE, family: l.fam, attrs: a.b, op: i})
 	case OpDelete:
-		a.str(unix.NFTA_CHAIN_TABLE, l.tx.Table)
+		a.str(unix.NFTA_CHAIN_TABLE, l.cur)
 		a.str(unix.NFTA_CHAIN_NAME, c.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELCHAIN, family: l.fam, attrs: a.b, op: i})
 	}
@@ -411,7 +425,7 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 		}
 		l.nextID++
 		id := l.nextID
-		a.str(unix.NFTA_SET_TABLE, l.tx.Table)
+		a.str(unix.NFTA_SET_TABLE, l.cur)
 		a.str(unix.NFTA_SET_NAME, s.Name)
 		a.u32(unix.NFTA_SET_FLAGS, flags)
 		a.u32(unix.NFTA_SET_KEY_TYPE, ktype)
@@ -428,29 +442,29 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 		l.add(nlMsg{typ: unix.NFT_MSG_NEWSET, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
 		// "add set" of an existing set keeps its elements, so whether
 		// the set is empty stays unknown until it matters.
-		if si, ok := l.sets[s.Name]; ok {
+		if si, ok := l.sets[l.ref(s.Name)]; ok {
 			si.def, si.id = s, id
 		} else {
-			l.sets[s.Name] = &setInfo{def: s, id: id}
+			l.sets[l.ref(s.Name)] = &setInfo{def: s, id: id}
 		}
 	case OpFlush:
 		// nft resolves "flush set" among sets and "flush map" among maps
 		// (ENOENT otherwise); the kernel does not care, but the text form
 		// must work with nft too.
-		if si, ok := l.sets[s.Name]; ok && si.def.IsMap() != s.IsMap() {
+		if si, ok := l.sets[l.ref(s.Name)]; ok && si.def.IsMap() != s.IsMap() {
 			return &lowerError{msg: fmt.Sprintf("%s is declared as a %s; flush it as one", s.Name, map[bool]string{true: "map", false: "set"}[si.def.IsMap()]), errno: unix.ENOENT}
 		}
-		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.tx.Table)
+		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.cur)
 		a.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELSETELEM, family: l.fam, attrs: a.b, op: i})
-		if si, ok := l.sets[s.Name]; ok {
+		if si, ok := l.sets[l.ref(s.Name)]; ok {
 			si.empty = emptyYes
 		}
 	case OpDelete:
-		a.str(unix.NFTA_SET_TABLE, l.tx.Table)
+		a.str(unix.NFTA_SET_TABLE, l.cur)
 		a.str(unix.NFTA_SET_NAME, s.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELSET, family: l.fam, attrs: a.b, op: i})
-		delete(l.sets, s.Name)
+		delete(l.sets, l.ref(s.Name))
 	}
 	return nil
 }
@@ -818,7 +832,7 @@ func elemMsgType(k OpKind) elemMsg {
 func (l *lowerer) elementMsgs(mt elemMsg, set string, setID uint32, elems []elemAttr, owners []int) {
 	for start := 0; start < len(elems); {
 		var head attrs
-		head.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.tx.Table)
+		head.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.cur)
 		head.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 		if setID != 0 {
 			head.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, setID)
@@ -850,7 +864,7 @@ func (l *lowerer) anonSet(op int, flags uint32, ktype uint32, klen int, keyUdata
 		name = "__map%d"
 	}
 	var a attrs
-	a.str(unix.NFTA_SET_TABLE, l.tx.Table)
+	a.str(unix.NFTA_SET_TABLE, l.cur)
 	a.str(unix.NFTA_SET_NAME, name)
 	a.u32(unix.NFTA_SET_FLAGS, flags|setAnonymous|setConstant)
 	a.u32(unix.NFTA_SET_KEY_TYPE, ktype)
@@ -932,7 +946,7 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 		}
 	}
 	var a attrs
-	a.str(unix.NFTA_RULE_TABLE, l.tx.Table)
+	a.str(unix.NFTA_RULE_TABLE, l.cur)
 	a.str(unix.NFTA_RULE_CHAIN, r.Chain)
 	flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_APPEND)
 	if op.Kind == OpInsert {

@@ -129,11 +129,14 @@ func TestIntervalElements(t *testing.T) {
 	}
 }
 
-// fakeView is a kernel with some sets, all of them holding elements.
+// fakeView is a kernel with some sets, all of them holding elements,
+// keyed by "TABLE SET".
 type fakeView map[string]*Set
 
-func (v fakeView) setDef(name string) (*Set, error)   { return v[name], nil }
-func (v fakeView) setEmpty(name string) (bool, error) { return v[name] == nil, nil }
+func (v fakeView) setDef(table, name string) (*Set, error) { return v[table+" "+name], nil }
+func (v fakeView) setEmpty(table, name string) (bool, error) {
+	return v[table+" "+name] == nil, nil
+}
 
 func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
 	tx := NewTransaction(IPv4, "t")
@@ -244,7 +247,7 @@ func TestLowerRejects(t *testing.T) {
 }
 
 func TestLowerAsksTheKernelAboutExistingSets(t *testing.T) {
-	view := fakeView{"full": {Name: "full", Key: []DataType{TypeIPv4Addr}, Interval: true}}
+	view := fakeView{"t full": {Name: "full", Key: []DataType{TypeIPv4Addr}, Interval: true}}
 	tx := NewTransaction(IPv4, "t")
 	tx.Add(&Element{Set: "full", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
 	tx.Flush(&Set{Name: "full"})
@@ -263,5 +266,62 @@ func TestLowerAsksTheKernelAboutExistingSets(t *testing.T) {
 	}
 	if d := cmp.Diff([]int{2, 3}, got); d != "" {
 		t.Errorf("element counts per message (-want +got):\n%s", d)
+	}
+}
+
+// msgTable is the table a batch message is about (the first attribute of
+// every message lowering writes names it).
+func msgTable(m nlMsg) string {
+	var name string
+	forEachAttr(m.attrs, func(typ uint16, data []byte) {
+		if name == "" && typ == 1 { // NFTA_{TABLE_NAME,CHAIN_TABLE,SET_TABLE,RULE_TABLE,SET_ELEM_LIST_TABLE}
+			name = cString(data)
+		}
+	})
+	return name
+}
+
+func TestLowerSeveralTables(t *testing.T) {
+	// Set "s" exists with elements in the kernel's table t only; table u
+	// declares its own "s" in the batch; table v is deleted first, so its
+	// "s" is not asked about.
+	view := fakeView{
+		"t s": {Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true},
+		"v s": {Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true},
+	}
+	p := []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}
+	tx := NewTransaction(IPv4, "t")
+	u, v := tx.In("u"), tx.In("v")
+	v.Delete(&Table{})
+	u.Add(&Table{})
+	u.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true})
+	tx.Add(&Element{Set: "s", Key: p}) // t: has elements, no first segment
+	u.Add(&Element{Set: "s", Key: p})  // u: new and empty, first segment
+	v.Add(&Table{})
+	v.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true})
+	v.Add(&Element{Set: "s", Key: p}) // v: recreated, empty
+	l := newLowerer(tx, view)
+	if err := l.lower(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range l.msgs {
+		if m.typ == unix.NFT_MSG_NEWSETELEM {
+			got = append(got, msgTable(m)+" "+strings.Repeat("e", len(m.elemOps)))
+		}
+	}
+	if d := cmp.Diff([]string{"t ee", "u eee", "v eee"}, got); d != "" {
+		t.Errorf("element messages per table (-want +got):\n%s", d)
+	}
+	var tables []string
+	for _, m := range l.msgs {
+		tables = append(tables, msgTable(m))
+	}
+	want := []string{"v", "u", "u", "t", "u", "v", "v", "v"}
+	if d := cmp.Diff(want, tables); d != "" {
+		t.Errorf("tables of the messages (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"t", "v", "u"}, tx.Tables()); d != "" {
+		t.Errorf("Tables() (-want +got):\n%s", d)
 	}
 }

@@ -120,7 +120,7 @@ func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
 	if err != nil {
 		return wrapApply(tx, err)
 	}
-	klog.V(4).InfoS("Applied nftables transaction", "family", tx.Family, "table", tx.Table,
+	klog.V(4).InfoS("Applied nftables transaction", "family", tx.Family, "tables", tx.Tables(),
 		"operations", tx.Len(), "messages", len(l.msgs), "elapsed", time.Since(start))
 	return nil
 }
@@ -188,14 +188,14 @@ type nlView struct {
 	tx  *Transaction
 }
 
-func (v *nlView) setDef(name string) (*Set, error) {
+func (v *nlView) setDef(table, name string) (*Set, error) {
 	c, err := v.n.dial()
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	var a attrs
-	a.str(unix.NFTA_SET_TABLE, v.tx.Table)
+	a.str(unix.NFTA_SET_TABLE, table)
 	a.str(unix.NFTA_SET_NAME, name)
 	b, err := c.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
 	if errors.Is(err, unix.ENOENT) {
@@ -207,7 +207,7 @@ func (v *nlView) setDef(name string) (*Set, error) {
 	return decodeSet(b)
 }
 
-func (v *nlView) setEmpty(name string) (bool, error) {
+func (v *nlView) setEmpty(table, name string) (bool, error) {
 	c, err := v.n.dial()
 	if err != nil {
 		return false, err
@@ -216,7 +216,7 @@ func (v *nlView) setEmpty(name string) (bool, error) {
 	// enough to know whether the set has elements.
 	defer c.Close()
 	var a attrs
-	a.str(unix.NFTA_SET_ELEM_LIST_TABLE, v.tx.Table)
+	a.str(unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	a.str(unix.NFTA_SET_ELEM_LIST_SET, name)
 	empty := true
 	err = c.dumpEach(v.ctx, unix.NFT_MSG_GETSETELEM, nfproto(v.tx.Family), a.b, func(b []byte) bool {
@@ -298,6 +298,29 @@ func tableExists(ctx context.Context, c *nlConn, family Family, table string) (b
 		return false, fmt.Errorf("nft: looking up table %s %s: %w", family, table, err)
 	}
 	return true, nil
+}
+
+// ListTables returns the names of the tables of a family, sorted.
+func (n *Netlink) ListTables(ctx context.Context, family Family) ([]string, error) {
+	c, err := n.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	replies, err := c.dump(ctx, unix.NFT_MSG_GETTABLE, nfproto(family), nil)
+	if err != nil {
+		return nil, fmt.Errorf("nft: listing tables of family %s: %w", family, err)
+	}
+	var names []string
+	for _, r := range replies {
+		forEachAttr(r, func(typ uint16, data []byte) {
+			if typ == unix.NFTA_TABLE_NAME {
+				names = append(names, cString(data))
+			}
+		})
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // ListChains returns the chain names of a table, sorted.

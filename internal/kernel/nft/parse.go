@@ -12,7 +12,9 @@ import (
 
 // Parse reads text in the form Transaction.String writes (one operation
 // per line; blank lines and lines starting with # are ignored) back into
-// transactions: consecutive lines about the same table form one
+// transactions: consecutive lines of the same family form one
+// transaction, whose Table is the table of its first line (operations on
+// other tables have Op.In set), as `nft -f` applies a file as one kernel
 // transaction. It accepts exactly what text.go prints, not nft's whole
 // grammar; nfttest.Fake.Load uses it to restore a Dump.
 func Parse(text string) ([]*Transaction, error) {
@@ -26,10 +28,13 @@ func Parse(text string) ([]*Transaction, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w: %s", n+1, err, line)
 		}
-		if len(out) == 0 || out[len(out)-1].Family != fam || out[len(out)-1].Table != table {
+		if len(out) == 0 || out[len(out)-1].Family != fam {
 			out = append(out, NewTransaction(fam, table))
 		}
 		t := out[len(out)-1]
+		if table != t.Table {
+			op.In = table
+		}
 		t.Ops = append(t.Ops, op)
 	}
 	return out, nil

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,10 +28,19 @@ func TestParseRoundTrip(t *testing.T) {
 	small.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchIifname{Name: `we"ird`}, Verdict{Kind: Accept}}, Comment: `a "quoted", comment`})
 	small.Delete(&Table{})
 
+	multi := NewTransaction(IPv4, "t")
+	multi.Add(&Table{})
+	multi.In("t-s0").Add(&Table{})
+	multi.In("t-s0").Add(&Chain{Name: "c"})
+	multi.Add(&Chain{Name: "c"})
+	multi.In("t-s0").AddRules(&Rule{Chain: "c", Stmts: []Stmt{Verdict{Kind: Accept}}})
+	multi.In("t-s1").Delete(&Table{})
+
 	for name, tx := range map[string]*Transaction{
 		"ip":    everyThing(addrsFor(IPv4)),
 		"ip6":   everyThing(addrsFor(IPv6)),
 		"small": small,
+		"multi": multi,
 	} {
 		t.Run(name, func(t *testing.T) {
 			text := tx.String()
@@ -53,17 +61,23 @@ func TestParseRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseSplitsTables(t *testing.T) {
-	text := "add table ip a\n\n# comment\nadd chain ip a c\nadd table ip6 a\nadd table ip a\n"
+func TestParseSplitsFamilies(t *testing.T) {
+	// One transaction per run of lines of one family, whatever their
+	// tables: a multi-table transaction reads back as one.
+	text := "add table ip a\n\n# comment\nadd chain ip a c\nadd table ip b\nadd chain ip a d\nadd table ip6 a\nadd table ip a\n"
 	txs, err := Parse(text)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, tx := range txs {
-		got = append(got, string(tx.Family)+" "+tx.Table+" "+strings.Repeat("x", tx.Len()))
+		s := string(tx.Family) + " " + tx.Table
+		for i := range tx.Ops {
+			s += " " + tx.TableOf(&tx.Ops[i])
+		}
+		got = append(got, s)
 	}
-	want := []string{"ip a xx", "ip6 a x", "ip a x"}
+	want := []string{"ip a a a b a", "ip6 a a", "ip a a"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

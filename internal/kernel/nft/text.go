@@ -35,11 +35,14 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 	b.WriteString(string(op.Kind))
 	b.WriteByte(' ')
 	fam := string(t.Family)
-	// famTable is "FAMILY TABLE", written after every object keyword.
+	tbl := t.TableOf(op)
+	// famTable is "FAMILY TABLE", written after every object keyword: a
+	// transaction on several tables is one `nft -f` file, applied by nft
+	// as one kernel transaction too.
 	famTable := func() {
 		b.WriteString(fam)
 		b.WriteByte(' ')
-		b.WriteString(t.Table)
+		b.WriteString(tbl)
 	}
 	switch {
 	case op.Table != nil:

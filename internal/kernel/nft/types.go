@@ -10,6 +10,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -292,7 +293,12 @@ const (
 
 // Op is one operation on one object. Exactly one of the object pointers is set.
 type Op struct {
-	Kind    OpKind
+	Kind OpKind
+	// In is the table the operation is on when it is not the
+	// transaction's own table (Transaction.Table); "" means that one.
+	// Objects never name their table: a rule can only reference chains
+	// and sets of its own table.
+	In      string
 	Table   *Table
 	Chain   *Chain
 	Set     *Set
@@ -300,39 +306,110 @@ type Op struct {
 	Rule    *Rule
 }
 
-// Transaction is an ordered list of operations on one table, applied
-// atomically: all or nothing.
+// Transaction is an ordered list of operations on the tables of one
+// family, applied atomically: all or nothing, as one nf_tables kernel
+// transaction (one netlink batch; one `nft -f` run). Most operations are
+// on Table; those with Op.In set are on other tables (see In).
 type Transaction struct {
 	Family Family
 	Table  string
 	Ops    []Op
 }
 
-// NewTransaction starts a transaction on one table.
+// NewTransaction starts a transaction on one table (more with In).
 func NewTransaction(f Family, table string) *Transaction {
 	return &Transaction{Family: f, Table: table}
 }
 
+// TableOf is the table an operation of t is on.
+func (t *Transaction) TableOf(op *Op) string {
+	if op.In != "" {
+		return op.In
+	}
+	return t.Table
+}
+
+// Tables lists the tables the transaction touches, t.Table first (when
+// any operation is on it), then in order of first use.
+func (t *Transaction) Tables() []string {
+	var out []string
+	own := false
+	for i := range t.Ops {
+		in := t.Ops[i].In
+		if in == "" || in == t.Table {
+			own = true
+			continue
+		}
+		if !slices.Contains(out, in) {
+			out = append(out, in)
+		}
+	}
+	if own {
+		out = append([]string{t.Table}, out...)
+	}
+	return out
+}
+
+// TableOps appends operations on one table to a transaction: the same
+// methods as Transaction, which is TableOps of its own table.
+type TableOps struct {
+	tx *Transaction
+	in string
+}
+
+// In returns a writer of operations on another table of the same family,
+// in the same kernel transaction. In(t.Table) writes to t's own table.
+func (t *Transaction) In(table string) TableOps {
+	if table == t.Table {
+		table = ""
+	}
+	return TableOps{tx: t, in: table}
+}
+
+// Name is the table the writer writes to.
+func (w TableOps) Name() string {
+	if w.in == "" {
+		return w.tx.Table
+	}
+	return w.in
+}
+
 // Add appends "add" operations for each object given.
-func (t *Transaction) Add(objs ...any) { t.op(OpAdd, objs) }
+func (w TableOps) Add(objs ...any) { w.op(OpAdd, objs) }
+
+// AddRules appends "add rule" operations; the same as Add(rules...)
+// without boxing every rule into a []any first.
+func (w TableOps) AddRules(rules ...*Rule) {
+	for _, r := range rules {
+		w.tx.Ops = append(w.tx.Ops, Op{Kind: OpAdd, In: w.in, Rule: r})
+	}
+}
+
+// AddElements appends "add element" operations.
+func (w TableOps) AddElements(elems ...*Element) {
+	w.tx.Ops = slices.Grow(w.tx.Ops, len(elems))
+	for _, e := range elems {
+		w.tx.Ops = append(w.tx.Ops, Op{Kind: OpAdd, In: w.in, Element: e})
+	}
+}
 
 // Insert appends "insert rule" operations: each rule goes to the head of
 // its chain, so rules inserted one after another end up in reverse order.
-func (t *Transaction) Insert(rules ...*Rule) {
+func (w TableOps) Insert(rules ...*Rule) {
 	for _, r := range rules {
-		t.Ops = append(t.Ops, Op{Kind: OpInsert, Rule: r})
+		w.tx.Ops = append(w.tx.Ops, Op{Kind: OpInsert, In: w.in, Rule: r})
 	}
 }
 
 // Flush appends "flush" operations (chains, sets, the table).
-func (t *Transaction) Flush(objs ...any) { t.op(OpFlush, objs) }
+func (w TableOps) Flush(objs ...any) { w.op(OpFlush, objs) }
 
 // Delete appends "delete" operations.
-func (t *Transaction) Delete(objs ...any) { t.op(OpDelete, objs) }
+func (w TableOps) Delete(objs ...any) { w.op(OpDelete, objs) }
 
-func (t *Transaction) op(k OpKind, objs []any) {
+func (w TableOps) op(k OpKind, objs []any) {
 	for _, o := range objs {
-		op := Op{Kind: k}
+		op := Op{Kind: k, In: w.in}
 		switch v := o.(type) {
 		case *Table:
 			op.Table = v
@@ -347,9 +424,21 @@ func (t *Transaction) op(k OpKind, objs []any) {
 		default:
 			panic("nft: unknown object type in transaction")
 		}
-		t.Ops = append(t.Ops, op)
+		w.tx.Ops = append(w.tx.Ops, op)
 	}
 }
+
+// Add appends "add" operations on t.Table for each object given.
+func (t *Transaction) Add(objs ...any) { t.In("").op(OpAdd, objs) }
+
+// Insert appends "insert rule" operations on t.Table (see TableOps.Insert).
+func (t *Transaction) Insert(rules ...*Rule) { t.In("").Insert(rules...) }
+
+// Flush appends "flush" operations on t.Table (chains, sets, the table).
+func (t *Transaction) Flush(objs ...any) { t.In("").op(OpFlush, objs) }
+
+// Delete appends "delete" operations on t.Table.
+func (t *Transaction) Delete(objs ...any) { t.In("").op(OpDelete, objs) }
 
 // Len is the number of operations.
 func (t *Transaction) Len() int { return len(t.Ops) }

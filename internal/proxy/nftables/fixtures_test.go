@@ -18,6 +18,7 @@ package nftables
 
 import (
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -94,9 +95,11 @@ func loadExample(t testing.TB, nodeName string) *exampleCluster {
 
 // exampleOptions are the options of the golden files: cluster CIDRs from
 // the example, masquerade bit 14, nodePortAddresses left at the default
-// (the node's primary IPs).
+// (the node's primary IPs), and shards of 4 service ports, so that the
+// example's 14 IPv4 service ports spread over 4 shard tables (its 2 IPv6
+// ones fit in one).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, DetectLocalMode: DetectClusterCIDR}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, DetectLocalMode: DetectClusterCIDR, ServicesPerShard: 4}
 	for _, s := range example.ClusterCIDRs {
 		p := netip.MustParsePrefix(s)
 		if model.FamilyOf(p.Addr()) == f {
@@ -247,10 +250,15 @@ type outcomeKey struct {
 	Affinity string
 }
 
+// shardNameRE matches the shard table in an affinity update: which shard
+// holds a service depends on the shard count, not on what packets do.
+var shardNameRE = regexp.MustCompile(`( ip6? \S+-s)[0-9]+ `)
+
 func outcomeKeys(res *trace.Result) []outcomeKey {
 	var out []outcomeKey
 	for _, o := range res.Outcomes {
-		k := outcomeKey{Verdict: o.Verdict, Masquerade: o.Masquerade, Prob: o.Probability, Affinity: strings.Join(o.AffinityUpdates, "; ")}
+		aff := shardNameRE.ReplaceAllString(strings.Join(o.AffinityUpdates, "; "), "${1}N ")
+		k := outcomeKey{Verdict: o.Verdict, Masquerade: o.Masquerade, Prob: o.Probability, Affinity: aff}
 		if o.DNAT != nil {
 			k.DNAT = o.DNAT.String()
 		}

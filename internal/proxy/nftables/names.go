@@ -152,19 +152,128 @@ func affinitySetName(n model.ServicePortName, e *model.Endpoint, timeoutSeconds 
 }
 
 // baseChains are declared as data: name, type, hook, priority, and the
-// rules they always hold.
+// rules they always hold. mainBaseChains are those of the main table (the
+// filter side, and masquerading in postrouting); shardBaseChains those of
+// every shard table (the per-service dispatch, at dstnat).
 type baseChain struct {
 	name, typ, hook string
 	priority        int
 }
 
-var baseChains = []baseChain{
+var mainBaseChains = []baseChain{
 	{chainFilterPreroutingPreDNAT, nft.TypeFilter, nft.HookPrerouting, nft.PriorityDstNAT - 10},
 	{chainFilterOutputPreDNAT, nft.TypeFilter, nft.HookOutput, nft.PriorityDstNAT - 10},
 	{chainFilterForward, nft.TypeFilter, nft.HookForward, nft.PriorityFilter},
 	{chainFilterInput, nft.TypeFilter, nft.HookInput, nft.PriorityFilter},
 	{chainFilterOutput, nft.TypeFilter, nft.HookOutput, nft.PriorityFilter},
+	{chainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT},
+}
+
+var shardBaseChains = []baseChain{
 	{chainNATPrerouting, nft.TypeNAT, nft.HookPrerouting, nft.PriorityDstNAT},
 	{chainNATOutput, nft.TypeNAT, nft.HookOutput, nft.PriorityDstNAT},
-	{chainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT},
+}
+
+// Shards. Services are spread over several tables, "TABLE-s0" ...
+// "TABLE-s<K-1>", each holding the dispatch of its services: the
+// service-ips and service-nodeports verdict maps, the per-service chains
+// and affinity sets, and nat-prerouting/nat-output base chains that look
+// the packet up in its own maps. The main table keeps what is not per
+// service dispatch (filter-side checks, masquerading, the hairpin set).
+//
+// Why: the kernel validates, on every commit that adds a jump, a goto
+// element or a NAT rule, every chain reachable from the base chains of
+// each table the commit touched (nft_table_validate). With all services
+// in one table a one-endpoint change cost O(cluster) in the kernel (~3 µs
+// per service); with shards it costs O(one shard). A new connection pays
+// one map lookup per shard: the nat base chains of every shard run on the
+// hook until one of them DNATs (the nat core skips later nat chains of a
+// hook once a binding is set up).
+//
+// The shard of a service port is a stable hash of "ns/name/proto/port"
+// modulo the shard count K, a power of two. K is chosen at full syncs
+// only, from the number of service ports, with hysteresis (see
+// chooseShards); between full syncs new services go to their hash modulo
+// the current K.
+const (
+	shardSuffix = "-s"
+	// DefaultServicesPerShard is the shard size K is chosen for: the
+	// kernel's validation walk costs about 3 µs per service port of a
+	// shard per commit, so ~0.5-1k services keep it at 1-3 ms, while the
+	// number of nat base chains a new connection passes stays small (16
+	// at 10k services, 64 at 50k).
+	DefaultServicesPerShard = 1024
+	shardComment            = "rules for kube-proxy: one shard of the services"
+)
+
+// ShardTable is the name of shard i of a main table.
+func ShardTable(main string, i int) string {
+	return main + shardSuffix + strconv.Itoa(i)
+}
+
+// ShardIndex reports whether table is a shard table of main ("MAIN-sN",
+// N a decimal number without leading zeros) and its index.
+func ShardIndex(main, table string) (int, bool) {
+	rest, ok := strings.CutPrefix(table, main+shardSuffix)
+	if !ok || rest == "" || len(rest) > 6 || (len(rest) > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || strconv.Itoa(i) != rest {
+		return 0, false
+	}
+	return i, true
+}
+
+// OurTables picks, from the tables of a family, the main table and its
+// shard tables: what kproxy writes, traces and cleans up.
+func OurTables(main string, tables []string) []string {
+	var out []string
+	for _, t := range tables {
+		if _, ok := ShardIndex(main, t); ok || t == main {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// shardHash is the stable hash a service port's shard derives from
+// (FNV-1a of "ns/name/proto/port"): it must not change between versions,
+// or an upgrade would move every service at its first full sync.
+func shardHash(n model.ServicePortName) uint32 {
+	h := uint32(2166136261)
+	for _, part := range []string{n.Namespace, "/", n.Name, "/", nft.ProtoName(n.Protocol), "/", n.Port} {
+		for i := 0; i < len(part); i++ {
+			h ^= uint32(part[i])
+			h *= 16777619
+		}
+	}
+	return h
+}
+
+// ShardOf is the shard of a service port among k (a power of two).
+func ShardOf(n model.ServicePortName, k int) int {
+	if k <= 1 {
+		return 0
+	}
+	return int(shardHash(n) & uint32(k-1))
+}
+
+// chooseShards returns the shard count for n service ports: the current
+// count cur while the average shard holds between perShard/4 and
+// 2*perShard service ports (hysteresis: a cluster hovering around a
+// boundary does not move its services at every full sync), else the
+// smallest power of two that keeps shards at most perShard.
+func chooseShards(n, cur, perShard int) int {
+	if perShard <= 0 {
+		perShard = DefaultServicesPerShard
+	}
+	if cur > 0 && n <= 2*perShard*cur && (cur == 1 || 4*n >= perShard*cur) {
+		return cur
+	}
+	k := 1
+	for k*perShard < n && k < 1<<16 {
+		k *= 2
+	}
+	return k
 }

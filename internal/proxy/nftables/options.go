@@ -37,6 +37,8 @@ type Options struct {
 	// are taken from the Node object.
 	NodeIPs      []netip.Addr
 	ServiceCIDRs []netip.Prefix
+	// ServicesPerShard: see Config (0: DefaultServicesPerShard).
+	ServicesPerShard int
 }
 
 // RenderConfig derives the render Config. It is pure: the node object and
@@ -60,6 +62,8 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 		MasqueradeAll: o.MasqueradeAll,
 		NodeIPs:       nodeIPs,
 		ServiceCIDRs:  o.ServiceCIDRs,
+
+		ServicesPerShard: o.ServicesPerShard,
 	}
 	c.LocalDetector = o.localDetector(node)
 	primary := len(o.NodePortAddresses) == 0

@@ -89,8 +89,13 @@ func (s *syncer) run(in *Input) *Plan {
 func (s *syncer) full() *Plan {
 	s.t.Helper()
 	in := s.input(true, nil)
-	in.ExistingChains, in.ExistingSets = objectNames(s.rs)
+	in.Existing = objectNames(s.rs, s.cfg.table())
 	return s.run(in)
+}
+
+// shardOf is the shard table of a service port in the synced tables.
+func (s *syncer) shardOf(n model.ServicePortName) string {
+	return ShardTable(s.cfg.table(), ShardOf(n, s.applied.shards))
 }
 
 func (s *syncer) partial(changed ...model.ServicePortName) *Plan {
@@ -106,21 +111,31 @@ func (s *syncer) apply(d *model.FamilyDelta) *Plan {
 }
 
 var (
-	chainLineRE = regexp.MustCompile(`^add chain ip6? \S+ (\S+)`)
-	setLineRE   = regexp.MustCompile(`^add (?:set|map) ip6? \S+ (\S+)`)
+	tableLineRE = regexp.MustCompile(`^add table ip6? (\S+)`)
+	chainLineRE = regexp.MustCompile(`^add chain ip6? (\S+) (\S+)`)
+	setLineRE   = regexp.MustCompile(`^add (?:set|map) ip6? (\S+) (\S+)`)
 )
 
-// objectNames lists the chains and sets of a ruleset, as the proxier reads
-// them from the kernel before a full sync.
-func objectNames(rs *trace.Ruleset) (chains, sets []string) {
+// objectNames lists our tables of a ruleset with their chains and sets, as
+// the proxier reads them from the kernel before a full sync.
+func objectNames(rs *trace.Ruleset, main string) map[string]Objects {
+	out := map[string]Objects{}
 	for _, l := range strings.Split(rs.String(), "\n") {
-		if m := chainLineRE.FindStringSubmatch(l); m != nil {
-			chains = append(chains, m[1])
+		if m := tableLineRE.FindStringSubmatch(l); m != nil && len(OurTables(main, []string{m[1]})) > 0 {
+			out[m[1]] = Objects{}
+		} else if m := chainLineRE.FindStringSubmatch(l); m != nil {
+			if o, ok := out[m[1]]; ok {
+				o.Chains = append(o.Chains, m[2])
+				out[m[1]] = o
+			}
 		} else if m := setLineRE.FindStringSubmatch(l); m != nil {
-			sets = append(sets, m[1])
+			if o, ok := out[m[1]]; ok {
+				o.Sets = append(o.Sets, m[2])
+				out[m[1]] = o
+			}
 		}
 	}
-	return chains, sets
+	return out
 }
 
 // packets are the packets that tell services apart: every address and
@@ -298,6 +313,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		}
 	}
 	svc := serviceChainName(prefixServiceChain, web)
+	shard := s.shardOf(web)
 	// The rules written are those a full render writes for the service
 	// chain, inserted at its head (so in reverse order, after a closing
 	// "return"), plus the hairpin pair of the new endpoint. Nothing is
@@ -305,7 +321,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	fresh := opTexts(Render(s.cfg, s.input(true, nil), NewApplied()))
 	var svcRules []string
 	for _, op := range fresh {
-		if strings.HasPrefix(op, "add rule ip kube-proxy "+svc+" ") {
+		if strings.HasPrefix(op, "add rule ip "+shard+" "+svc+" ") {
 			svcRules = append(svcRules, op)
 		}
 	}
@@ -315,7 +331,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	if joined := strings.Join(svcRules, "\n"); strings.Contains(joined, "198.18.130.10:") || !strings.Contains(joined, "198.18.129.10:8080") || !strings.Contains(joined, "198.18.130.11:8080") {
 		t.Errorf("service chain must send to 198.18.129.10 and 198.18.130.11 only:\n%s", joined)
 	}
-	want := []string{"insert rule ip kube-proxy " + svc + " return"}
+	want := []string{"insert rule ip " + shard + " " + svc + " return"}
 	for i := len(svcRules) - 1; i >= 0; i-- {
 		want = append(want, "insert"+strings.TrimPrefix(svcRules[i], "add"))
 	}
@@ -346,7 +362,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		t.Errorf("sync with nothing changed: want no operations, got:\n%s", p.Tx)
 	}
 	// (198.18.130.10 still backs other services: its hairpin pair stays.)
-	if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "flush chain ip kube-proxy "+svc) {
+	if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "flush chain ip "+shard+" "+svc) {
 		t.Errorf("clean-up a second later: want the service chain rewritten, got:\n%v", p.Cleanup)
 	}
 	fresh1 := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
@@ -420,16 +436,17 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 			sp, eps := s.state.Services[tc.n], s.state.Endpoints[tc.n]
 			dst := netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String()
 			owned := func() (chains, sets []string) {
-				ch, st := objectNames(s.rs)
 				base := "-" + portBase(tc.n)
-				for _, n := range ch {
-					if strings.Contains(n, base) {
-						chains = append(chains, n)
+				for t, o := range objectNames(s.rs, s.cfg.table()) {
+					for _, n := range o.Chains {
+						if strings.Contains(n, base) {
+							chains = append(chains, t+" "+n)
+						}
 					}
-				}
-				for _, n := range st {
-					if strings.Contains(n, base) {
-						sets = append(sets, n)
+					for _, n := range o.Sets {
+						if strings.Contains(n, base) {
+							sets = append(sets, t+" "+n)
+						}
 					}
 				}
 				return chains, sets
@@ -603,8 +620,9 @@ func TestPartialSyncConflicts(t *testing.T) {
 		}
 	}
 	wantOps := []string{
-		`delete element ip kube-proxy service-ips { 198.19.201.1 . tcp . 80 }`,
-		`add element ip kube-proxy service-ips { 198.19.201.1 . tcp . 80 comment "demo/claim-b:http/TCP" : goto ` + serviceChainName(prefixExternalChain, claimB.Name) + ` }`,
+		// From the first claimant's shard to the second's.
+		`delete element ip ` + s.shardOf(claimA.Name) + ` service-ips { 198.19.201.1 . tcp . 80 }`,
+		`add element ip ` + s.shardOf(claimB.Name) + ` service-ips { 198.19.201.1 . tcp . 80 comment "demo/claim-b:http/TCP" : goto ` + serviceChainName(prefixExternalChain, claimB.Name) + ` }`,
 	}
 	if diff := cmp.Diff(wantOps, handover); diff != "" {
 		t.Errorf("hand-over operations (-want +got):\n%s", diff)
@@ -751,13 +769,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 			}
 			s.now = s.now.Add(time.Minute)
 			p := s.full()
-			fixed := sets.New(fixedChainOrder...)
-			for _, b := range baseChains {
-				fixed.Insert(b.name)
-			}
-			for _, set := range (&renderer{cfg: s.cfg}).sets() {
-				fixed.Insert(set.Name)
-			}
+			fixed := sets.New(fixedNames(s.cfg)...)
 			for i, op := range opTexts(p) {
 				f := strings.Fields(op)
 				if len(f) < 5 {
@@ -774,7 +786,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 				// filled: never after one of its rules or elements.
 				if f[0] == "flush" && fixed.Has(name) {
 					for _, prev := range opTexts(p)[:i] {
-						if strings.HasPrefix(prev, "add rule ip kube-proxy "+name+" ") || strings.HasPrefix(prev, "add element ip kube-proxy "+name+" ") {
+						if strings.HasPrefix(prev, "add rule ip "+f[3]+" "+name+" ") || strings.HasPrefix(prev, "add element ip "+f[3]+" "+name+" ") {
 							t.Fatalf("op %d flushes %s after it was filled: %s", i, name, op)
 						}
 					}
@@ -840,14 +852,7 @@ func TestIsOurs(t *testing.T) {
 			t.Errorf("isOurs(%q) = false, want true", name)
 		}
 	}
-	fixed := slices.Clone(fixedChainOrder)
-	for _, b := range baseChains {
-		fixed = append(fixed, b.name)
-	}
-	for _, s := range (&renderer{cfg: &Config{Family: model.IPv4}}).sets() {
-		fixed = append(fixed, s.Name)
-	}
-	for _, name := range fixed {
+	for _, name := range fixedNames(&Config{Family: model.IPv4}) {
 		if isOurs(name) {
 			t.Errorf("isOurs(%q) = true for a fixed chain or set", name)
 		}
@@ -875,4 +880,21 @@ func TestHairpinPairBackAtFullSync(t *testing.T) {
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 		{name: "pod to itself through its service", src: "198.18.129.150", iif: podIIF, dst: "198.19.1.50:80", output: "198.18.129.150:8080", masq: true},
 	})
+}
+
+// fixedNames are the names of the fixed chains, sets and maps of the main
+// and the shard tables.
+func fixedNames(cfg *Config) []string {
+	r := &renderer{cfg: cfg}
+	var out []string
+	for _, l := range []tableLayout{r.mainLayout(), r.shardLayout()} {
+		out = append(out, l.chains...)
+		for _, b := range l.base {
+			out = append(out, b.name)
+		}
+		for _, s := range l.sets {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }

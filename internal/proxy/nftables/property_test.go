@@ -290,7 +290,10 @@ func randomizedSyncs(t *testing.T, c *exampleCluster, f v1.IPFamily, seed, steps
 			s.applied = NewApplied()
 			s.full()
 		case k < 3:
-			what = "full sync"
+			// A full sync may change the shard count: another shard size
+			// makes it grow or shrink (tables added, tables deleted).
+			s.cfg.ServicesPerShard = 1 + g.r.IntN(8)
+			what = fmt.Sprintf("full sync, %d services per shard", s.cfg.ServicesPerShard)
 			s.full()
 		default:
 			var d *model.FamilyDelta
@@ -327,7 +330,11 @@ func randomizedSyncs(t *testing.T, c *exampleCluster, f v1.IPFamily, seed, steps
 	if p := s.partial(); p.Tx.Len() != 0 {
 		t.Errorf("after cleanup: want no operations, got:\n%s", p.Tx)
 	}
-	fresh := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
+	// The same shard count as the synced tables (a fresh render chooses
+	// without hysteresis).
+	freshApplied := NewApplied()
+	freshApplied.shards = s.applied.shards
+	fresh := parse(t, Render(s.cfg, s.input(true, nil), freshApplied).Tx.String())
 	if diff := cmp.Diff(contents(fresh), contents(s.rs)); diff != "" {
 		t.Errorf("after cleanup the table differs from a full render (-full +partial):\n%s\nsteps:\n%s", diff, strings.Join(log, "\n"))
 	}
@@ -340,7 +347,7 @@ var elemCommentRE = regexp.MustCompile(` comment "[^"]*"`)
 type tableContents struct {
 	Objects []string            // chains, sets and maps, sorted
 	Elems   []string            // elements without comments, sorted
-	Rules   map[string][]string // chain -> rules, in order
+	Rules   map[string][]string // "table chain" -> rules, in order
 }
 
 func contents(rs *trace.Ruleset) tableContents {
@@ -352,7 +359,7 @@ func contents(rs *trace.Ruleset) tableContents {
 		}
 		switch f[1] {
 		case "rule":
-			c.Rules[f[4]] = append(c.Rules[f[4]], strings.Join(f[5:], " "))
+			c.Rules[f[3]+" "+f[4]] = append(c.Rules[f[3]+" "+f[4]], strings.Join(f[5:], " "))
 		case "element":
 			c.Elems = append(c.Elems, elemCommentRE.ReplaceAllString(l, ""))
 		default:

@@ -58,21 +58,26 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			}
 		}
 		p.cfg = p.opts.RenderConfig(req.Node, addrs)
-		// Read the kernel before rendering: which of our chains and sets
-		// exist (left by a previous run or a failed sync).
-		exists, err := p.nft.TableExists(ctx, fam, table)
+		// Read the kernel before rendering: which of our tables exist
+		// (the main one and its shards), with which chains and sets (left
+		// by a previous run or a failed sync).
+		all, err := p.nft.ListTables(ctx, fam)
 		if err != nil {
 			return nil, err
 		}
-		if exists {
-			in.Takeover = !p.wroteTable
-			if in.ExistingChains, err = p.nft.ListChains(ctx, fam, table); err != nil {
+		ours := OurTables(table, all)
+		in.Existing = make(map[string]Objects, len(ours))
+		for _, t := range ours {
+			var o Objects
+			if o.Chains, err = p.nft.ListChains(ctx, fam, t); err != nil {
 				return nil, err
 			}
-			if in.ExistingSets, err = p.nft.ListSets(ctx, fam, table); err != nil {
+			if o.Sets, err = p.nft.ListSets(ctx, fam, t); err != nil {
 				return nil, err
 			}
+			in.Existing[t] = o
 		}
+		in.Takeover = len(ours) > 0 && !p.wroteTable
 	}
 	plan := Render(p.cfg, in, p.applied)
 	for _, c := range plan.Conflicts {
@@ -85,7 +90,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			metrics.NFTablesSyncFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
 			// Whatever we knew of the kernel may be wrong now.
 			p.cfg = nil
-			return nil, fmt.Errorf("applying nftables transaction (%d operations) to table %s %s: %w", plan.Tx.Len(), fam, table, err)
+			return nil, fmt.Errorf("applying nftables transaction (%d operations) to %s: %w", plan.Tx.Len(), plan.Tx.Where(), err)
 		}
 		klog.V(3).InfoS("Applied nftables transaction", "ipFamily", p.opts.Family, "operations", plan.Tx.Len(), "full", in.Full, "seconds", time.Since(start).Seconds())
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -100,7 +101,8 @@ func (r *proxierRig) apply(d *model.FamilyDelta) {
 
 func (r *proxierRig) family() nft.Family { return nft.FamilyFor(r.opts.Family) }
 
-func (r *proxierRig) dump() string { return r.fake.DumpTable(r.family(), DefaultTableName) }
+// dump is every table of the fake kernel: the main table and the shards.
+func (r *proxierRig) dump() string { return r.fake.Dump() }
 
 // lastApply is the last Apply call the fake saw.
 func (r *proxierRig) lastApply() nfttest.ApplyRecord {
@@ -116,7 +118,8 @@ func (r *proxierRig) lastApply() nfttest.ApplyRecord {
 // table and flushes the fixed maps.
 func isFull(tx *nft.Transaction) bool {
 	return tx.Len() > 0 && tx.Ops[0].Kind == nft.OpAdd && tx.Ops[0].Table != nil &&
-		strings.Contains(tx.String(), "flush map ip"+map[bool]string{true: "6", false: ""}[tx.Family == nft.IPv6]+" kube-proxy service-ips\n")
+		strings.Contains(tx.String(), "flush map ip"+map[bool]string{true: "6", false: ""}[tx.Family == nft.IPv6]+" kube-proxy no-endpoint-services\n") &&
+		strings.Contains(tx.String(), "flush map ip"+map[bool]string{true: "6", false: ""}[tx.Family == nft.IPv6]+" kube-proxy-s0 service-ips\n")
 }
 
 // freshDump is what a fresh node holds after a full sync of the state.
@@ -128,7 +131,7 @@ func (r *proxierRig) freshDump() string {
 	if err := f.Apply(context.Background(), Render(cfg, in, NewApplied()).Tx); err != nil {
 		r.t.Fatalf("a fresh full render does not apply: %v", err)
 	}
-	return f.DumpTable(r.family(), DefaultTableName)
+	return f.Dump()
 }
 
 // rules traces the fake kernel's current table.
@@ -211,12 +214,18 @@ func TestProxierApplyFailure(t *testing.T) {
 			}
 		},
 	}, {
-		// Someone deleted our table behind our back: the partial
+		// Someone deleted our tables behind our back: the partial
 		// transaction refers to chains that are gone.
-		name: "table deleted by someone else",
+		name: "tables deleted by someone else",
 		break_: func(r *proxierRig) {
-			if err := r.fake.DeleteTable(context.Background(), r.family(), DefaultTableName); err != nil {
+			tables, err := r.fake.ListTables(context.Background(), r.family())
+			if err != nil {
 				r.t.Fatal(err)
+			}
+			for _, t := range tables {
+				if err := r.fake.DeleteTable(context.Background(), r.family(), t); err != nil {
+					r.t.Fatal(err)
+				}
 			}
 		},
 	}, {
@@ -227,7 +236,7 @@ func TestProxierApplyFailure(t *testing.T) {
 		break_: func(r *proxierRig) {
 			web := spName("web-clusterip", "http", model.TCP)
 			sp := r.state.Services[web]
-			tx := nft.NewTransaction(r.family(), DefaultTableName)
+			tx := nft.NewTransaction(r.family(), ShardTable(DefaultTableName, ShardOf(web, r.p.applied.shards)))
 			tx.Delete(&nft.Element{Set: mapServiceIPs, Key: []nft.Value{{Addr: sp.ClusterIP}, {Proto: sp.Protocol}, {Port: uint16(sp.Port)}}})
 			ch := &nft.Chain{Name: serviceChainName(prefixServiceChain, web)}
 			tx.Flush(ch)
@@ -494,22 +503,39 @@ func TestProxierUDPConntrack(t *testing.T) {
 	}, []conntrack.Filter{{OrigDst: addr("198.19.1.8"), OrigDstPort: 53}})
 }
 
-// upstreamLayout rewrites a full render of the example into the base
-// chain layout of an upstream kube-proxy release, so that a kproxy start on
-// a node upstream ran on can be tested. Chains, sets and per-service
-// objects keep kproxy's form (upstream names them the same way).
+// upstreamLayout rewrites a full render of the example into the layout of
+// an upstream kube-proxy release, so that a kproxy start on a node upstream
+// ran on can be tested: one table (the shards' objects folded into the
+// main table), masquerade marks set by "jump mark-for-masquerade", and
+// upstream's base chains. Chains, sets and per-service objects keep
+// kproxy's form (upstream names them the same way).
 func upstreamLayout(text string, preDNAT bool) string {
 	base := sets.New[string]()
-	for _, b := range baseChains {
+	for _, b := range slices.Concat(mainBaseChains, shardBaseChains) {
 		base.Insert(b.name)
 	}
+	shardRE := regexp.MustCompile(`^(\S+ \S+ ip) kube-proxy-s[0-9]+ `)
+	seen := sets.New[string]()
 	var out []string
-	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+	for i, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		l = shardRE.ReplaceAllString(l, "$1 kube-proxy ")
 		f := strings.Fields(l)
 		if len(f) >= 5 && (f[1] == "chain" || f[1] == "rule") && base.Has(f[4]) {
 			continue
 		}
+		if len(f) >= 5 && f[1] == "rule" && isOurs(f[4]) {
+			l = strings.Replace(l, "meta mark set meta mark | 0x00004000", "jump mark-for-masquerade", 1)
+		}
+		// Each shard declares and fills its fixed objects: once is enough.
+		if seen.Has(l) {
+			continue
+		}
+		seen.Insert(l)
 		out = append(out, l)
+		if i == 0 {
+			out = append(out, "add chain ip kube-proxy mark-for-masquerade",
+				"add rule ip kube-proxy mark-for-masquerade meta mark set meta mark | 0x00004000")
+		}
 	}
 	// Upstream 1.29 to 1.33.4: the same chains as kproxy. Upstream 1.34
 	// and 1.33.5 on (PR #132456): firewall checks in *-pre-dnat chains,

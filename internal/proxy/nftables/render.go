@@ -1,7 +1,9 @@
 package nftables
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -53,6 +55,10 @@ type Config struct {
 	// ServiceCIDRs, when known, let traffic to unallocated cluster IPs be
 	// dropped instead of routed out.
 	ServiceCIDRs []netip.Prefix
+	// ServicesPerShard is the shard size the shard count is chosen for
+	// (0: DefaultServicesPerShard). Tests make it small to spread a few
+	// services over several shards.
+	ServicesPerShard int
 }
 
 func (c *Config) family() nft.Family { return nft.FamilyFor(c.Family) }
@@ -66,6 +72,8 @@ func (c *Config) table() string {
 
 func (c *Config) markMask() uint32 { return 1 << uint(c.MasqueradeBit) }
 
+func (c *Config) shardTable(i int) string { return ShardTable(c.table(), i) }
+
 // Input is one sync's view of the world.
 type Input struct {
 	State    *model.State
@@ -74,20 +82,30 @@ type Input struct {
 	// Changed are the service ports to re-render in a partial sync.
 	Changed sets.Set[model.ServicePortName]
 	// Full re-renders everything; it ignores Applied except for stale
-	// objects and needs ExistingChains/ExistingSets read from the kernel.
-	Full           bool
-	ExistingChains []string
-	ExistingSets   []string
-	// Takeover marks the first full sync over a table this process did
+	// objects and shard count, and needs Existing read from the kernel.
+	Full bool
+	// Existing are the tables of ours (the main table and its shard
+	// tables, see OurTables) that exist, with their chains and sets.
+	Existing map[string]Objects
+	// Takeover marks the first full sync over tables this process did
 	// not write (left by an earlier run, or by upstream kube-proxy, whose
-	// layout differs between versions): every chain in it is flushed, and
-	// base chains and chains and sets kproxy does not know are deleted, so
-	// that nothing of another layout keeps running. Base chains are then
-	// re-added with kproxy's hooks and priorities (the kernel cannot change
-	// the priority of an existing base chain). All in the one transaction.
+	// layout differs between versions): every chain in them is flushed,
+	// and base chains and chains and sets kproxy does not know are
+	// deleted, so that nothing of another layout keeps running. Base
+	// chains are then re-added with kproxy's hooks and priorities (the
+	// kernel cannot change the priority of an existing base chain). All in
+	// the one transaction.
 	Takeover bool
 	Now      time.Time
 }
+
+// Objects are the names of the chains and sets of one table.
+type Objects struct {
+	Chains, Sets []string
+}
+
+// objRef names a chain or set of one of our tables.
+type objRef struct{ table, name string }
 
 // Applied is what the last successful sync left in the kernel. Render reads
 // it; only Plan.Commit changes it, after the kernel accepted the plan.
@@ -99,7 +117,9 @@ type Applied struct {
 	// must not fail the whole transaction.
 	owners map[elemKey][]*ownedElem
 	// stale per-service chains and sets: flushed, to be deleted later.
-	stale map[string]staleObj
+	stale map[objRef]staleObj
+	// shards is the number of shard tables (0 before the first sync).
+	shards int
 	// rewrite holds service ports whose chains carry rules shadowed by a
 	// partial sync's inserted ones (see renderService), since when; and
 	// hairpinGarbage the hairpin pairs no service wants any more. Both are
@@ -129,12 +149,15 @@ type staleObj struct {
 }
 
 type svcApplied struct {
-	sp    *model.ServicePort
+	sp *model.ServicePort
+	// table is the service port's shard table.
+	table string
 	elems []*ownedElem
 	// chains are the service port's chains; all are rewritten when the
-	// service port changes (there are one to four, so a slice).
-	chains []string
-	sets   []string
+	// service port changes (there are one to four, so a slice). All but
+	// the firewall chain are in the shard table.
+	chains []objRef
+	sets   []objRef
 	// Reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
 	stats     ServiceStats
@@ -158,9 +181,15 @@ type ownedElem struct {
 	owner model.ServicePortName
 	key   elemKey
 	elem  *nft.Element
+	// table holds the element: the main table, or the owner's shard for
+	// service-ips and service-nodeports.
+	table string
 }
 
 func (o *ownedElem) sameValue(p *ownedElem) bool {
+	if o.table != p.table {
+		return false
+	}
 	if (o.elem.Verdict == nil) != (p.elem.Verdict == nil) {
 		return false
 	}
@@ -178,7 +207,7 @@ func NewApplied() *Applied {
 	return &Applied{
 		services:       map[model.ServicePortName]*svcApplied{},
 		owners:         map[elemKey][]*ownedElem{},
-		stale:          map[string]staleObj{},
+		stale:          map[objRef]staleObj{},
 		healthChecked:  map[model.ServicePortName]ServiceStats{},
 		rewrite:        map[model.ServicePortName]time.Time{},
 		hairpinGarbage: map[elemKey]garbageElem{},
@@ -203,7 +232,7 @@ type Plan struct {
 	// objects stay stale and the next full sync tries again.
 	Cleanup *nft.Transaction
 
-	cleaned []string
+	cleaned []objRef
 	// rewritten / collected: entries the clean-up resolves; rewrite and
 	// garbage: new entries this plan's Tx creates.
 	rewritten []model.ServicePortName
@@ -211,9 +240,10 @@ type Plan struct {
 	rewrite   map[model.ServicePortName]time.Time
 	garbage   map[elemKey]garbageElem
 	full      bool
+	shards    int
 	services  map[model.ServicePortName]*svcApplied // nil value: gone
 	owners    map[elemKey][]*ownedElem
-	stale     map[string]*staleObj // nil value: no longer stale
+	stale     map[objRef]*staleObj // nil value: no longer stale
 }
 
 // CommitCleanup records that Cleanup was applied.
@@ -240,6 +270,7 @@ func (p *Plan) CleanupPending(a *Applied) bool {
 func (p *Plan) Commit(a *Applied) {
 	if p.full {
 		// A full sync rewrites every chain and refills every set.
+		a.shards = p.shards
 		a.rewrite = map[model.ServicePortName]time.Time{}
 		a.hairpinGarbage = map[elemKey]garbageElem{}
 		a.services = map[model.ServicePortName]*svcApplied{}
@@ -333,10 +364,13 @@ type renderer struct {
 	last *Applied
 	plan *Plan
 	tx   *nft.Transaction
+	// shards is the shard count of this render, shardNames their tables.
+	shards     int
+	shardNames []string
 	// touched element keys and their kernel value before this plan.
 	before map[elemKey]*ownedElem
-	// existing chains in the kernel (full syncs only).
-	existing sets.Set[string]
+	// existing chains in the kernel, per table (full syncs only).
+	existing map[string]sets.Set[string]
 	// numgen[m] is "numgen random mod m 0", boxed once per Render rather
 	// than once per endpoint rule.
 	numgen []nft.Stmt
@@ -344,6 +378,17 @@ type renderer struct {
 	// reused from one service port to the next.
 	keyText []byte
 	keyEnds []int
+}
+
+// shardTable is the name of shard i, built once per render.
+func (r *renderer) shardTable(i int) string {
+	if r.shardNames == nil {
+		r.shardNames = make([]string, r.shards)
+	}
+	if r.shardNames[i] == "" {
+		r.shardNames[i] = r.cfg.shardTable(i)
+	}
+	return r.shardNames[i]
 }
 
 func (r *renderer) numgenStmt(mod uint32) nft.Stmt {
@@ -365,15 +410,22 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 			full:     in.Full,
 			services: map[model.ServicePortName]*svcApplied{},
 			owners:   map[elemKey][]*ownedElem{},
-			stale:    map[string]*staleObj{},
+			stale:    map[objRef]*staleObj{},
 			rewrite:  map[model.ServicePortName]time.Time{},
 			garbage:  map[elemKey]garbageElem{},
 		},
 		before:   map[elemKey]*ownedElem{},
-		existing: sets.New(in.ExistingChains...),
+		existing: map[string]sets.Set[string]{},
+		shards:   max(last.shards, 1),
 	}
+	for t, o := range in.Existing {
+		r.existing[t] = sets.New(o.Chains...)
+	}
+	defer func() { r.shardNames = nil }()
 	r.plan.Tx = r.tx
 	if in.Full {
+		r.shards = chooseShards(len(in.State.Services), last.shards, cfg.ServicesPerShard)
+		r.plan.shards = r.shards
 		// A full sync writes every service port: size the transaction
 		// and the per-service map once instead of growing them through
 		// dozens of copies (a 50k-service transaction has ~700k ops).
@@ -393,7 +445,7 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 // chains). Endpoints shared between services share hairpin elements, so
 // this errs on the high side; flushElements grows the slice if not.
 func fullSyncOpsEstimate(st *model.State) int {
-	n := 64 // table, fixed sets and chains and their rules
+	n := 64 + 16*chooseShards(len(st.Services), 0, 0) // tables, fixed sets and chains and their rules
 	for name := range st.Services {
 		n += 6 + 2*len(st.Endpoints[name])
 	}
@@ -410,21 +462,38 @@ func addRules(tx *nft.Transaction, rules []*nft.Rule) {
 
 func (r *renderer) addrType() nft.DataType { return nft.AddrType(r.cfg.family()) }
 
-func (r *renderer) sets() []*nft.Set {
+// mainSets are the sets and maps of the main table.
+func (r *renderer) mainSets() []*nft.Set {
 	a := r.addrType()
 	svcKey := []nft.DataType{a, nft.TypeInetProto, nft.TypeInetService}
 	npKey := []nft.DataType{nft.TypeInetProto, nft.TypeInetService}
 	return []*nft.Set{
 		{Name: setClusterIPs, Key: []nft.DataType{a}, Comment: clusterIPsComment},
 		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
-		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
-		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
 		{Name: mapNoEndpointServices, Key: svcKey, Data: nft.TypeVerdict, Comment: noEndpointServicesComent},
 		{Name: mapNoEndpointNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: noEndpointNodePortsComnt},
 		{Name: mapFirewallIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: firewallIPsComment},
 		{Name: setHairpin, Key: []nft.DataType{a, a}, Comment: hairpinComment},
 	}
 }
+
+// shardSets are the sets and maps of every shard table: its services'
+// verdict maps, and its own copy of the NodePort addresses (a rule can
+// only use sets of its table).
+func (r *renderer) shardSets() []*nft.Set {
+	a := r.addrType()
+	svcKey := []nft.DataType{a, nft.TypeInetProto, nft.TypeInetService}
+	npKey := []nft.DataType{nft.TypeInetProto, nft.TypeInetService}
+	return []*nft.Set{
+		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
+		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
+		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
+	}
+}
+
+// shardSet reports whether a per-service element belongs in the
+// service's shard table rather than the main table.
+func shardSet(set string) bool { return set == mapServiceIPs || set == mapServiceNodePorts }
 
 var (
 	ctNew   = nft.MatchCtStateNew{}
@@ -454,8 +523,8 @@ func (r *renderer) nodePortMatch() []nft.Stmt {
 	return []nft.Stmt{nft.MatchAddr{Set: setNodePortIPs}}
 }
 
-// fixedRules are the rules of the chains that do not depend on services.
-func (r *renderer) fixedRules() map[string][]*nft.Rule {
+// mainRules are the rules of the main table's fixed chains.
+func (r *renderer) mainRules() map[string][]*nft.Rule {
 	mask := r.cfg.markMask()
 	rules := map[string][]*nft.Rule{
 		chainFilterPreroutingPreDNAT: {r.rule(chainFilterPreroutingPreDNAT, ctNew, jump(chainFirewallCheck))},
@@ -472,8 +541,6 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 			r.rule(chainFilterOutput, ctNew, jump(chainServiceEndpointsCheck)),
 			r.rule(chainFilterOutput, ctNew, jump(chainClusterIPsCheck)),
 		},
-		chainNATPrerouting:  {r.rule(chainNATPrerouting, jump(chainServices))},
-		chainNATOutput:      {r.rule(chainNATOutput, jump(chainServices))},
 		chainNATPostrouting: {r.rule(chainNATPostrouting, jump(chainMasquerading))},
 		chainMasquerading: {
 			// Hairpin traffic first: mark it like any other traffic to
@@ -485,8 +552,7 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 			r.rule(chainMasquerading, nft.SetMarkXor{Mask: mask}),
 			r.rule(chainMasquerading, nft.Masquerade{}),
 		},
-		chainMarkForMasquerade: {r.rule(chainMarkForMasquerade, nft.SetMarkOr{Mask: mask})},
-		chainFirewallCheck:     {r.rule(chainFirewallCheck, nft.VmapLookup{Fields: svcKeys, Map: mapFirewallIPs})},
+		chainFirewallCheck: {r.rule(chainFirewallCheck, nft.VmapLookup{Fields: svcKeys, Map: mapFirewallIPs})},
 		chainServiceEndpointsCheck: {
 			r.rule(chainServiceEndpointsCheck, nft.VmapLookup{Fields: svcKeys, Map: mapNoEndpointServices}),
 		},
@@ -494,10 +560,6 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 			r.rule(chainNodePortEndpointsCheck, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapNoEndpointNodePorts})...),
 		},
 		chainReject: {r.rule(chainReject, nft.Reject{})},
-		chainServices: {
-			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
-			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),
-		},
 	}
 	cip := []*nft.Rule{{Chain: chainClusterIPsCheck, Stmts: []nft.Stmt{nft.MatchAddr{Set: setClusterIPs}, nft.Reject{}},
 		Comment: "Reject traffic to invalid ports of ClusterIPs"}}
@@ -509,45 +571,103 @@ func (r *renderer) fixedRules() map[string][]*nft.Rule {
 	return rules
 }
 
-// fixedChainOrder puts chains that others jump to first.
-var fixedChainOrder = []string{
-	chainReject, chainMarkForMasquerade, chainMasquerading, chainFirewallCheck, chainServiceEndpointsCheck,
-	chainNodePortEndpointsCheck, chainClusterIPsCheck, chainServices,
+// shardRules are the rules of a shard table's fixed chains.
+func (r *renderer) shardRules() map[string][]*nft.Rule {
+	return map[string][]*nft.Rule{
+		chainNATPrerouting: {r.rule(chainNATPrerouting, jump(chainServices))},
+		chainNATOutput:     {r.rule(chainNATOutput, jump(chainServices))},
+		chainServices: {
+			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
+			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),
+		},
+	}
 }
 
-func (r *renderer) renderFull() {
-	tx := r.tx
-	tx.Add(&nft.Table{Family: r.cfg.family(), Name: r.cfg.table(), Comment: tableComment})
-	if r.in.Takeover {
-		r.takeOver()
+// mainChainOrder and shardChainOrder list the regular fixed chains of
+// each kind of table, chains that others jump to first.
+var (
+	mainChainOrder = []string{
+		chainReject, chainMasquerading, chainFirewallCheck, chainServiceEndpointsCheck,
+		chainNodePortEndpointsCheck, chainClusterIPsCheck,
+	}
+	shardChainOrder = []string{chainServices}
+)
+
+// tableLayout is what a full sync writes into one table besides services.
+type tableLayout struct {
+	comment string
+	sets    []*nft.Set
+	chains  []string
+	base    []baseChain
+	rules   map[string][]*nft.Rule
+}
+
+// writeFixed adds (and flushes) a table's fixed sets and chains and writes
+// their rules and the NodePort addresses. existing is nil for a table
+// that does not exist yet.
+func (r *renderer) writeFixed(w nft.TableOps, l tableLayout, existing *Objects) {
+	w.Add(&nft.Table{Family: r.cfg.family(), Name: w.Name(), Comment: l.comment})
+	if r.in.Takeover && existing != nil {
+		r.takeOver(w, l, existing)
 	}
 	// Sets and maps are flushed and refilled: after a failure or at start
 	// we cannot trust that what we think is there is there.
-	for _, s := range r.sets() {
-		tx.Add(s)
-		tx.Flush(s)
+	for _, s := range l.sets {
+		w.Add(s)
+		w.Flush(s)
 	}
-	fixed := r.fixedRules()
-	for _, name := range fixedChainOrder {
+	for _, name := range l.chains {
 		c := &nft.Chain{Name: name}
-		tx.Add(c)
-		tx.Flush(c)
+		w.Add(c)
+		w.Flush(c)
 	}
-	for _, b := range baseChains {
+	for _, b := range l.base {
 		c := &nft.Chain{Name: b.name, Type: b.typ, Hook: b.hook, Priority: b.priority}
-		tx.Add(c)
-		tx.Flush(c)
+		w.Add(c)
+		w.Flush(c)
 	}
 	// Rules after all chains exist: the kernel refuses a jump to a chain
 	// that is not there yet.
-	for _, name := range fixedChainOrder {
-		addRules(tx, fixed[name])
+	for _, name := range l.chains {
+		w.AddRules(l.rules[name]...)
 	}
-	for _, b := range baseChains {
-		addRules(tx, fixed[b.name])
+	for _, b := range l.base {
+		w.AddRules(l.rules[b.name]...)
 	}
 	for _, ip := range r.cfg.NodePortIPs {
-		tx.Add(&nft.Element{Set: setNodePortIPs, Key: []nft.Value{{Addr: ip}}})
+		w.Add(&nft.Element{Set: setNodePortIPs, Key: []nft.Value{{Addr: ip}}})
+	}
+}
+
+func (r *renderer) mainLayout() tableLayout {
+	return tableLayout{comment: tableComment, sets: r.mainSets(), chains: mainChainOrder, base: mainBaseChains, rules: r.mainRules()}
+}
+
+func (r *renderer) shardLayout() tableLayout {
+	return tableLayout{comment: shardComment, sets: r.shardSets(), chains: shardChainOrder, base: shardBaseChains, rules: r.shardRules()}
+}
+
+func (r *renderer) renderFull() {
+	main := r.cfg.table()
+	existing := func(t string) *Objects {
+		if o, ok := r.in.Existing[t]; ok {
+			return &o
+		}
+		return nil
+	}
+	r.writeFixed(r.tx.In(main), r.mainLayout(), existing(main))
+	// Shard tables beyond the shard count go, in this same transaction:
+	// their services are added to their new shards below, so no
+	// connection sees a moment without its service.
+	for _, t := range slices.Sorted(maps.Keys(r.in.Existing)) {
+		if i, ok := ShardIndex(main, t); ok && i >= r.shards {
+			r.tx.In(t).Delete(&nft.Table{})
+		}
+	}
+	shard := r.shardLayout()
+	for i := range r.shards {
+		t := r.cfg.shardTable(i)
+		r.writeFixed(r.tx.In(t), shard, existing(t))
 	}
 
 	names := r.in.State.SortedNames()
@@ -564,68 +684,92 @@ func (r *renderer) renderFull() {
 		old := r.last.services[n]
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
 	}
-	active := make(sets.Set[string], len(names))
+	active := make(sets.Set[objRef], len(names))
 	for _, n := range names {
 		s := r.renderService(n, nil)
 		active.Insert(s.chains...)
 		active.Insert(s.sets...)
 	}
+	// kept reports whether a table is there after this transaction.
+	kept := func(t string) bool {
+		if t == main {
+			return true
+		}
+		i, ok := ShardIndex(main, t)
+		return ok && i < r.shards
+	}
 	// Anything of ours in the kernel that no service uses any more (left by
-	// a previous run, or by a failed sync) becomes stale.
-	for _, c := range r.in.ExistingChains {
-		if isOurs(c) && !active.Has(c) {
-			r.markStale(c, false, nil)
+	// a previous run, by a failed sync, or moved to another shard) becomes
+	// stale.
+	for _, t := range slices.Sorted(maps.Keys(r.in.Existing)) {
+		if !kept(t) {
+			continue
+		}
+		for _, c := range r.in.Existing[t].Chains {
+			if ref := (objRef{t, c}); isOurs(c) && !active.Has(ref) {
+				r.markStale(ref, false, nil)
+			}
+		}
+		for _, s := range r.in.Existing[t].Sets {
+			if ref := (objRef{t, s}); isOurs(s) && !active.Has(ref) {
+				r.markStale(ref, true, nil)
+			}
 		}
 	}
-	for _, s := range r.in.ExistingSets {
-		if isOurs(s) && !active.Has(s) {
-			r.markStale(s, true, nil)
-		}
-	}
-	existingSets := sets.New(r.in.ExistingSets...)
-	for name, st := range r.last.stale {
-		if active.Has(name) {
-			r.plan.stale[name] = nil
-		} else if _, marked := r.plan.stale[name]; !marked {
-			// Known stale from before but not listed: already gone.
-			if !r.existing.Has(name) && !existingSets.Has(name) {
-				r.plan.stale[name] = nil
+	for ref, st := range r.last.stale {
+		if active.Has(ref) {
+			r.plan.stale[ref] = nil
+		} else if _, marked := r.plan.stale[ref]; !marked {
+			// Known stale from before but not listed (already gone), or in
+			// a table this transaction deletes.
+			o, ok := r.in.Existing[ref.table]
+			if !kept(ref.table) || !ok || (!slices.Contains(o.Chains, ref.name) && !slices.Contains(o.Sets, ref.name)) {
+				r.plan.stale[ref] = nil
 			} else {
 				s := st
-				r.plan.stale[name] = &s
+				r.plan.stale[ref] = &s
 			}
 		}
 	}
 	r.flushElements()
 }
 
-// takeOver clears what another layout may have left: flush every chain
-// (so no rule references anything), then delete base chains and unknown
-// chains and sets. Known regular chains stay: per-service chains of the old
-// table may still reference them until they are rewritten or made stale.
-func (r *renderer) takeOver() {
-	known := sets.New[string](fixedChainOrder...)
+// takeOver clears what another layout may have left in a table: flush
+// every chain (so no rule references anything), then delete base chains
+// and unknown chains and sets. Known regular chains stay: per-service
+// chains of the old table may still reference them until they are
+// rewritten or made stale.
+func (r *renderer) takeOver(w nft.TableOps, l tableLayout, existing *Objects) {
+	known := sets.New(l.chains...)
 	base := sets.New[string]()
-	for _, b := range baseChains {
+	for _, b := range l.base {
+		base.Insert(b.name)
+	}
+	for _, b := range mainBaseChains {
+		base.Insert(b.name)
+	}
+	for _, b := range shardBaseChains {
 		base.Insert(b.name)
 	}
 	knownSets := sets.New[string]()
-	for _, s := range r.sets() {
+	for _, s := range l.sets {
 		knownSets.Insert(s.Name)
 	}
-	existing := slices.Sorted(slices.Values(r.in.ExistingChains))
-	for _, c := range existing {
-		r.tx.Flush(&nft.Chain{Name: c})
+	chains := slices.Sorted(slices.Values(existing.Chains))
+	for _, c := range chains {
+		w.Flush(&nft.Chain{Name: c})
 	}
-	for _, c := range existing {
+	for _, c := range chains {
 		if base.Has(c) || (!known.Has(c) && !isOurs(c)) {
-			r.tx.Delete(&nft.Chain{Name: c})
-			r.existing.Delete(c)
+			w.Delete(&nft.Chain{Name: c})
+			if e := r.existing[w.Name()]; e != nil {
+				e.Delete(c)
+			}
 		}
 	}
-	for _, s := range slices.Sorted(slices.Values(r.in.ExistingSets)) {
+	for _, s := range slices.Sorted(slices.Values(existing.Sets)) {
 		if !knownSets.Has(s) && !isOurs(s) {
-			r.tx.Delete(&nft.Set{Name: s})
+			w.Delete(&nft.Set{Name: s})
 		}
 	}
 }
@@ -665,12 +809,13 @@ func (r *renderer) renderPartialCleanup() {
 		applied := r.last.services[n]
 		if ok && applied != nil {
 			sel := model.SelectEndpoints(sp, r.in.State.Endpoints[n], r.in.NodeName, r.in.Zone)
-			s := r.describe(sp, sel)
+			s := r.describe(sp, sel, applied.table)
 			for _, c := range s.chains {
+				w := tx.In(c.table)
 				ch := &nft.Chain{Name: c.name}
-				tx.Add(ch)
-				tx.Flush(ch)
-				addRules(tx, c.rules)
+				w.Add(ch)
+				w.Flush(ch)
+				w.AddRules(c.rules...)
 			}
 		}
 		r.plan.rewritten = append(r.plan.rewritten, n)
@@ -694,15 +839,15 @@ func (r *renderer) renderPartialCleanup() {
 
 // markStale records a per-service object no longer used, for deletion by
 // a clean-up transaction at least staleDelay later.
-func (r *renderer) markStale(name string, isSet bool, owner *model.ServicePortName) {
-	if _, already := r.last.stale[name]; already {
+func (r *renderer) markStale(ref objRef, isSet bool, owner *model.ServicePortName) {
+	if _, already := r.last.stale[ref]; already {
 		return
 	}
 	// No live rule or element uses a stale object, except rules of its
 	// owner shadowed by a partial sync's inserted ones; it is flushed and
 	// deleted by a later clean-up transaction, so that this sync pays for
 	// no deletion.
-	r.plan.stale[name] = &staleObj{since: r.in.Now, isSet: isSet, owner: owner}
+	r.plan.stale[ref] = &staleObj{since: r.in.Now, isSet: isSet, owner: owner}
 }
 
 // renderStale writes the clean-up transaction of a full sync.
@@ -738,52 +883,56 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 		_, pending := r.last.rewrite[*n]
 		return pending && !rewritten.Has(*n)
 	}
-	var names, flush []string
-	for name, st := range r.last.stale {
-		if p, ok := r.plan.stale[name]; ok && p == nil {
+	var names, flush []objRef
+	for ref, st := range r.last.stale {
+		if p, ok := r.plan.stale[ref]; ok && p == nil {
 			continue // revived or gone
 		}
 		if !st.isSet {
-			flush = append(flush, name)
+			flush = append(flush, ref)
 		}
 		if r.in.Now.Sub(st.since) >= staleDelay && !shadowing(st.owner) {
-			names = append(names, name)
+			names = append(names, ref)
 		}
 	}
 	if len(names) == 0 {
 		return
 	}
 	// Objects this very sync made stale too (a service just removed).
-	for name, st := range r.plan.stale {
+	for ref, st := range r.plan.stale {
 		if st != nil && !st.isSet {
-			if _, old := r.last.stale[name]; !old {
-				flush = append(flush, name)
+			if _, old := r.last.stale[ref]; !old {
+				flush = append(flush, ref)
 			}
 		}
 	}
-	slices.Sort(names)
-	slices.Sort(flush)
+	slices.SortFunc(names, compareRefs)
+	slices.SortFunc(flush, compareRefs)
 	// Flush every stale chain, due or not, before deleting anything: a
 	// stale chain may still jump to another one or use a stale set (one
 	// service's external- to its service- and local- chains, a chain with
 	// shadowed rules to an old affinity set). Nothing live uses them, so
 	// emptying them early changes no traffic.
-	for _, name := range flush {
-		tx.Flush(&nft.Chain{Name: name})
+	for _, ref := range flush {
+		tx.In(ref.table).Flush(&nft.Chain{Name: ref.name})
 	}
 	for _, isSet := range []bool{false, true} {
-		for _, name := range names {
-			if r.last.stale[name].isSet != isSet {
+		for _, ref := range names {
+			if r.last.stale[ref].isSet != isSet {
 				continue
 			}
 			if isSet {
-				tx.Delete(&nft.Set{Name: name})
+				tx.In(ref.table).Delete(&nft.Set{Name: ref.name})
 			} else {
-				tx.Delete(&nft.Chain{Name: name})
+				tx.In(ref.table).Delete(&nft.Chain{Name: ref.name})
 			}
 		}
 	}
 	r.plan.cleaned = names
+}
+
+func compareRefs(a, b objRef) int {
+	return cmp.Or(strings.Compare(a.table, b.table), strings.Compare(a.name, b.name))
 }
 
 func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
@@ -916,9 +1065,9 @@ func (r *renderer) flushElements() {
 	})
 	// Deletes first, then adds: a key whose value changes is deleted and
 	// re-added in the same transaction.
-	var adds []*nft.Element
+	var adds []*ownedElem
 	if r.in.Full {
-		adds = make([]*nft.Element, 0, len(keys))
+		adds = make([]*ownedElem, 0, len(keys))
 	}
 	for _, k := range keys {
 		before := r.before[k]
@@ -938,7 +1087,7 @@ func (r *renderer) flushElements() {
 		switch {
 		case before == nil && after == nil:
 		case before == nil:
-			adds = append(adds, after.elem)
+			adds = append(adds, after)
 		case after == nil:
 			if k.set == setHairpin && !r.in.Full {
 				// A stale "ep . ep" pair is harmless (it says what is true
@@ -947,17 +1096,34 @@ func (r *renderer) flushElements() {
 				r.plan.garbage[k] = garbageElem{elem: before.elem, since: r.in.Now}
 				continue
 			}
-			r.tx.Delete(before.elem)
+			r.tx.In(before.table).Delete(before.elem)
 		case !before.sameValue(after):
-			r.tx.Delete(before.elem)
-			adds = append(adds, after.elem)
+			r.tx.In(before.table).Delete(before.elem)
+			adds = append(adds, after)
 		case before.elem.Comment != after.elem.Comment:
 			// Same value, other owner: nothing the kernel cares about.
 		}
 	}
-	r.tx.Ops = slices.Grow(r.tx.Ops, len(adds))
+	// Grouped by table, in order of first appearance (keys are sorted by
+	// set and key): consecutive elements of one set of one table go to
+	// the kernel in one message.
+	var order []string
+	byTable := map[string][]*ownedElem{}
 	for _, e := range adds {
-		r.tx.Ops = append(r.tx.Ops, nft.Op{Kind: nft.OpAdd, Element: e})
+		if _, ok := byTable[e.table]; !ok {
+			order = append(order, e.table)
+		}
+		byTable[e.table] = append(byTable[e.table], e)
+	}
+	r.tx.Ops = slices.Grow(r.tx.Ops, len(adds))
+	for _, t := range order {
+		in := t
+		if t == r.tx.Table {
+			in = ""
+		}
+		for _, e := range byTable[t] {
+			r.tx.Ops = append(r.tx.Ops, nft.Op{Kind: nft.OpAdd, In: in, Element: e.elem})
+		}
 	}
 }
 
@@ -999,6 +1165,8 @@ func appendValue(b []byte, v nft.Value) []byte {
 // as long as the service port's svcApplied anyway.
 type serviceRender struct {
 	name model.ServicePortName
+	// table is the service port's shard table, main the main table.
+	table, main string
 	// comment is name.String(), the comment of every element.
 	comment string
 	elems   []*ownedElem
@@ -1064,8 +1232,8 @@ func take[T any](buf *[]T, n, chunk int) []T {
 }
 
 type chainRules struct {
-	name  string
-	rules []*nft.Rule
+	name, table string
+	rules       []*nft.Rule
 }
 
 // ownedElement is an ownedElem and its element in one allocation.
@@ -1078,8 +1246,12 @@ func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value)
 	k := take(&s.valBuf, len(key), 8)
 	copy(k, key)
 	o := &take(&s.elemBuf, 1, 4)[0]
+	table := s.main
+	if shardSet(set) {
+		table = s.table
+	}
 	*o = ownedElement{
-		ownedElem: ownedElem{owner: s.name, key: elemKey{set: set}},
+		ownedElem: ownedElem{owner: s.name, key: elemKey{set: set}, table: table},
 		e:         nft.Element{Set: set, Key: k, Verdict: verdict, Comment: s.comment},
 	}
 	o.elem = &o.e
@@ -1106,7 +1278,13 @@ func (s *serviceRender) chain(name string) int {
 			return i
 		}
 	}
-	s.chains = append(s.chains, chainRules{name: name})
+	// Firewall chains are reached from the main table's firewall-ips map;
+	// all other per-service chains from the shard's maps.
+	table := s.table
+	if strings.HasPrefix(name, prefixFirewallChain) {
+		table = s.main
+	}
+	s.chains = append(s.chains, chainRules{name: name, table: table})
 	return len(s.chains) - 1
 }
 
@@ -1130,9 +1308,15 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sp := r.in.State.Services[n]
 	eps := r.in.State.Endpoints[n]
 	sel := model.SelectEndpoints(sp, eps, r.in.NodeName, r.in.Zone)
-	s := r.describe(sp, sel)
+	var table string
+	if old != nil && !r.in.Full {
+		table = old.table
+	} else {
+		table = r.shardTable(ShardOf(n, r.shards))
+	}
+	s := r.describe(sp, sel, table)
 
-	applied := &svcApplied{sp: sp, chains: make([]string, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable}
+	applied := &svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable}
 	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
 	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
 		applied.stats.NoLocalInternal = true
@@ -1144,36 +1328,46 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	// Sets before chains (rules reference them), chains before rules
 	// (rules jump between them), rules, then elements (they goto chains).
 	for _, set := range s.sets {
-		applied.sets = append(applied.sets, set.Name)
-		if old == nil || !slices.Contains(old.sets, set.Name) || r.isStale(set.Name) {
-			r.tx.Add(set)
+		ref := objRef{table, set.Name}
+		applied.sets = append(applied.sets, ref)
+		if old == nil || !slices.Contains(old.sets, ref) || r.isStale(ref) {
+			r.tx.In(table).Add(set)
 		}
-		if r.isStale(set.Name) {
-			r.plan.stale[set.Name] = nil
+		if r.isStale(ref) {
+			r.plan.stale[ref] = nil
 		}
 	}
 	type pending struct {
+		w      nft.TableOps
 		name   string
 		rules  []*nft.Rule
 		insert bool
 	}
 	writes := make([]pending, 0, 4) // on the stack: one to four chains
 	for _, cr := range s.chains {
-		c := cr.name
+		c := objRef{cr.table, cr.name}
+		w := r.tx.In(cr.table)
 		applied.chains = append(applied.chains, c)
 		stale := r.isStale(c)
 		if stale {
 			r.plan.stale[c] = nil
 		}
 		existed := old != nil && slices.Contains(old.chains, c)
-		ch := &nft.Chain{Name: c}
+		ch := &nft.Chain{Name: c.name}
+		if existed && !stale && !r.in.Full && c.table != table && sameFirewall(old.sp, sp) {
+			// The firewall chain (the only one in the main table) depends
+			// on the source ranges and VIPs alone: an endpoint change leaves
+			// it as it is, so that the commit does not touch (and the kernel
+			// not validate) the main table's chains.
+			continue
+		}
 		switch {
 		case r.in.Full:
-			r.tx.Add(ch)
-			if r.existing.Has(c) {
-				r.tx.Flush(ch)
+			w.Add(ch)
+			if r.existing[c.table].Has(c.name) {
+				w.Flush(ch)
 			}
-			writes = append(writes, pending{c, cr.rules, false})
+			writes = append(writes, pending{w, c.name, cr.rules, false})
 		case existed || stale:
 			// A live chain is rewritten without deleting anything: every
 			// transaction that deletes a rule, element or chain waits for
@@ -1181,21 +1375,21 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			// rules go to the head of the chain, ending in "return" (the
 			// same as falling off a chain reached by goto), and shadow the
 			// old ones until the next full sync flushes them.
-			writes = append(writes, pending{c, cr.rules, true})
+			writes = append(writes, pending{w, c.name, cr.rules, true})
 			r.plan.rewrite[n] = r.in.Now
 		default:
-			r.tx.Add(ch)
-			writes = append(writes, pending{c, cr.rules, false})
+			w.Add(ch)
+			writes = append(writes, pending{w, c.name, cr.rules, false})
 		}
 	}
 	for _, w := range writes {
 		if !w.insert {
-			addRules(r.tx, w.rules)
+			w.w.AddRules(w.rules...)
 			continue
 		}
-		r.tx.Insert(&nft.Rule{Chain: w.name, Stmts: []nft.Stmt{nft.Verdict{Kind: nft.Return}}})
+		w.w.Insert(&nft.Rule{Chain: w.name, Stmts: []nft.Stmt{nft.Verdict{Kind: nft.Return}}})
 		for i := len(w.rules) - 1; i >= 0; i-- {
-			r.tx.Insert(w.rules[i])
+			w.w.Insert(w.rules[i])
 		}
 	}
 	if old != nil {
@@ -1239,6 +1433,12 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	return applied
 }
 
+// sameFirewall reports whether two versions of a service port have the
+// same firewall chain rules (see describe).
+func sameFirewall(a, b *model.ServicePort) bool {
+	return slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) && slices.Equal(a.LoadBalancerVIPs(), b.LoadBalancerVIPs())
+}
+
 // udpChanges notes the conntrack work of a UDP service port: endpoints
 // it lost, or its first endpoints (prev nil: new to the kernel). As
 // upstream's conntrack cleanup, flows to an endpoint that still serves
@@ -1266,19 +1466,20 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 	}
 }
 
-func (r *renderer) isStale(name string) bool {
-	if p, ok := r.plan.stale[name]; ok {
+func (r *renderer) isStale(ref objRef) bool {
+	if p, ok := r.plan.stale[ref]; ok {
 		return p != nil
 	}
-	_, ok := r.last.stale[name]
+	_, ok := r.last.stale[ref]
 	return ok
 }
 
 // describe decides a service port's chains, rules and elements, following
 // upstream's nftables proxier so that behaviour matches it exactly.
-func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *serviceRender {
+func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table string) *serviceRender {
 	n := sp.Name
 	s := newServiceRender(sp, sel)
+	s.table, s.main = table, r.cfg.table()
 	s.keyText, s.keyEnds = r.keyText[:0], r.keyEnds[:0]
 	proto := sp.Protocol
 	port := uint16(sp.Port)
@@ -1405,7 +1606,9 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection) *service
 		}
 	}
 
-	masq := jump(chainMarkForMasquerade)
+	// Marked inline: the mark is set in the shard table and tested in
+	// the main table's postrouting (a jump cannot cross tables).
+	masq := nft.SetMarkOr{Mask: r.cfg.markMask()}
 	if hasInternal {
 		dst := []nft.Stmt{nft.MatchAddr{Prefixes: []netip.Prefix{netip.PrefixFrom(sp.ClusterIP, sp.ClusterIP.BitLen())}}, nft.MatchDport{Proto: proto, Port: port}}
 		if r.cfg.MasqueradeAll {

@@ -342,6 +342,30 @@ var fakeCases = []fakeCase{
 		tx.Add(&nft.Chain{Name: "c"})
 	}},
 
+	// Several tables in one transaction (kproxy's shards): one kernel
+	// transaction, objects resolved in their own table only.
+	{name: "second table in the same transaction", build: func(tx *nft.Transaction) {
+		t2 := tx.In(tbl + "-2")
+		t2.Add(&nft.Table{})
+		t2.Add(&nft.Chain{Name: "c2"})
+		t2.Add(&nft.Chain{Name: "nat2", Type: nft.TypeNAT, Hook: nft.HookPrerouting, Priority: nft.PriorityDstNAT})
+		t2.Add(&nft.Set{Name: "svcmap", Key: []nft.DataType{nft.TypeIPv4Addr}, Data: nft.TypeVerdict})
+		t2.Add(el("svcmap", []nft.Value{{Addr: svc2}}, gotoV("c2")))
+		tx.Add(el("ips", []nft.Value{{Addr: svc2}}, nil))
+		t2.AddRules(rule("nat2", nft.VmapLookup{Fields: []nft.Field{nft.FieldDaddr}, Map: "svcmap"}))
+		tx.Add(&nft.Chain{Name: "c2"})
+	}},
+	{name: "jump to a chain of another table", errno: unix.ENOENT, index: 2, checkIndex: true, build: func(tx *nft.Transaction) {
+		t2 := tx.In(tbl + "-2")
+		t2.Add(&nft.Table{})
+		t2.Add(&nft.Chain{Name: "c3"})
+		t2.AddRules(rule("c3", nft.Verdict{Kind: nft.Jump, Chain: "services"}))
+	}},
+	{name: "failure in another table undoes the whole transaction", errno: unix.ENOENT, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(&nft.Chain{Name: "new"})
+		tx.In("no-such-table").Add(&nft.Chain{Name: "c"})
+	}},
+
 	// Atomicity: a big transaction failing at its last operation.
 	{name: "everything then a bad jump", errno: unix.ENOENT, index: 8, checkIndex: true, build: func(tx *nft.Transaction) {
 		tx.Add(&nft.Chain{Name: "new"})

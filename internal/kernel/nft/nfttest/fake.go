@@ -136,7 +136,7 @@ func (f *Fake) Apply(ctx context.Context, tx *nft.Transaction) error {
 	err := f.apply(tx)
 	f.applies = append(f.applies, ApplyRecord{Family: tx.Family, Table: tx.Table, Ops: tx.Len(), Err: err, Tx: tx})
 	if err != nil {
-		return fmt.Errorf("nft: transaction of %d operations on table %s %s not applied: %w", tx.Len(), tx.Family, tx.Table, err)
+		return fmt.Errorf("nft: transaction of %d operations on %s not applied: %w", tx.Len(), tx.Where(), err)
 	}
 	return nil
 }
@@ -153,12 +153,7 @@ func (f *Fake) apply(tx *nft.Transaction) error {
 	if tx.Family != nft.IPv4 && tx.Family != nft.IPv6 {
 		return &nft.OpError{Index: -1, Err: unix.EAFNOSUPPORT, Message: fmt.Sprintf("unsupported family %q", tx.Family)}
 	}
-	key := tableKey{tx.Family, tx.Table}
-	var t *table
-	if old, ok := f.tables[key]; ok {
-		t = old.clone()
-	}
-	a := &applier{tx: tx, t: t}
+	a := &applier{f: f, tx: tx, work: map[string]*table{}}
 	for i := range tx.Ops {
 		if err := a.op(i); err != nil {
 			var oe *nft.OpError
@@ -168,21 +163,53 @@ func (f *Fake) apply(tx *nft.Transaction) error {
 			return &nft.OpError{Index: i, Op: tx.OpText(i), Err: err}
 		}
 	}
-	if a.t != nil {
-		if err := a.validate(); err != nil {
-			return err
+	// The kernel validates every table the transaction touched, then
+	// commits all of them at once.
+	names := slices.Sorted(maps.Keys(a.work))
+	for _, name := range names {
+		if a.t = a.work[name]; a.t != nil {
+			if err := a.validate(); err != nil {
+				return err
+			}
 		}
-		f.tables[key] = a.t
-	} else {
-		delete(f.tables, key)
+	}
+	for _, name := range names {
+		key := tableKey{tx.Family, name}
+		if t := a.work[name]; t != nil {
+			f.tables[key] = t
+		} else {
+			delete(f.tables, key)
+		}
 	}
 	return nil
 }
 
-// applier applies the operations of one transaction to a copy of its table.
+// applier applies the operations of one transaction to copies of the
+// tables it touches.
 type applier struct {
+	f  *Fake
 	tx *nft.Transaction
-	t  *table // nil: the table does not exist
+	// work holds the copy of each table touched so far (nil: it does not
+	// exist, or no longer).
+	work map[string]*table
+	cur  string
+	t    *table // work[cur]
+}
+
+// use makes the table of an operation current, copying it on first use.
+func (a *applier) use(name string) {
+	if a.cur == name && a.t != nil {
+		return
+	}
+	a.cur = name
+	t, ok := a.work[name]
+	if !ok {
+		if old, exists := a.f.tables[tableKey{a.tx.Family, name}]; exists {
+			t = old.clone()
+		}
+		a.work[name] = t
+	}
+	a.t = t
 }
 
 // kerr is an error with the kernel's errno and nft's wording.
@@ -192,7 +219,9 @@ func kerr(errno unix.Errno, format string, args ...any) error {
 
 func (a *applier) op(i int) error {
 	op := &a.tx.Ops[i]
+	a.use(a.tx.TableOf(op))
 	err := a.do(i, op)
+	a.work[a.cur] = a.t // table operations create or delete it
 	if err == nil {
 		return nil
 	}
@@ -208,7 +237,7 @@ func (a *applier) do(i int, op *nft.Op) error {
 		return a.tableOp(op)
 	}
 	if a.t == nil {
-		return kerr(unix.ENOENT, "table %s %s does not exist", a.tx.Family, a.tx.Table)
+		return kerr(unix.ENOENT, "table %s %s does not exist", a.tx.Family, a.cur)
 	}
 	switch {
 	case op.Chain != nil:
@@ -932,6 +961,20 @@ func (f *Fake) TableExists(ctx context.Context, family nft.Family, name string) 
 	return ok, nil
 }
 
+// ListTables returns the names of the family's tables, sorted.
+func (f *Fake) ListTables(ctx context.Context, family nft.Family) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for k := range f.tables {
+		if k.family == family {
+			names = append(names, k.name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // ListChains returns the table's chain names, sorted.
 func (f *Fake) ListChains(ctx context.Context, family nft.Family, name string) ([]string, error) {
 	f.mu.Lock()
@@ -1091,7 +1134,7 @@ func (f *Fake) dumpTable(k tableKey) *nft.Transaction {
 }
 
 // Load applies text in the form Dump writes (see nft.Parse), one
-// transaction per table, and records them like any Apply.
+// transaction per family, and records them like any Apply.
 func (f *Fake) Load(text string) error {
 	txs, err := nft.Parse(text)
 	if err != nil {
