@@ -55,8 +55,11 @@ func TestKernelRestoreSave(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st.Duration <= 0 || st.LockWait != 0 {
-					t.Errorf("stats = %+v, want a duration and no lock wait", st)
+				// The xtables lock is one file for the whole host: other
+				// tests' legacy restores may hold it, so a wait is
+				// possible, but it is part of the duration.
+				if st.Duration <= 0 || st.LockWait < 0 || st.LockWait > st.Duration {
+					t.Errorf("stats = %+v, want a duration that includes the lock wait", st)
 				}
 				want := splitTables(fixture)
 				for table, w := range want {
