@@ -22,6 +22,7 @@ package kernel
 
 import (
 	"fmt"
+	"github.com/kproxy/kproxy/internal/testutil/vm"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -297,8 +298,14 @@ func (c *kcluster) restartKproxy(node string) {
 }
 
 // syncTimeout bounds every wait for kproxy to program a change: the file
-// source notices a change within ~1 s, the sync follows at once.
-const syncTimeout = 15 * time.Second
+// source notices a change within ~1 s, the sync follows at once. In the
+// test VM (emulated, no KVM here) everything is several times slower.
+var syncTimeout = func() time.Duration {
+	if vm.InVM() {
+		return 45 * time.Second
+	}
+	return 15 * time.Second
+}()
 
 // waitSynced waits until kproxy on the node has synced both IP families
 // (its sync_proxy_rules_last_timestamp_seconds metric is set for each), and
