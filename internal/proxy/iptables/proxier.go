@@ -110,7 +110,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	plan.Commit(p.applied)
 	klog.V(2).InfoS("Applied iptables rules", "ipFamily", p.opts.Family, "full", in.Full, "servicePorts", plan.ServicePorts,
 		"endpoints", plan.Endpoints, "restores", len(plan.Restores), "bytes", size, "chainsWritten", plan.ChainsWritten,
-		"chainsDeleted", plan.ChainsDelete, "renderSeconds", renderTime.Seconds(), "seconds", time.Since(start).Seconds(), "lockWaitSeconds", lockWait.Seconds())
+		"chainsDeleted", plan.ChainsDeleted, "renderSeconds", renderTime.Seconds(), "seconds", time.Since(start).Seconds(), "lockWaitSeconds", lockWait.Seconds())
 	nat, filter := p.applied.Rules()
 	metrics.IPTablesRulesTotal.WithLabelValues(fam, tableNAT).Set(float64(nat))
 	metrics.IPTablesRulesTotal.WithLabelValues(fam, tableFilter).Set(float64(filter))

@@ -174,7 +174,7 @@ type Plan struct {
 	// Stats of this sync for logs and metrics.
 	ServicePorts, Endpoints     int
 	NATRules, FilterRules       int
-	ChainsWritten, ChainsDelete int
+	ChainsWritten, ChainsDeleted int
 
 	services              map[model.ServicePortName]*svcApplied // nil value: gone
 	fixedNAT, fixedFilter int
@@ -316,9 +316,8 @@ type renderer struct {
 	plan *Plan
 	// large is large cluster mode: no comments on per-endpoint rules.
 	large bool
-	// args is scratch space for one rule's arguments.
-	args []string
-	buf  []byte
+	// buf is scratch space for one shared rule's text.
+	buf []byte
 	// cw holds the own chains of the service port being rendered;
 	// epChains its endpoints' chain names.
 	cw       chainWriter
@@ -333,7 +332,6 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 		in:   in,
 		last: last,
 		plan: &Plan{Full: in.Full, services: map[model.ServicePortName]*svcApplied{}},
-		args: make([]string, 0, 64),
 	}
 	total := 0
 	for n := range in.State.Services {
@@ -552,12 +550,52 @@ func (r *renderer) renderFull() {
 	r.assemble(o)
 }
 
+// jumpExists reports whether a jump rule is in its built-in chain. A rule
+// of that chain with the same target and comment counts, whatever else it
+// matches: iptables versions print rules a little differently, and an old
+// kube-proxy's variant (without the conntrack match) does the same job.
+// Adding ours beside it on every full sync would pile up copies.
 func (r *renderer) jumpExists(j jumpRule) bool {
 	if r.in.Existing == nil {
 		// Trust the last sync: it added every missing jump rule.
 		return r.last.synced
 	}
-	return r.in.Existing.Rules[j.table].Has(j.line)
+	rules := r.in.Existing.Rules[j.table]
+	if rules.Has(j.line) {
+		return true
+	}
+	want := jumpKeyOf(j.line)
+	for l := range rules {
+		if jumpKeyOf(l) == want {
+			return true
+		}
+	}
+	return false
+}
+
+type jumpKey struct{ chain, target, comment string }
+
+// jumpKeyOf reads chain, jump target and comment of a rule line as
+// iptables-save prints it ("-A CHAIN ... --comment "text" ... -j TARGET").
+func jumpKeyOf(line string) jumpKey {
+	var k jumpKey
+	f := strings.Fields(line)
+	if len(f) >= 2 {
+		k.chain = f[1]
+	}
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-j" || f[i] == "--jump" {
+			k.target = f[i+1]
+		}
+	}
+	if _, rest, ok := strings.Cut(line, "--comment "); ok {
+		if strings.HasPrefix(rest, `"`) {
+			k.comment, _, _ = strings.Cut(rest[1:], `"`)
+		} else {
+			k.comment, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	return k
 }
 
 // nodePortsJump writes the last rule of nat KUBE-SERVICES: what is left,
@@ -702,7 +740,7 @@ func (r *renderer) assemble(o *out) {
 		return strings.Compare(a, b)
 	})
 	o.stale = slices.Compact(o.stale)
-	r.plan.ChainsWritten, r.plan.ChainsDelete = o.ownChains, len(o.stale)
+	r.plan.ChainsWritten, r.plan.ChainsDeleted = o.ownChains, len(o.stale)
 
 	var restores [][]byte
 	if o.split {
