@@ -172,8 +172,8 @@ type Plan struct {
 	// have some: conntrack entries for their IPs (cached rejects) must go.
 	NewlyServedUDP []*model.ServicePort
 	// Stats of this sync for logs and metrics.
-	ServicePorts, Endpoints     int
-	NATRules, FilterRules       int
+	ServicePorts, Endpoints      int
+	NATRules, FilterRules        int
 	ChainsWritten, ChainsDeleted int
 
 	services              map[model.ServicePortName]*svcApplied // nil value: gone
