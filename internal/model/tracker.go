@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -84,9 +85,9 @@ type Tracker struct {
 	// Converted service ports by service, and the names the consumer was
 	// last given (to emit deletions).
 	services     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort
-	sentServices map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]
+	sentServices map[types.NamespacedName][]sentPort
 	slices       map[types.NamespacedName]map[string]*discovery.EndpointSlice
-	sentEps      map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]
+	sentEps      map[types.NamespacedName][]sentPort
 	dirtySvcs    sets.Set[types.NamespacedName]
 	dirtyEps     sets.Set[types.NamespacedName]
 	node         *Node
@@ -111,9 +112,9 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	return &Tracker{
 		opts:         opts,
 		services:     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort{},
-		sentServices: map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]{},
+		sentServices: map[types.NamespacedName][]sentPort{},
 		slices:       map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
-		sentEps:      map[types.NamespacedName]map[v1.IPFamily]sets.Set[ServicePortName]{},
+		sentEps:      map[types.NamespacedName][]sentPort{},
 		dirtySvcs:    sets.New[types.NamespacedName](),
 		dirtyEps:     sets.New[types.NamespacedName](),
 		triggers:     map[types.NamespacedName]time.Time{},
@@ -308,6 +309,23 @@ func (t *Tracker) Pending() (services, endpoints int) {
 	return t.svcEvents, t.epEvents
 }
 
+// sentPort is one service port the consumer was given, to emit its
+// deletion later. A slice of these per service (usually one or two
+// entries) costs a fraction of per-service maps of sets at 10k services.
+type sentPort struct {
+	family v1.IPFamily
+	name   ServicePortName
+}
+
+// remember records what was sent for a service, or forgets it when empty.
+func (t *Tracker) remember(m map[types.NamespacedName][]sentPort, key types.NamespacedName, sent []sentPort) {
+	if len(sent) == 0 {
+		delete(m, key)
+		return
+	}
+	m[key] = slices.Clip(sent)
+}
+
 // Take returns everything that changed since the last Take and resets.
 func (t *Tracker) Take() *Update {
 	u, errs := t.take()
@@ -331,28 +349,20 @@ func (t *Tracker) take() (*Update, []*InvalidError) {
 	}
 	for key := range t.dirtySvcs {
 		cur := t.services[key]
-		sent := t.sentServices[key]
-		newSent := map[v1.IPFamily]sets.Set[ServicePortName]{}
+		for _, p := range t.sentServices[key] {
+			if _, ok := cur[p.family][p.name]; !ok {
+				u.Families[p.family].Services[p.name] = nil
+			}
+		}
+		var sent []sentPort
 		for _, f := range t.opts.Families {
 			d := u.Families[f]
-			for name := range sent[f] {
-				if _, ok := cur[f][name]; !ok {
-					d.Services[name] = nil
-				}
-			}
 			for name, sp := range cur[f] {
 				d.Services[name] = sp
-				if newSent[f] == nil {
-					newSent[f] = sets.New[ServicePortName]()
-				}
-				newSent[f].Insert(name)
+				sent = append(sent, sentPort{family: f, name: name})
 			}
 		}
-		if len(newSent) == 0 {
-			delete(t.sentServices, key)
-		} else {
-			t.sentServices[key] = newSent
-		}
+		t.remember(t.sentServices, key, sent)
 	}
 	for key := range t.dirtyEps {
 		var list []*discovery.EndpointSlice
@@ -361,28 +371,20 @@ func (t *Tracker) take() (*Update, []*InvalidError) {
 		}
 		cur, cerrs := ConvertEndpointSlices(list, t.opts.Hostname, t.opts.Families)
 		errs = append(errs, cerrs...)
-		sent := t.sentEps[key]
-		newSent := map[v1.IPFamily]sets.Set[ServicePortName]{}
+		for _, p := range t.sentEps[key] {
+			if _, ok := cur[p.family][p.name]; !ok {
+				u.Families[p.family].Endpoints[p.name] = nil
+			}
+		}
+		var sent []sentPort
 		for _, f := range t.opts.Families {
 			d := u.Families[f]
-			for name := range sent[f] {
-				if _, ok := cur[f][name]; !ok {
-					d.Endpoints[name] = nil
-				}
-			}
 			for name, eps := range cur[f] {
 				d.Endpoints[name] = eps
-				if newSent[f] == nil {
-					newSent[f] = sets.New[ServicePortName]()
-				}
-				newSent[f].Insert(name)
+				sent = append(sent, sentPort{family: f, name: name})
 			}
 		}
-		if len(newSent) == 0 {
-			delete(t.sentEps, key)
-		} else {
-			t.sentEps[key] = newSent
-		}
+		t.remember(t.sentEps, key, sent)
 	}
 	if t.nodeDirty {
 		u.Node, u.NodeDeleted = t.node, t.nodeDeleted
