@@ -163,9 +163,31 @@ func runPacketFlowTests(t *testing.T, rs rulesets, host trace.Host, tests []pack
 	}
 }
 
+// layouts runs a test with upstream's layout and the compact one: they
+// must route every packet alike.
+func layouts(t *testing.T, f func(t *testing.T, opts func(v1.IPFamily) Options)) {
+	for _, compact := range []bool{false, true} {
+		name := "upstream"
+		if compact {
+			name = "compact"
+		}
+		t.Run(name, func(t *testing.T) {
+			f(t, func(fam v1.IPFamily) Options {
+				o := exampleOptions(fam)
+				o.CompactLayout = compact
+				return o
+			})
+		})
+	}
+}
+
 func TestPacketFlowExample(t *testing.T) {
+	layouts(t, testPacketFlowExample)
+}
+
+func testPacketFlowExample(t *testing.T, opts func(v1.IPFamily) Options) {
 	c := loadExample(t, example.NodeA)
-	rs := c.load(t, exampleOptions)
+	rs := c.load(t, opts)
 	runPacketFlowTests(t, rs, hostA, []packetFlowTest{
 		// ClusterIP: only traffic from outside the cluster CIDR is masqueraded.
 		{name: "clusterIP from local pod", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: webEps},
@@ -275,8 +297,12 @@ func TestPacketFlowExample(t *testing.T) {
 // TestPacketFlowOtherNode renders the example for node-b: what is local
 // changes, and internalTrafficPolicy Local has nothing to send to.
 func TestPacketFlowOtherNode(t *testing.T) {
+	layouts(t, testPacketFlowOtherNode)
+}
+
+func testPacketFlowOtherNode(t *testing.T, opts func(v1.IPFamily) Options) {
 	c := loadExample(t, example.NodeB)
-	rs := c.load(t, exampleOptions)
+	rs := c.load(t, opts)
 	const podOfB = "198.18.130.5"
 	runPacketFlowTests(t, rs, hostB, []packetFlowTest{
 		{name: "ITP Local without local endpoints drops pod traffic", src: podOfB, iif: podIIF, dst: "198.19.0.15:80", output: "DROP"},
@@ -387,8 +413,12 @@ func TestPacketFlowMasquerade(t *testing.T) {
 // TestPacketFlowAffinity: once a client was sent to an endpoint, its next
 // connections go there too; other clients are still spread.
 func TestPacketFlowAffinity(t *testing.T) {
+	layouts(t, testPacketFlowAffinity)
+}
+
+func testPacketFlowAffinity(t *testing.T, opts func(v1.IPFamily) Options) {
 	c := loadExample(t, example.NodeA)
-	rs := c.load(t, exampleOptions)
+	rs := c.load(t, opts)
 	p := packetFlowTest{src: localPod, iif: podIIF, dst: "198.19.0.16:80"}.packet()
 	res := rs.trace(t, p, hostA)
 	if len(res.Outcomes) != 2 {
@@ -414,6 +444,10 @@ func TestPacketFlowAffinity(t *testing.T) {
 // TestPacketFlowEqualShares: the statistic rules give each endpoint an
 // equal share, as the kernel evaluates them (a 31-bit fraction).
 func TestPacketFlowEqualShares(t *testing.T) {
+	layouts(t, testPacketFlowEqualShares)
+}
+
+func testPacketFlowEqualShares(t *testing.T, opts func(v1.IPFamily) Options) {
 	c := loadExample(t, example.NodeA)
 	n := spName("web-clusterip", "http", model.TCP)
 	st := c.states[model.IPv4]
@@ -422,7 +456,7 @@ func TestPacketFlowEqualShares(t *testing.T) {
 		eps = append(eps, makeEP(netip.AddrFrom4([4]byte{198, 18, 130, byte(100 + i)}).String(), 8080, false, nil))
 	}
 	st.Endpoints[n] = eps
-	rs := c.load(t, exampleOptions)
+	rs := c.load(t, opts)
 	res := rs.trace(t, packetFlowTest{src: localPod, iif: podIIF, dst: "198.19.0.10:80"}.packet(), hostA)
 	if len(res.Outcomes) != 7 {
 		t.Fatalf("want 7 outcomes, got\n%s", res)

@@ -23,18 +23,22 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func TestGoldenExample(t *testing.T) {
 	c := loadExample(t, "node-a")
 	for _, tc := range []struct {
-		family v1.IPFamily
-		file   string
-		ports  int
+		family  v1.IPFamily
+		file    string
+		ports   int
+		compact bool
 	}{
-		{model.IPv4, "example-ipv4.rules", 14},
-		{model.IPv6, "example-ipv6.rules", 2},
+		{model.IPv4, "example-ipv4.rules", 14, false},
+		{model.IPv6, "example-ipv6.rules", 2, false},
+		{model.IPv4, "example-ipv4-compact.rules", 14, true},
 	} {
-		t.Run(string(tc.family), func(t *testing.T) {
+		t.Run(tc.file, func(t *testing.T) {
+			opts := exampleOptions(tc.family)
+			opts.CompactLayout = tc.compact
 			if n := len(c.states[tc.family].Services); n != tc.ports {
 				t.Fatalf("the example has %d %s service ports, the golden file expects %d", n, tc.family, tc.ports)
 			}
-			plan := c.renderFull(t, exampleOptions(tc.family))
+			plan := c.renderFull(t, opts)
 			if len(plan.Restores) != 1 {
 				t.Fatalf("the example renders into %d restores, want 1", len(plan.Restores))
 			}
@@ -66,7 +70,7 @@ func TestGoldenExample(t *testing.T) {
 				t.Fatalf("the fake refuses the golden input: %v", err)
 			}
 			// Rendering is deterministic.
-			if again := c.renderFull(t, exampleOptions(tc.family)).Text(); again != got {
+			if again := c.renderFull(t, opts).Text(); again != got {
 				t.Errorf("two renders of the same input differ:\n%s", cmp.Diff(got, again))
 			}
 		})

@@ -10,6 +10,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -30,92 +31,95 @@ func TestKernelRestore(t *testing.T) {
 	noEP := spName("no-endpoints", "http", model.TCP)
 	for _, b := range xtables.Backends {
 		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
-			t.Run(string(b)+"/"+string(f), func(t *testing.T) {
-				ns := netns.New(t, netns.RandomID(4), "ipt")
-				ipt, err := xtables.New(b, xfamily(f), xtables.WithCommandPrefix("ip", "netns", "exec", ns.Name))
-				if errors.Is(err, xtables.ErrNotInstalled) {
-					t.Skip(err)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx := context.Background()
-				o := exampleOptions(f)
-				o.Hostname = c.nodeName
-				// A small chain budget, so that the nft backend's split
-				// restores run too.
-				o.MaxChainsPerRestore = 8
-				st := c.states[f].Clone()
-				p := NewProxier(o, ipt, nil, nil)
-				sync := func(full bool, changed ...model.ServicePortName) {
-					t.Helper()
-					if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.node, Full: full}); err != nil {
-						t.Fatalf("sync(full=%v): %v", full, err)
+			for _, compact := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/compact=%v", b, f, compact), func(t *testing.T) {
+					ns := netns.New(t, netns.RandomID(4), "ipt")
+					ipt, err := xtables.New(b, xfamily(f), xtables.WithCommandPrefix("ip", "netns", "exec", ns.Name))
+					if errors.Is(err, xtables.ErrNotInstalled) {
+						t.Skip(err)
 					}
-				}
-				save := func() string {
-					t.Helper()
-					var out []string
-					for _, table := range []string{tableFilter, tableNAT} {
-						data, err := ipt.Save(ctx, table)
-						if err != nil {
-							t.Fatal(err)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ctx := context.Background()
+					o := exampleOptions(f)
+					o.Hostname = c.nodeName
+					// A small chain budget, so that the nft backend's split
+					// restores run too.
+					o.MaxChainsPerRestore = 8
+					o.CompactLayout = compact
+					st := c.states[f].Clone()
+					p := NewProxier(o, ipt, nil, nil)
+					sync := func(full bool, changed ...model.ServicePortName) {
+						t.Helper()
+						if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.node, Full: full}); err != nil {
+							t.Fatalf("sync(full=%v): %v", full, err)
 						}
-						for _, l := range strings.Split(string(data), "\n") {
-							// Counters and the header's date change.
-							if strings.HasPrefix(l, "#") || strings.HasPrefix(l, ":") {
-								l, _, _ = strings.Cut(l, " [")
+					}
+					save := func() string {
+						t.Helper()
+						var out []string
+						for _, table := range []string{tableFilter, tableNAT} {
+							data, err := ipt.Save(ctx, table)
+							if err != nil {
+								t.Fatal(err)
 							}
-							if !strings.HasPrefix(l, "#") {
-								out = append(out, l)
+							for _, l := range strings.Split(string(data), "\n") {
+								// Counters and the header's date change.
+								if strings.HasPrefix(l, "#") || strings.HasPrefix(l, ":") {
+									l, _, _ = strings.Cut(l, " [")
+								}
+								if !strings.HasPrefix(l, "#") {
+									out = append(out, l)
+								}
 							}
 						}
+						return strings.Join(out, "\n")
 					}
-					return strings.Join(out, "\n")
-				}
-				sync(true)
-				first := save()
-				for table, lines := range JumpRuleLines(p.cfg.LocalhostNodePorts) {
-					data, _ := ipt.Save(ctx, table)
-					for _, l := range lines {
-						if n := strings.Count(string(data), l+"\n"); n != 1 {
-							t.Errorf("%s: %q appears %d times in iptables-save", table, l, n)
-						}
-					}
-				}
-				sync(true)
-				if again := save(); again != first {
-					t.Errorf("a second full sync changed the kernel's rules:\n--- first\n%s\n--- second\n%s", first, again)
-				}
-				if f == model.IPv4 {
-					// Partial syncs: rules deleted by their text.
-					st.Endpoints[web] = st.Endpoints[web][:1]
-					sync(false, web)
-					st.Endpoints[noEP] = []*model.Endpoint{makeEP("198.18.129.99", 8080, true, nil)}
-					sync(false, noEP)
-					delete(st.Services, web)
-					delete(st.Endpoints, web)
-					sync(false, web)
-					nat, _ := ipt.Save(ctx, tableNAT)
-					filter, _ := ipt.Save(ctx, tableFilter)
-					for _, gone := range []string{"demo/web-clusterip", "demo/no-endpoints:http has no endpoints"} {
-						if strings.Contains(string(nat)+string(filter), gone) {
-							t.Errorf("rules of %q are still there", gone)
-						}
-					}
-					if !strings.Contains(string(nat), `"demo/no-endpoints:http cluster IP"`) {
-						t.Errorf("no-endpoints gained an endpoint but has no cluster IP rule")
-					}
-					// A full sync after the partial ones rewrites nothing
-					// that matters: the same chains exist.
-					before := chainsOf(nat)
 					sync(true)
-					nat, _ = ipt.Save(ctx, tableNAT)
-					if after := chainsOf(nat); !slices.Equal(before, after) {
-						t.Errorf("chains after partial syncs %v differ from a full sync's %v", before, after)
+					first := save()
+					for table, lines := range JumpRuleLines(p.cfg.LocalhostNodePorts) {
+						data, _ := ipt.Save(ctx, table)
+						for _, l := range lines {
+							if n := strings.Count(string(data), l+"\n"); n != 1 {
+								t.Errorf("%s: %q appears %d times in iptables-save", table, l, n)
+							}
+						}
 					}
-				}
-			})
+					sync(true)
+					if again := save(); again != first {
+						t.Errorf("a second full sync changed the kernel's rules:\n--- first\n%s\n--- second\n%s", first, again)
+					}
+					if f == model.IPv4 {
+						// Partial syncs: rules deleted by their text.
+						st.Endpoints[web] = st.Endpoints[web][:1]
+						sync(false, web)
+						st.Endpoints[noEP] = []*model.Endpoint{makeEP("198.18.129.99", 8080, true, nil)}
+						sync(false, noEP)
+						delete(st.Services, web)
+						delete(st.Endpoints, web)
+						sync(false, web)
+						nat, _ := ipt.Save(ctx, tableNAT)
+						filter, _ := ipt.Save(ctx, tableFilter)
+						for _, gone := range []string{"demo/web-clusterip", "demo/no-endpoints:http has no endpoints"} {
+							if strings.Contains(string(nat)+string(filter), gone) {
+								t.Errorf("rules of %q are still there", gone)
+							}
+						}
+						if !strings.Contains(string(nat), `"demo/no-endpoints:http cluster IP"`) {
+							t.Errorf("no-endpoints gained an endpoint but has no cluster IP rule")
+						}
+						// A full sync after the partial ones rewrites nothing
+						// that matters: the same chains exist.
+						before := chainsOf(nat)
+						sync(true)
+						nat, _ = ipt.Save(ctx, tableNAT)
+						if after := chainsOf(nat); !slices.Equal(before, after) {
+							t.Errorf("chains after partial syncs %v differ from a full sync's %v", before, after)
+						}
+					}
+				})
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -115,7 +116,7 @@ func (r *rig) freshDump() string {
 
 // sharedChains hold rules of many services; a partial sync inserts and
 // deletes single rules there, so their order differs from a full sync's.
-var sharedChains = []string{chainServices, chainNodePorts, chainExternalServices, chainProxyFirewall}
+var sharedChains = []string{chainServices, chainNodePorts, chainExternalServices, chainProxyFirewall, chainPostrouting}
 
 // normalize sorts the rules of the shared chains (keeping nat
 // KUBE-SERVICES' node port jump last) so that dumps compare by content.
@@ -125,7 +126,10 @@ func normalize(dump string) string {
 	groupChain := ""
 	flush := func() {
 		slices.SortStableFunc(group, func(a, b string) int {
-			la, lb := strings.Contains(a, "NOTE: this must be the last rule"), strings.Contains(b, "NOTE: this must be the last rule")
+			fixed := func(l string) bool {
+				return strings.Contains(l, "NOTE: this must be the last rule") || (strings.Contains(l, chainPostrouting) && !strings.Contains(l, "hairpin"))
+			}
+			la, lb := fixed(a), fixed(b)
 			switch {
 			case la && !lb:
 				return 1
@@ -210,12 +214,7 @@ func TestProxierPartialSync(t *testing.T) {
 	newSvc := spName("new", "http", model.TCP)
 	noEP := spName("no-endpoints", "http", model.TCP)
 	lb := spName("lb-ranges", "https", model.TCP)
-	steps := []struct {
-		name string
-		do   func(r *rig)
-		// want are substrings of the partial restore; notWant must not be there.
-		want, notWant []string
-	}{
+	steps := []partialStep{
 		{
 			name: "one endpoint added",
 			do: func(r *rig) {
@@ -274,34 +273,58 @@ func TestProxierPartialSync(t *testing.T) {
 		},
 	}
 	for _, b := range xtables.Backends {
-		t.Run(string(b), func(t *testing.T) {
-			r := newRig(t, c, model.IPv4, b, nil)
-			r.mustSync(true)
-			for _, st := range steps {
-				n := len(r.fake.Restores())
-				st.do(r)
-				r.mustSync(false)
-				got := strings.Join(r.restoresSince(n), "")
-				for _, w := range st.want {
-					if !strings.Contains(got, w) {
-						t.Errorf("%s: partial restore lacks %q:\n%s", st.name, w, got)
-					}
-				}
-				for _, w := range st.notWant {
-					if strings.Contains(got, w) {
-						t.Errorf("%s: partial restore has %q:\n%s", st.name, w, got)
-					}
-				}
-				if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
-					t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s", st.name, diff)
-				}
-				r.checkTraces(t, st.name)
-				rules := r.fake.Rules(tableNAT, chainServices)
-				if last := rules[len(rules)-1]; !strings.Contains(last, "NOTE: this must be the last rule") {
-					t.Errorf("%s: the node port jump is not last in nat KUBE-SERVICES: %s", st.name, last)
-				}
+		for _, compact := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/compact=%v", b, compact), func(t *testing.T) {
+				testPartialSteps(t, c, b, compact, steps)
+			})
+		}
+	}
+}
+
+type partialStep struct {
+	name string
+	do   func(r *rig)
+	// want are substrings of the partial restore (upstream layout);
+	// notWant must not be there.
+	want, notWant []string
+}
+
+func testPartialSteps(t *testing.T, c *exampleCluster, b xtables.Backend, compact bool, steps []partialStep) {
+	r := newRig(t, c, model.IPv4, b, func(o *Options) { o.CompactLayout = compact })
+	r.mustSync(true)
+	for _, st := range steps {
+		n := len(r.fake.Restores())
+		st.do(r)
+		r.mustSync(false)
+		got := strings.Join(r.restoresSince(n), "")
+		if compact {
+			if strings.Contains(got, "KUBE-SEP-") && !strings.Contains(got, "--name KUBE-SEP-") {
+				t.Errorf("%s: the compact layout writes endpoint chains:\n%s", st.name, got)
 			}
-		})
+			st.want, st.notWant = nil, nil
+		}
+		for _, w := range st.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: partial restore lacks %q:\n%s", st.name, w, got)
+			}
+		}
+		for _, w := range st.notWant {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: partial restore has %q:\n%s", st.name, w, got)
+			}
+		}
+		if diff := cmp.Diff(r.freshDump(), normalize(r.fake.Dump())); diff != "" {
+			t.Fatalf("%s: after the partial sync the rules differ from a full sync's (-full +partial):\n%s", st.name, diff)
+		}
+		r.checkTraces(t, st.name)
+		rules := r.fake.Rules(tableNAT, chainServices)
+		if last := rules[len(rules)-1]; !strings.Contains(last, "NOTE: this must be the last rule") {
+			t.Errorf("%s: the node port jump is not last in nat KUBE-SERVICES: %s", st.name, last)
+		}
+		post := r.fake.Rules(tableNAT, chainPostrouting)
+		if i := slices.IndexFunc(post, func(l string) bool { return strings.Contains(l, "-j RETURN") }); i < 0 || strings.Contains(strings.Join(post[i:], "\n"), "hairpin") {
+			t.Errorf("%s: hairpin rules after the RETURN in KUBE-POSTROUTING:\n%s", st.name, strings.Join(post, "\n"))
+		}
 	}
 }
 

@@ -57,6 +57,8 @@ type Config struct {
 	// MaxChainsPerRestore > 0 splits a sync into several restores of at
 	// most about this many chains each (see DefaultMaxChainsPerRestore).
 	MaxChainsPerRestore int
+	// Compact: no KUBE-SEP chains (see Options.CompactLayout).
+	Compact bool
 }
 
 func (c *Config) ipv6() bool { return c.Family == model.IPv6 }
@@ -362,6 +364,7 @@ type out struct {
 	// Shared chain edits and the fixed parts (full syncs).
 	filterChains, natChains []string // chain lines of fixed chains (full)
 	filterHead, natHead     []byte   // jump inserts and fixed rules, before the services' rules
+	natPre                  []byte   // services' rules in KUBE-POSTROUTING (compact layout), before natHead
 	filterRules, natRules   []byte   // services' shared rules (full: "-A"; partial: "-D" then "-I"/"-A")
 	filterTail, natTail     []byte   // fixed rules after the services' rules
 	mangle                  []byte
@@ -501,6 +504,10 @@ func (r *renderer) renderFull() {
 			if sr.table == tableFilter {
 				o.filterRules = appendRuleLine(o.filterRules, "-A", sr)
 				o.filterN++
+			} else if sr.chain == chainPostrouting {
+				// Before the "not marked: RETURN" rule.
+				o.natPre = appendRuleLine(o.natPre, "-A", sr)
+				o.natN++
 			} else {
 				o.natRules = appendRuleLine(o.natRules, "-A", sr)
 				o.natN++
@@ -687,8 +694,10 @@ func (r *renderer) renderPartial() {
 	}
 	for _, sr := range inserts {
 		op := "-A"
-		if sr.table == tableNAT && sr.chain == chainServices {
-			// Above the node port jump, which must stay last.
+		if sr.table == tableNAT && (sr.chain == chainServices || sr.chain == chainPostrouting) {
+			// Above the node port jump, which must stay last in
+			// KUBE-SERVICES; above the "not marked: RETURN" rule in
+			// KUBE-POSTROUTING.
 			op = "-I"
 		}
 		if sr.table == tableFilter {
@@ -761,7 +770,7 @@ func (r *renderer) assemble(o *out) {
 	staleHere := !o.split
 	hasFilter := len(o.filterChains) > 0 || o.filterN > 0
 	hasNAT := len(o.natChains) > 0 || o.natN > 0 || (!o.split && o.own.chains > 0) || (staleHere && len(o.stale) > 0)
-	size := len(o.mangle) + len(o.filterHead) + len(o.filterRules) + len(o.filterTail) + len(o.natHead) + len(o.natRules) + len(o.natTail) + 64
+	size := len(o.natPre) + len(o.mangle) + len(o.filterHead) + len(o.filterRules) + len(o.filterTail) + len(o.natHead) + len(o.natRules) + len(o.natTail) + 64
 	for _, c := range append(slices.Clip(o.filterChains), o.natChains...) {
 		size += len(c) + 9
 	}
@@ -798,6 +807,9 @@ func (r *renderer) assemble(o *out) {
 				b = appendChainLine(b, c)
 			}
 		}
+		// Jump inserts first (natHead starts with them), so that the
+		// services' KUBE-POSTROUTING rules land before its fixed ones.
+		b = append(b, o.natPre...)
 		b = append(b, o.natHead...)
 		b = append(b, o.natRules...)
 		if !o.split {
@@ -1082,7 +1094,9 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		w.add("-m", "comment", "--comment", `"other traffic to `+name+` will be dropped by KUBE-PROXY-FIREWALL"`)
 	}
 	epChains := r.epChains[:0]
-	if usesCluster || usesLocal {
+	// Endpoint chain names: the chains, or in the compact layout only the
+	// names of the affinity lists.
+	if (usesCluster || usesLocal) && (!cfg.Compact || sp.SessionAffinity()) {
 		for _, e := range sel.AllReachable {
 			epChains = append(epChains, epChain{e, names.endpointChain(e)})
 		}
@@ -1104,6 +1118,21 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		if pc.uses {
 			r.dispatch(w, name, sp, pc.eps, epChains)
 		}
+	}
+	if cfg.Compact {
+		// Hairpin without endpoint chains: after DNAT, a packet a local
+		// pod sent to its own service and that came back to it has the
+		// same source and destination in postrouting. Only local
+		// endpoints send from this node; a remote pod's packet routed
+		// here and sent back to it is not caught (upstream's KUBE-SEP
+		// rule catches it).
+		for _, e := range sel.AllReachable {
+			if e.Local {
+				ip := e.IP.String()
+				add(tableNAT, chainPostrouting, "-m", "comment", "--comment", `"`+name+` hairpin"`, "-s", ip, "-d", ip, "-j", chainMarkMasq)
+			}
+		}
+		epChains = epChains[:0] // no chains to write
 	}
 	for _, ec := range epChains {
 		e := ec.e
@@ -1223,11 +1252,24 @@ func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, 
 		}
 		return []string{"-m", "comment", "--comment", `"` + name + ` -> ` + e.String() + `"`}
 	}
+	// target ends an endpoint's rule: a jump to its KUBE-SEP chain, or in
+	// the compact layout what that chain would do, in the same rule (the
+	// recent match with --set always matches and records the client).
+	pm := []string{"-m", protoLower(string(sp.Protocol)), "-p", protoLower(string(sp.Protocol))}
+	target := func(a []string, e *model.Endpoint) []string {
+		if !r.cfg.Compact {
+			return append(a, "-j", chainOf(e))
+		}
+		if sp.SessionAffinity() {
+			a = append(a, "-m", "recent", "--name", chainOf(e), "--set")
+		}
+		return append(append(a, pm...), "-j", "DNAT", "--to-destination", e.String())
+	}
 	if sp.SessionAffinity() {
 		secs := strconv.Itoa(int(sp.StickyMaxAgeSeconds))
 		for _, e := range eps {
 			ch := chainOf(e)
-			c.add(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap", "-j", ch)...)
+			c.add(target(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap"), e)...)
 		}
 	}
 	for i, e := range eps {
@@ -1235,6 +1277,6 @@ func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, 
 		if i < len(eps)-1 {
 			a = append(a, "-m", "statistic", "--mode", "random", "--probability", probability(len(eps)-i))
 		}
-		c.add(append(a, "-j", chainOf(e))...)
+		c.add(target(a, e)...)
 	}
 }
