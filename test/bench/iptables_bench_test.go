@@ -80,9 +80,21 @@ func newIPTables(b *testing.B, backend xtables.Backend, ns string) *timedIPT {
 	return &timedIPT{Interface: ipt}
 }
 
-func iptablesOptions() iptables.Options {
+// layouts are upstream's chain layout and the compact one (no KUBE-SEP
+// chains, iptables.Options.CompactLayout).
+var layouts = []bool{false, true}
+
+func layoutName(compact bool) string {
+	if compact {
+		return "compact"
+	}
+	return "upstream"
+}
+
+func iptablesOptions(compact bool) iptables.Options {
 	return iptables.Options{
-		Family: model.IPv4, Hostname: "node-a", MasqueradeBit: 14, LocalhostNodePorts: true,
+		CompactLayout: compact,
+		Family:        model.IPv4, Hostname: "node-a", MasqueradeBit: 14, LocalhostNodePorts: true,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")},
 		NodeIPs:      []netip.Addr{netip.MustParseAddr("198.17.0.10")},
 	}
@@ -101,28 +113,30 @@ func (t *timedIPT) report(b *testing.B, total time.Duration, n int) {
 func BenchmarkIPTablesFullSync(b *testing.B) {
 	needRoot(b)
 	for _, backend := range xtables.Backends {
-		for _, n := range iptablesSizes {
-			b.Run(fmt.Sprintf("backend=%s/services=%d", backend, n), func(b *testing.B) {
-				st := state(n)
-				var total time.Duration
-				var ipt *timedIPT
-				acc := &timedIPT{}
-				for range b.N {
-					ns := newNetns(b)
-					ipt = newIPTables(b, backend, ns)
-					p := iptables.NewProxier(iptablesOptions(), ipt, nil, nil)
-					start := time.Now()
-					if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
-						b.Fatal(err)
+		for _, compact := range layouts {
+			for _, n := range iptablesSizes {
+				b.Run(fmt.Sprintf("backend=%s/layout=%s/services=%d", backend, layoutName(compact), n), func(b *testing.B) {
+					st := state(n)
+					var total time.Duration
+					var ipt *timedIPT
+					acc := &timedIPT{}
+					for range b.N {
+						ns := newNetns(b)
+						ipt = newIPTables(b, backend, ns)
+						p := iptables.NewProxier(iptablesOptions(compact), ipt, nil, nil)
+						start := time.Now()
+						if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
+							b.Fatal(err)
+						}
+						total += time.Since(start)
+						acc.save += ipt.save
+						acc.restore += ipt.restore
+						acc.bytes += ipt.bytes
+						acc.runs += ipt.runs
 					}
-					total += time.Since(start)
-					acc.save += ipt.save
-					acc.restore += ipt.restore
-					acc.bytes += ipt.bytes
-					acc.runs += ipt.runs
-				}
-				acc.report(b, total, b.N)
-			})
+					acc.report(b, total, b.N)
+				})
+			}
 		}
 	}
 }
@@ -133,34 +147,36 @@ func BenchmarkIPTablesFullSync(b *testing.B) {
 func BenchmarkIPTablesBareRestore(b *testing.B) {
 	needRoot(b)
 	for _, backend := range xtables.Backends {
-		for _, n := range iptablesSizes {
-			b.Run(fmt.Sprintf("backend=%s/services=%d", backend, n), func(b *testing.B) {
-				cfg := iptablesOptions()
-				cfg.MaxChainsPerRestore = -1
-				if backend == xtables.NFT {
-					cfg.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
-				}
-				plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{State: state(n), Full: true, Existing: &iptables.Existing{}, Changed: sets.New[model.ServicePortName]()}, iptables.NewApplied())
-				size := 0
-				for _, r := range plan.Restores {
-					size += len(r)
-				}
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for range b.N {
-					b.StopTimer()
-					ns := newNetns(b)
-					b.StartTimer()
+		for _, compact := range layouts {
+			for _, n := range iptablesSizes {
+				b.Run(fmt.Sprintf("backend=%s/layout=%s/services=%d", backend, layoutName(compact), n), func(b *testing.B) {
+					cfg := iptablesOptions(compact)
+					cfg.MaxChainsPerRestore = -1
+					if backend == xtables.NFT {
+						cfg.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
+					}
+					plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{State: state(n), Full: true, Existing: &iptables.Existing{}, Changed: sets.New[model.ServicePortName]()}, iptables.NewApplied())
+					size := 0
 					for _, r := range plan.Restores {
-						cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "iptables-"+string(backend)+"-restore", "--noflush")
-						cmd.Stdin = strings.NewReader(string(r))
-						if out, err := cmd.CombinedOutput(); err != nil {
-							b.Fatalf("%v: %s", err, out)
+						size += len(r)
+					}
+					b.SetBytes(int64(size))
+					b.ResetTimer()
+					for range b.N {
+						b.StopTimer()
+						ns := newNetns(b)
+						b.StartTimer()
+						for _, r := range plan.Restores {
+							cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "iptables-"+string(backend)+"-restore", "--noflush")
+							cmd.Stdin = strings.NewReader(string(r))
+							if out, err := cmd.CombinedOutput(); err != nil {
+								b.Fatalf("%v: %s", err, out)
+							}
 						}
 					}
-				}
-				b.ReportMetric(float64(len(plan.Restores)), "restores")
-			})
+					b.ReportMetric(float64(len(plan.Restores)), "restores")
+				})
+			}
 		}
 	}
 }
@@ -170,31 +186,33 @@ func BenchmarkIPTablesBareRestore(b *testing.B) {
 func BenchmarkIPTablesEndpointChange(b *testing.B) {
 	needRoot(b)
 	for _, backend := range xtables.Backends {
-		for _, n := range iptablesSizes {
-			b.Run(fmt.Sprintf("backend=%s/services=%d", backend, n), func(b *testing.B) {
-				st := state(n)
-				ns := newNetns(b)
-				ipt := newIPTables(b, backend, ns)
-				p := iptables.NewProxier(iptablesOptions(), ipt, nil, nil)
-				if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
-					b.Fatal(err)
-				}
-				ipt.reset()
-				b.ResetTimer()
-				start := time.Now()
-				for i := range b.N {
-					name := spn((i * 7919) % n)
-					eps := append([]*model.Endpoint(nil), st.Endpoints[name]...)
-					e := *eps[0]
-					e.Port = int32(20000 + i%20000)
-					eps[0] = &e
-					st.Endpoints[name] = eps
-					if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New(name), Now: time.Now()}); err != nil {
+		for _, compact := range layouts {
+			for _, n := range iptablesSizes {
+				b.Run(fmt.Sprintf("backend=%s/layout=%s/services=%d", backend, layoutName(compact), n), func(b *testing.B) {
+					st := state(n)
+					ns := newNetns(b)
+					ipt := newIPTables(b, backend, ns)
+					p := iptables.NewProxier(iptablesOptions(compact), ipt, nil, nil)
+					if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 						b.Fatal(err)
 					}
-				}
-				ipt.report(b, time.Since(start), b.N)
-			})
+					ipt.reset()
+					b.ResetTimer()
+					start := time.Now()
+					for i := range b.N {
+						name := spn((i * 7919) % n)
+						eps := append([]*model.Endpoint(nil), st.Endpoints[name]...)
+						e := *eps[0]
+						e.Port = int32(20000 + i%20000)
+						eps[0] = &e
+						st.Endpoints[name] = eps
+						if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New(name), Now: time.Now()}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					ipt.report(b, time.Since(start), b.N)
+				})
+			}
 		}
 	}
 }
@@ -204,7 +222,7 @@ func BenchmarkIPTablesRender(b *testing.B) {
 	for _, n := range iptablesSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			st := state(n)
-			cfg := iptablesOptions()
+			cfg := iptablesOptions(false)
 			b.ResetTimer()
 			size := 0
 			for range b.N {
