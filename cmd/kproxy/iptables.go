@@ -40,6 +40,8 @@ type iptablesEnv struct {
 	sysctl func(path, value string) error
 	// readSysctl reads one; nil reads /proc/sys.
 	readSysctl func(path string) (string, error)
+	// compact is --iptables-compact-layout.
+	compact bool
 }
 
 // setUpIPTablesMode prepares --proxy-mode iptables before any rule is
@@ -76,6 +78,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		}
 		opts := iptablesOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
+		opts.CompactLayout = env.compact
 		if f == model.IPv4 && opts.RenderConfig(nil, nil).LocalhostNodePorts {
 			// Node ports on 127.0.0.1 need the kernel to route packets
 			// to loopback addresses that DNAT sends elsewhere; the

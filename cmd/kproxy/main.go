@@ -39,6 +39,9 @@ func run() int {
 	return 0
 }
 
+// compactLayoutHelp documents --iptables-compact-layout (kproxy only).
+const compactLayoutHelp = "kproxy only, iptables mode: leave out the per-endpoint KUBE-SEP-* chains (KUBE-SVC-*/KUBE-SVL-* rules DNAT directly, hairpin traffic is marked in KUBE-POSTROUTING). About a third of the rules and half the restore bytes: faster syncs, but 'iptables-save | grep KUBE-SEP' finds nothing. Default: upstream's layout."
+
 // usageError marks errors in what the user asked for (bad flags, config).
 type usageError struct{ error }
 
@@ -47,6 +50,7 @@ func (u usageError) Unwrap() error { return u.error }
 func newRootCommand() *cobra.Command {
 	o := config.NewOptions()
 	var fromFile string
+	var compact bool
 	cmd := &cobra.Command{
 		Use:   "kproxy",
 		Short: "kproxy: a Kubernetes service proxy (drop-in kube-proxy)",
@@ -64,7 +68,7 @@ endpoints are those of kube-proxy.`,
 			for _, w := range o.Warnings() {
 				klog.Warning(w)
 			}
-			return runProxy(cmd.Context(), o, fromFile)
+			return runProxy(cmd.Context(), o, fromFile, compact)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -72,6 +76,7 @@ endpoints are those of kube-proxy.`,
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
 	fs.StringVar(&fromFile, "from-file", "", "kproxy only: read Services, EndpointSlices and Nodes from this YAML/JSON file or directory (as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them) instead of the API server, and follow its changes.")
+	fs.BoolVar(&compact, "iptables-compact-layout", false, compactLayoutHelp)
 	cmd.AddCommand(newRenderCommand(), newTraceCommand(), newVersionCommand())
 	return cmd
 }

@@ -140,7 +140,7 @@ func (n nodeHealth) NodeDeleted(node *v1.Node) {
 var _ model.EventHandler = nodeHealth{}
 
 // runProxy runs the proxy until ctx ends.
-func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
+func runProxy(ctx context.Context, o *config.Options, fromFile string, compact bool) error {
 	c := o.Config
 	mode := config.EffectiveMode(c)
 	node, err := hostname(c)
@@ -168,7 +168,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string) error {
 			backends[f] = nftables.NewProxier(nftablesOptions(c, f), iface, conntrack.Netlink{}, localAddrs)
 		}
 	case config.ModeIPTables:
-		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{})
+		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{compact: compact})
 		if err != nil {
 			return err
 		}

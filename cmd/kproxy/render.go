@@ -31,6 +31,8 @@ type renderFlags struct {
 	// iptablesBackend is --iptables-backend: which iptables-restore the
 	// rules are shown for (legacy or nft).
 	iptablesBackend string
+	// compact is --iptables-compact-layout.
+	compact bool
 }
 
 func newRenderCommand() *cobra.Command {
@@ -75,6 +77,7 @@ It accepts the proxy's flags and --config, since they shape the result.`,
 	fs.StringVarP(&rf.file, "filename", "f", "", "Snapshot file or directory (YAML/JSON, kubectl's List format works). Default: the built-in example.")
 	fs.StringVarP(&rf.output, "output", "o", "table", "Model output format: table, yaml or json. Ignored when --proxy-mode asks for rules.")
 	fs.StringVar(&rf.iptablesBackend, "iptables-backend", "", "With --proxy-mode iptables: the iptables backend the restore input is for, legacy or nft (default: IPTABLES_MODE, else nft). Both get the same bytes, except that a sync of more than "+strconv.Itoa(iptables.DefaultMaxChainsPerRestore)+" chains is split into several iptables-nft-restore runs.")
+	fs.BoolVar(&rf.compact, "iptables-compact-layout", false, compactLayoutHelp)
 	return cmd
 }
 
@@ -256,6 +259,7 @@ func renderIPTables(out io.Writer, o *config.Options, rf renderFlags, states []*
 	for _, st := range states {
 		opts := iptablesOptions(o.Config, st.Family, nodeName)
 		opts.MaxChainsPerRestore = -1
+		opts.CompactLayout = rf.compact
 		if backend == xtables.NFT {
 			opts.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
 		}

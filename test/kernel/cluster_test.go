@@ -113,8 +113,8 @@ func clusterSpec(pods []podInfo) netns.ClusterSpec {
 type proxyMode struct {
 	// name names the subtests; flag is --proxy-mode (name when empty).
 	name, flag string
-	// env is set for kproxy (IPTABLES_MODE).
-	env []string
+	// env is set for kproxy (IPTABLES_MODE); args are added to its flags.
+	env, args []string
 	// needs lists binaries the mode's tests cannot run without.
 	needs []string
 	// iptables is true for both iptables backends: what upstream's
@@ -271,7 +271,7 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	if len(c.mode.env) > 0 {
 		argv = append([]string{"env"}, c.mode.env...)
 	}
-	return append(argv, kproxyBin,
+	return append(append(argv, kproxyBin,
 		"--proxy-mode", flag,
 		"--hostname-override", node,
 		"--from-file", c.snapPath,
@@ -279,7 +279,7 @@ func (c *kcluster) kproxyArgs(node string) []string {
 		"--healthz-bind-address", netip.AddrPortFrom(n.Addr(clientIP), 10256).String(),
 		"--metrics-bind-address", "127.0.0.1:10249",
 		"-v", "2",
-	)
+	), c.mode.args...)
 }
 
 func (c *kcluster) startKproxy(node string) {

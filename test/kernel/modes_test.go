@@ -16,7 +16,16 @@ import (
 // iptables once per backend (legacy and nft), chosen with IPTABLES_MODE as
 // RKE2 users do. Each test runs once per mode, in its own cluster of
 // namespaces, as a parallel subtest named after the mode.
-var modes = []proxyMode{nftablesMode, iptablesMode(xtables.Legacy), iptablesMode(xtables.NFT)}
+var modes = []proxyMode{nftablesMode, iptablesMode(xtables.Legacy), iptablesMode(xtables.NFT), compactMode()}
+
+// compactMode is iptables mode with --iptables-compact-layout (no KUBE-SEP
+// chains; the KUBE-SVC rules DNAT directly), on the nft backend.
+func compactMode() proxyMode {
+	m := iptablesMode(xtables.NFT)
+	m.name += "-compact"
+	m.args = []string{"--iptables-compact-layout"}
+	return m
+}
 
 // forEachMode runs f once per proxy mode.
 func forEachMode(t *testing.T, f func(t *testing.T, m proxyMode)) {
@@ -94,6 +103,11 @@ func iptablesRoutesTo(dump, servicePort string, endpoint netip.Addr) bool {
 		}
 		if strings.HasPrefix(jump, "KUBE-SEP-") {
 			jumps = append(jumps, jump)
+		}
+		// The compact layout DNATs in the service port's own chains.
+		if (strings.HasPrefix(f[1], "KUBE-SVC-") || strings.HasPrefix(f[1], "KUBE-SVL-")) && jump == "DNAT" &&
+			strings.HasPrefix(com, comment+" -> ") && p == proto && strings.HasPrefix(dnatTo, target) {
+			return true
 		}
 		if strings.HasPrefix(f[1], "KUBE-SEP-") && jump == "DNAT" && com == comment && p == proto && strings.HasPrefix(dnatTo, target) {
 			seps[f[1]] = true
