@@ -120,6 +120,12 @@ type ControlPlane struct {
 	EtcdReady, APIServerReady time.Duration
 
 	ca *authority
+	// apiServerArgv and readyTimeout let StartAPIServer run the API
+	// server again exactly as Start did; apiServerRuns counts its runs
+	// (each gets a log file of its own).
+	apiServerArgv []string
+	readyTimeout  time.Duration
+	apiServerRuns int
 
 	mu    sync.Mutex
 	links int // veths made by ConnectNamespace so far
@@ -150,8 +156,9 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	}
 
 	cp := &ControlPlane{
-		Dir:    t.TempDir(),
-		Server: "https://" + netip.AddrPortFrom(ControlPlaneIP4, APIServerPort).String(),
+		Dir:          t.TempDir(),
+		Server:       "https://" + netip.AddrPortFrom(ControlPlaneIP4, APIServerPort).String(),
+		readyTimeout: opts.ReadyTimeout,
 	}
 	cp.Namespace = AddNamespace(t, "kpe2e-cp")
 	cp.setUpNetwork(t)
@@ -175,8 +182,9 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	cp.EtcdReady = time.Since(start)
 
 	start = time.Now()
-	cp.APIServer = StartProcess(t, cp.Namespace, cp.Dir, "kube-apiserver",
-		append([]string{filepath.Join(binDir, APIServerBinary)}, cp.apiServerArgs(files, opts)...)...)
+	cp.apiServerArgv = append([]string{filepath.Join(binDir, APIServerBinary)}, cp.apiServerArgs(files, opts)...)
+	cp.apiServerRuns = 1
+	cp.APIServer = StartProcess(t, cp.Namespace, cp.Dir, "kube-apiserver", cp.apiServerArgv...)
 	if err := cp.waitAPIServer(ctx); err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}
@@ -308,6 +316,11 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 		// Never write self-signed certificates to /var/run/kubernetes.
 		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver-certs"),
 		"--profiling=false",
+		// On SIGTERM, stop the HTTP server 2 s after in-flight requests
+		// drained instead of waiting up to --request-timeout (60 s) for
+		// long-running ones: an open watch (kproxy's) ends only when its
+		// client goes, so StopAPIServer would hang while kproxy runs.
+		"--shutdown-send-retry-after=true",
 	}
 	return append(args, opts.APIServerArgs...)
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -358,5 +360,68 @@ func TestSweepStaleNamespaces(t *testing.T) {
 	}
 	if !namespaceExists(live) {
 		t.Errorf("%s of this process was swept", live)
+	}
+}
+
+// TestAPIServerRestartAndCompaction: StopAPIServer and StartAPIServer keep
+// etcd's data and the credentials (the same client reads what it wrote
+// before), and after CompactEtcd a watch from an older resource version,
+// served from etcd, is answered 410 Gone.
+func TestAPIServerRestartAndCompaction(t *testing.T) {
+	cp := Start(t, Options{APIServerArgs: []string{"--watch-cache=false"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cms := cp.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "restart"}, Data: map[string]string{"v": "1"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := cp.APIServer
+
+	if err := cp.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(ctx, "restart", metav1.GetOptions{}); err == nil {
+		t.Fatal("the API server still answers after StopAPIServer")
+	}
+	cp.StartAPIServer(t)
+	if cp.APIServer == first || cp.APIServer.Name != "kube-apiserver-2" {
+		t.Errorf("after StartAPIServer: APIServer %q, want a new process kube-apiserver-2", cp.APIServer.Name)
+	}
+	if _, err := os.Stat(first.Log); err != nil {
+		t.Errorf("the first run's log: %v", err)
+	}
+	got, err := cms.Get(ctx, "restart", metav1.GetOptions{})
+	if err != nil || got.Data["v"] != "1" {
+		t.Fatalf("after the restart: %v, %v; want the ConfigMap written before", got, err)
+	}
+
+	got.Data["v"] = "2"
+	if _, err := cms.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := cp.CompactEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, _ := strconv.ParseInt(cm.ResourceVersion, 10, 64); rev <= old {
+		t.Errorf("compacted at revision %d, not after the ConfigMap's %d", rev, old)
+	}
+	w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: cm.ResourceVersion})
+	if err == nil {
+		// The API server may answer the watch and send the error as its
+		// first event.
+		defer w.Stop()
+		select {
+		case ev := <-w.ResultChan():
+			err = apierrors.FromObject(ev.Object)
+		case <-ctx.Done():
+			t.Fatal("no event on a watch from a compacted resource version")
+		}
+	}
+	if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Errorf("watch from compacted resource version %s: %v, want 410 Gone", cm.ResourceVersion, err)
 	}
 }

@@ -102,6 +102,21 @@ func startOnSpawnerThread(cmd *exec.Cmd) error {
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// Signal sends sig to the process (for example SIGKILL, to see what a crash
+// leaves behind, or SIGSTOP/SIGCONT to freeze it). It does not wait; use
+// Done. A process that has already exited is not an error.
+func (p *Process) Signal(sig os.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signalling %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // ExitError is the process's exit status once Done is closed.
 func (p *Process) ExitError() error {
 	select {
