@@ -195,7 +195,7 @@ func TestDeployArgs(t *testing.T) {
 			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 				t.Errorf("NODE_NAME is not taken from spec.nodeName: %+v", e)
 			}
-			env[e.Name] = nodeName
+			env[e.Name] = nodeA
 			continue
 		}
 		env[e.Name] = e.Value
@@ -229,8 +229,8 @@ func TestDeployArgs(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("kproxy rejects the DaemonSet's effective config: %v", err)
 	}
-	if o.Config.HostnameOverride != nodeName {
-		t.Errorf("hostnameOverride = %q, want %q from $(NODE_NAME)", o.Config.HostnameOverride, nodeName)
+	if o.Config.HostnameOverride != nodeA {
+		t.Errorf("hostnameOverride = %q, want %q from $(NODE_NAME)", o.Config.HostnameOverride, nodeA)
 	}
 	if got := config.EffectiveMode(o.Config); got != "nftables" {
 		t.Errorf("effective mode = %q, want nftables", got)
