@@ -784,16 +784,12 @@ func (r *renderer) assemble(o *out) {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, o.mangle...)
-	if hasFilter {
-		b = append(b, "*filter\n"...)
-		for _, c := range o.filterChains {
-			b = appendChainLine(b, c)
-		}
-		b = append(b, o.filterHead...)
-		b = append(b, o.filterRules...)
-		b = append(b, o.filterTail...)
-		b = append(b, "COMMIT\n"...)
-	}
+	// nat before filter: iptables-restore commits table by table, and a
+	// service that gets its first endpoint must have its DNAT in place
+	// before the filter table's reject for "no endpoints" goes, or a
+	// packet between the two commits meets neither and is routed on
+	// (a lost SYN costs the client a second). The other way round (the
+	// last endpoint goes) only turns a reject into a drop for that moment.
 	if hasNAT {
 		b = append(b, "*nat\n"...)
 		for _, c := range o.natChains {
@@ -821,6 +817,16 @@ func (r *renderer) assemble(o *out) {
 			}
 		}
 		b = append(b, o.natTail...)
+		b = append(b, "COMMIT\n"...)
+	}
+	if hasFilter {
+		b = append(b, "*filter\n"...)
+		for _, c := range o.filterChains {
+			b = appendChainLine(b, c)
+		}
+		b = append(b, o.filterHead...)
+		b = append(b, o.filterRules...)
+		b = append(b, o.filterTail...)
 		b = append(b, "COMMIT\n"...)
 	}
 	if len(b) > 0 {
