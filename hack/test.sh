@@ -10,4 +10,4 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 # -p 2: the reference machine has 2 cores; kernel tests use their own netns.
-go test -p 2 -count=1 -timeout 20m ./... "$@"
+go test -p 2 -count=1 -timeout 45m ./... "$@"
