@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"bytes"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 	"hash/maphash"
 	"net/netip"
 	"slices"
@@ -98,10 +99,7 @@ type ServiceStats struct {
 }
 
 // StaleUDP is a service port (as it was rendered) and endpoints it lost.
-type StaleUDP struct {
-	Service   *model.ServicePort
-	Endpoints []*model.Endpoint
-}
+type StaleUDP = udpflows.Stale
 
 // Applied is what the last successful sync left in the kernel. Render reads
 // it; only Plan.Commit changes it, after the kernel accepted the plan.
@@ -909,7 +907,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 		}
 	}
 	if len(removed) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{prev.sp, removed})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(s.reachable) > 0 {
 		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
@@ -918,7 +916,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 
 func (r *renderer) udpGone(old *svcApplied) {
 	if old.sp.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
 	}
 }
 

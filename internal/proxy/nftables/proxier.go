@@ -13,8 +13,8 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/metrics"
-	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // fullSyncFreeThreshold: below this many operations a full sync's batch is
@@ -96,9 +96,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	plan.Commit(p.applied)
 	p.wroteTable = true
-	p.clearConntrack(plan)
+	udpflows.Clear(p.conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
 	if in.Full {
-		p.reconcileConntrack(req.State)
+		udpflows.Reconcile(p.conntrack, p.opts.Family, req.State)
 	}
 	if plan.Cleanup != nil {
 		if err := p.nft.Apply(ctx, plan.Cleanup); err != nil {
@@ -135,52 +135,6 @@ func (p *Proxier) result() *proxy.Result {
 		LocalEndpoints:   local,
 		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
 	}
-}
-
-// clearConntrack removes UDP entries that would keep sending packets to
-// endpoints that are gone, or keep rejecting a service that now has endpoints.
-func (p *Proxier) clearConntrack(plan *Plan) {
-	if p.conntrack == nil {
-		return
-	}
-	var filters []conntrack.Filter
-	for _, st := range plan.StaleUDP {
-		sp := st.Service
-		for _, e := range st.Endpoints {
-			for _, ip := range serviceIPs(sp) {
-				filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port), ReplySrc: e.IP})
-			}
-			if sp.NodePort != 0 {
-				filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort), ReplySrc: e.IP})
-			}
-		}
-	}
-	for _, sp := range plan.NewlyServedUDP {
-		for _, ip := range serviceIPs(sp) {
-			filters = append(filters, conntrack.Filter{OrigDst: ip, OrigDstPort: uint16(sp.Port)})
-		}
-		if sp.NodePort != 0 {
-			filters = append(filters, conntrack.Filter{OrigDstPort: uint16(sp.NodePort)})
-		}
-	}
-	if len(filters) == 0 {
-		return
-	}
-	start := time.Now()
-	n, err := p.conntrack.DeleteUDP(p.opts.Family == model.IPv6, filters)
-	metrics.ReconcileConntrackFlowsLatency.WithLabelValues(string(p.opts.Family)).Observe(time.Since(start).Seconds())
-	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(p.opts.Family)).Add(float64(n))
-	if err != nil {
-		klog.ErrorS(err, "Failed to delete stale UDP conntrack entries", "filters", len(filters))
-		return
-	}
-	klog.V(2).InfoS("Deleted stale UDP conntrack entries", "entries", n, "filters", len(filters))
-}
-
-func serviceIPs(sp *model.ServicePort) []netip.Addr {
-	ips := []netip.Addr{sp.ClusterIP}
-	ips = append(ips, sp.ExternalIPs...)
-	return append(ips, sp.LoadBalancerVIPs()...)
 }
 
 // HealthCheckKeys lists services with health check ports (for tests).

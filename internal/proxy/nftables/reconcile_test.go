@@ -23,6 +23,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // udpFlow is a client at src:sport sending to dst (ip:port) and answered
@@ -200,7 +201,7 @@ func TestStaleFlows(t *testing.T) {
 			for _, i := range tc.stale {
 				want = append(want, tc.flows[i].Filter())
 			}
-			got := staleFlows(tc.state, tc.flows)
+			got := udpflows.StaleFlows(tc.state, tc.flows)
 			if diff := cmp.Diff(sortFilters(want), sortFilters(got), cmpAddr); diff != "" {
 				t.Errorf("stale flows (-want +got):\n%s", diff)
 			}

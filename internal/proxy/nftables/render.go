@@ -3,6 +3,7 @@ package nftables
 import (
 	"cmp"
 	"fmt"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 	"maps"
 	"net/netip"
 	"slices"
@@ -197,10 +198,7 @@ func (o *ownedElem) sameValue(p *ownedElem) bool {
 }
 
 // StaleUDP is a service port (as it was rendered) and endpoints it lost.
-type StaleUDP struct {
-	Service   *model.ServicePort
-	Endpoints []*model.Endpoint
-}
+type StaleUDP = udpflows.Stale
 
 // NewApplied returns the state of a kernel kproxy has not written yet.
 func NewApplied() *Applied {
@@ -682,7 +680,7 @@ func (r *renderer) renderFull() {
 	slices.SortFunc(gone, model.ServicePortName.Compare)
 	for _, n := range gone {
 		old := r.last.services[n]
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
 	}
 	active := make(sets.Set[objRef], len(names))
 	for _, n := range names {
@@ -950,7 +948,7 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 		r.markStale(s, true, &n)
 	}
 	if n.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{old.sp, old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
 	}
 }
 
@@ -1459,7 +1457,7 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 		}
 	}
 	if len(removed) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{prev.sp, removed})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(sel.AllReachable) > 0 {
 		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)
