@@ -78,7 +78,8 @@ type Host struct {
 	LocalAddrs []netip.Addr
 }
 
-func (h Host) isLocal(a netip.Addr) bool {
+// IsLocal reports whether a is one of the node's addresses or loopback.
+func (h Host) IsLocal(a netip.Addr) bool {
 	a = a.Unmap()
 	if a.IsLoopback() {
 		return true
@@ -237,7 +238,7 @@ type walker struct {
 // postrouting. On each hook the base chains of all tables of the packet's
 // family run in priority order.
 func (r *Ruleset) Trace(p Packet, h Host) (*Result, error) {
-	if err := p.check(); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, err
 	}
 	if p.Family == 0 {
@@ -271,7 +272,10 @@ func (r *Ruleset) Trace(p Packet, h Host) (*Result, error) {
 	return w.res, nil
 }
 
-func (p Packet) check() error {
+// Check reports what makes p untraceable: invalid or mixed-family
+// addresses, a family that does not match them, a protocol other than TCP,
+// UDP or SCTP.
+func (p Packet) Check() error {
 	switch {
 	case !p.Dst.IsValid() || !p.Src.IsValid():
 		return errors.New("packet needs valid source and destination addresses")
@@ -300,7 +304,7 @@ func (w *walker) nextHook(s *state) bool {
 			next = nft.HookPrerouting
 		}
 	case nft.HookPrerouting:
-		if w.h.isLocal(s.pkt.Dst) {
+		if w.h.IsLocal(s.pkt.Dst) {
 			s.step("route: %s is local -> input", s.pkt.Dst)
 			next = nft.HookInput
 		} else {
@@ -408,7 +412,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			if st.Source {
 				a = s.pkt.Src
 			}
-			if !w.h.isLocal(a) {
+			if !w.h.IsLocal(a) {
 				return false, nil
 			}
 		case nft.MatchIifname:

@@ -1,7 +1,6 @@
 package iptrace
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -145,26 +144,14 @@ func (r *Ruleset) Trace(p trace.Packet, h trace.Host) (*trace.Result, error) {
 }
 
 func checkPacket(p *trace.Packet) error {
-	switch {
-	case !p.Dst.IsValid() || !p.Src.IsValid():
-		return errors.New("packet needs valid source and destination addresses")
-	case p.Src.Unmap().Is4() != p.Dst.Unmap().Is4():
-		return errors.New("packet source and destination are of different families")
+	if err := p.Check(); err != nil {
+		return err
 	}
-	fam := 4
-	if !p.Dst.Unmap().Is4() {
-		fam = 6
-	}
-	switch {
-	case p.Family == 0:
-		p.Family = fam
-	case p.Family != 4 && p.Family != 6:
-		return fmt.Errorf("packet family %d is not 4 or 6", p.Family)
-	case p.Family != fam:
-		return fmt.Errorf("packet family %d does not match address %s", p.Family, p.Dst)
-	}
-	if protoNumber(p.Proto) == 0 {
-		return fmt.Errorf("packet protocol %q is not TCP, UDP or SCTP", p.Proto)
+	if p.Family == 0 {
+		p.Family = 4
+		if !p.Dst.Unmap().Is4() {
+			p.Family = 6
+		}
 	}
 	return nil
 }
@@ -181,18 +168,7 @@ func protoNumber(p v1.Protocol) uint8 {
 	return 0
 }
 
-func (w *walker) isLocal(a netip.Addr) bool {
-	a = a.Unmap()
-	if a.IsLoopback() {
-		return true
-	}
-	for _, l := range w.h.LocalAddrs {
-		if l.Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
+func (w *walker) isLocal(a netip.Addr) bool { return w.h.IsLocal(a) }
 
 // run walks one path until it ends or forks into pending branches.
 func (w *walker) run(s *state) error {
