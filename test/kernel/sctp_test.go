@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
@@ -11,7 +12,8 @@ import (
 // sctpPod is the example's only SCTP endpoint, on node-b.
 const sctpPod = "sctp-0"
 
-// TestSCTP: the sctp service 198.19.0.19:9999 reaches sctp-0. Needs a
+// TestSCTP: the sctp service 198.19.0.19:9999 reaches sctp-0, in every
+// proxy mode. Needs a
 // kernel with SCTP (CONFIG_IP_SCTP). On a host kernel without it the test
 // runs itself again inside the test VM (internal/testutil/vm), whose kernel
 // has SCTP, with the same kproxy binary; without a VM it skips, saying why,
@@ -33,6 +35,8 @@ func TestSCTP(t *testing.T) {
 		switch {
 		case ok:
 			t.Logf("the host kernel lacks SCTP (%v): running the test in the test VM", err)
+			defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
+			vm.DefaultModules = append(slices.Clone(vm.DefaultModules), iptablesModules...)
 			vm.RunTestInVM(t, "^TestSCTP$", "KPROXY_KERNEL_TEST_BIN="+kproxyBin)
 			return
 		case vm.Required():
@@ -41,12 +45,34 @@ func TestSCTP(t *testing.T) {
 		t.Skipf("SCTP traffic not tested: %v (the kernel lacks CONFIG_IP_SCTP), and no test VM: %s", err, why)
 	}
 	t.Parallel()
-	c := newCluster(t, clusterOptions{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			for _, bin := range m.needs {
+				netns.Require(t, bin)
+			}
+			testSCTP(t, m)
+		})
+	}
+}
+
+// iptablesModules are what the iptables modes' rules use, loaded up front
+// in the VM like vm.DefaultModules (an on-demand load costs seconds there).
+var iptablesModules = []string{
+	"ip_tables", "iptable_nat", "iptable_filter", "iptable_mangle",
+	"ip6_tables", "ip6table_nat", "ip6table_filter", "ip6table_mangle", "nft_compat",
+	"xt_comment", "xt_statistic", "xt_recent", "xt_mark", "xt_conntrack", "xt_addrtype",
+	"xt_MASQUERADE", "xt_nat", "xt_tcpudp", "xt_sctp", "xt_multiport", "ipt_REJECT", "ip6t_REJECT",
+}
+
+// testSCTP runs one mode's SCTP probes; in the VM the modes run one after
+// the other (the emulated CPUs are slow enough).
+func testSCTP(t *testing.T, m proxyMode) {
+	c := newCluster(t, clusterOptions{mode: m})
 	netns.ServeEcho(t, c.Pod(t, sctpPod).NS, sctpPod, "sctp", 9999)
 	runProbes(t, c, []probe{
 		{from: testerA, network: "sctp", dst: "198.19.0.19:9999", n: 3, servers: []string{sctpPod}, peer: peerOwn},
 		{from: testerB, network: "sctp", dst: "198.19.0.19:9999", n: 3, servers: []string{sctpPod}, peer: peerOwn},
 		{from: client, network: "sctp", dst: "198.19.0.19:9999", n: 3, servers: []string{sctpPod}, peer: peerMasq, masqBy: nodeA},
-		{from: testerA, network: "sctp", dst: "198.19.0.19:9998", outcome: netns.Refused, within: quick},
+		{from: testerA, network: "sctp", dst: "198.19.0.19:9998", outcome: netns.Refused, within: quick, nftOnly: true},
 	})
 }
