@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +198,18 @@ func guestConfig(cfg Config, k *Kernel, nonce string) (*guest.Config, error) {
 			return nil, fmt.Errorf("bind: %w", err)
 		}
 		gc.Binds = append(gc.Binds, real)
+	}
+	// A working directory under one of the guest's fresh tmpfs mounts (a
+	// clone in /tmp, as CI may make) would be hidden by it: keep it
+	// visible like a bind.
+	if cfg.Dir != "" {
+		if dir, err := filepath.EvalSymlinks(cfg.Dir); err == nil {
+			for _, t := range gc.Tmpfs {
+				if (dir == t || strings.HasPrefix(dir, t+"/")) && !slices.Contains(gc.Binds, dir) {
+					gc.Binds = append(gc.Binds, dir)
+				}
+			}
+		}
 	}
 	return gc, nil
 }
