@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,8 +131,25 @@ func CheckComment(s string) error {
 	if len(s) > MaxCommentLen {
 		return &lowerError{msg: fmt.Sprintf("comment of %d bytes, nft allows %d", len(s), MaxCommentLen), errno: unix.EINVAL}
 	}
-	if quote(s) != `"`+s+`"` {
+	if !quotesAsIs(s) {
 		return &lowerError{msg: fmt.Sprintf("comment %s has characters nft cannot read back", quote(s)), errno: unix.EINVAL}
 	}
 	return nil
+}
+
+// quotesAsIs reports whether quote(s) is s between double quotes: valid
+// UTF-8, printable, no double quote or backslash. Checked rune by rune
+// rather than by quoting: every element of a full sync has a comment.
+func quotesAsIs(s string) bool {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return false
+			}
+		}
+		if r == '"' || r == '\\' || !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }

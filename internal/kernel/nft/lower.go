@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
@@ -206,10 +205,27 @@ type lowerer struct {
 	// deleted tables: nothing of them exists before the transaction any
 	// more, whatever the kernel holds.
 	deleted map[string]bool
+
+	// scratch is where a rule message is built before keep copies it to
+	// the arena; starts and stmtIdx are its expressions' bookkeeping.
+	scratch         attrs
+	starts, stmtIdx []int
+	arena           []byte
+	intArena        []int
+	// elemScratch, elemStarts and elemOps are elementMsgs' scratch
+	// buffers; elems, owners and keyBuf lowerElements'.
+	elemScratch         attrs
+	elemStarts, elemOps []int
+	elems               []elemAttr
+	owners              []int
+	keyBuf              []byte
 }
 
 func newLowerer(tx *Transaction, k kernelView) *lowerer {
-	return &lowerer{tx: tx, fam: nfproto(tx.Family), sets: map[string]*setInfo{}, kernel: k, deleted: map[string]bool{}}
+	// About one message per operation: element operations share
+	// messages, anonymous sets add some.
+	return &lowerer{tx: tx, fam: nfproto(tx.Family), sets: map[string]*setInfo{}, kernel: k, deleted: map[string]bool{},
+		msgs: make([]nlMsg, 0, len(tx.Ops)+8)}
 }
 
 // ref is the key of a set of the current table in l.sets.
@@ -504,27 +520,39 @@ type elemAttr struct {
 }
 
 func (e *elemAttr) encode(a *attrs) {
-	a.nest(unix.NFTA_LIST_ELEM, func(n *attrs) {
-		if e.end {
-			n.u32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
-		}
-		n.value(unix.NFTA_SET_ELEM_KEY, e.key)
-		if e.verdict != nil {
-			n.nest(unix.NFTA_SET_ELEM_DATA, func(d *attrs) { encodeVerdict(d, *e.verdict) })
-		}
-		// nft records a comment, and marks a range without end element
-		// as open (NFTNL_SET_ELEM_F_INTERVAL_OPEN).
-		var u udata
+	elem := a.open()
+	if e.end {
+		a.u32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
+	}
+	a.value(unix.NFTA_SET_ELEM_KEY, e.key)
+	if e.verdict != nil {
+		d := a.open()
+		encodeVerdict(a, *e.verdict)
+		a.close(d, unix.NFTA_SET_ELEM_DATA)
+	}
+	// nft records a comment, and marks a range without end element as
+	// open (NFTNL_SET_ELEM_F_INTERVAL_OPEN): udata written in place.
+	n := 0
+	if e.comment != "" {
+		n += 2 + len(e.comment) + 1
+	}
+	if e.open {
+		n += 2 + 4
+	}
+	if n > 0 {
+		a.hdr(unix.NFTA_SET_ELEM_USERDATA, n)
 		if e.comment != "" {
-			u = u.str(udComment, e.comment)
+			a.b = append(a.b, udComment, byte(len(e.comment)+1))
+			a.b = append(a.b, e.comment...)
+			a.b = append(a.b, 0)
 		}
 		if e.open {
-			u = u.u32(udElemFlags, elemFlagIntervalOpen)
+			a.b = append(a.b, udElemFlags, 4)
+			a.b = binary.NativeEndian.AppendUint32(a.b, elemFlagIntervalOpen)
 		}
-		if len(u) > 0 {
-			n.put(unix.NFTA_SET_ELEM_USERDATA, u)
-		}
-	})
+		a.pad()
+	}
+	a.close(elem, unix.NFTA_LIST_ELEM)
 }
 
 func verdictCode(k VerdictKind) (int32, error) {
@@ -545,16 +573,19 @@ func verdictCode(k VerdictKind) (int32, error) {
 
 func encodeVerdict(a *attrs, v Verdict) {
 	code, _ := verdictCode(v.Kind) // checked by callers
-	a.nest(unix.NFTA_DATA_VERDICT, func(n *attrs) {
-		n.u32(unix.NFTA_VERDICT_CODE, uint32(code))
-		if v.Kind == Jump || v.Kind == Goto {
-			n.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
-		}
-	})
+	n := a.open()
+	a.u32(unix.NFTA_VERDICT_CODE, uint32(code))
+	if v.Kind == Jump || v.Kind == Goto {
+		a.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+	}
+	a.close(n, unix.NFTA_DATA_VERDICT)
 }
 
 // valueBytes encodes one key component of type t.
-func valueBytes(t DataType, v Value) ([]byte, error) {
+func valueBytes(t DataType, v Value) ([]byte, error) { return appendValue(nil, t, v) }
+
+// appendValue appends one key component of type t to b.
+func appendValue(b []byte, t DataType, v Value) ([]byte, error) {
 	switch t {
 	case TypeIPv4Addr, TypeIPv6Addr:
 		var a netip.Addr
@@ -564,46 +595,53 @@ func valueBytes(t DataType, v Value) ([]byte, error) {
 		case v.Prefix.IsValid():
 			a = v.Prefix.Masked().Addr()
 		default:
-			return nil, invalidf("%s key component %q is not an address", t, v)
+			return b, invalidf("%s key component %q is not an address", t, v)
 		}
 		if (t == TypeIPv4Addr) != a.Is4() {
-			return nil, invalidf("%s key component %q has the wrong address family", t, v)
+			return b, invalidf("%s key component %q has the wrong address family", t, v)
 		}
-		return a.AsSlice(), nil
+		if a.Is4() {
+			a4 := a.As4()
+			return append(b, a4[:]...), nil
+		}
+		a16 := a.As16()
+		return append(b, a16[:]...), nil
 	case TypeInetProto:
 		p, ok := ProtoNumber(v.Proto)
 		if !ok {
-			return nil, invalidf("inet_proto key component %q is not a protocol", v)
+			return b, invalidf("inet_proto key component %q is not a protocol", v)
 		}
-		return []byte{p}, nil
+		return append(b, p), nil
 	case TypeInetService:
 		if v.Addr.IsValid() || v.Prefix.IsValid() || v.Proto != "" {
-			return nil, invalidf("inet_service key component %q is not a port", v)
+			return b, invalidf("inet_service key component %q is not a port", v)
 		}
-		return binary.BigEndian.AppendUint16(nil, v.Port), nil
+		return binary.BigEndian.AppendUint16(b, v.Port), nil
 	}
-	return nil, invalidf("unsupported key type %q", t)
+	return b, invalidf("unsupported key type %q", t)
 }
 
 // keyBytes encodes a whole (possibly concatenated) key.
-func keyBytes(types []DataType, key []Value) ([]byte, error) {
+func keyBytes(types []DataType, key []Value) ([]byte, error) { return appendKeyBytes(nil, types, key) }
+
+// appendKeyBytes appends a whole key to b: each field of a concatenation
+// padded to 4 bytes.
+func appendKeyBytes(b []byte, types []DataType, key []Value) ([]byte, error) {
 	if len(key) != len(types) {
-		return nil, invalidf("key has %d components, the set's type has %d", len(key), len(types))
+		return b, invalidf("key has %d components, the set's type has %d", len(key), len(types))
 	}
-	var out []byte
+	var err error
 	for i, t := range types {
-		b, err := valueBytes(t, key[i])
-		if err != nil {
-			return nil, err
+		if b, err = appendValue(b, t, key[i]); err != nil {
+			return b, err
 		}
-		out = append(out, b...)
 		if len(types) > 1 {
-			for len(out)%4 != 0 {
-				out = append(out, 0)
+			for len(b)%4 != 0 {
+				b = append(b, 0)
 			}
 		}
 	}
-	return out, nil
+	return b, nil
 }
 
 // addrRange is a closed interval of addresses, as nft's segment tree
@@ -691,8 +729,12 @@ func (l *lowerer) lowerElements(from, to int) error {
 		return err
 	}
 	opErr := func(i int, err error) error { return &OpError{Index: i, Op: l.tx.OpText(i), Err: err} }
-	var elems []elemAttr
-	var owners []int
+	elems := l.elems[:0]
+	owners := l.owners[:0]
+	// Keys of earlier calls are encoded already: a new buffer, not
+	// overwritten (slices of the old one may still be referenced).
+	l.keyBuf = make([]byte, 0, 16*(to-from))
+	defer func() { l.elems, l.owners = elems[:0], owners[:0] }()
 	if si == nil {
 		// The set does not exist: send the elements anyway and let the
 		// kernel reject them (ENOENT), as it would nft's. The key is
@@ -754,9 +796,13 @@ func (l *lowerer) lowerElements(from, to int) error {
 				return opErr(i, invalidf("prefix %s in a set without the interval flag", kv.Prefix))
 			}
 		}
-		if ea.key, err = keyBytes(def.Key, e.Key); err != nil {
+		// Keys are cut from one buffer per call (they only live until
+		// elementMsgs has encoded them).
+		start := len(l.keyBuf)
+		if l.keyBuf, err = appendKeyBytes(l.keyBuf, def.Key, e.Key); err != nil {
 			return opErr(i, err)
 		}
+		ea.key = l.keyBuf[start:len(l.keyBuf):len(l.keyBuf)]
 		elems = append(elems, ea)
 		owners = append(owners, i)
 	}
@@ -830,25 +876,29 @@ func elemMsgType(k OpKind) elemMsg {
 // elementMsgs splits an element list into messages whose element nest
 // stays below the 64 KiB attribute limit.
 func (l *lowerer) elementMsgs(mt elemMsg, set string, setID uint32, elems []elemAttr, owners []int) {
+	// Not l.scratch: an anonymous set's elements are lowered in the
+	// middle of their rule.
+	a := &l.elemScratch
 	for start := 0; start < len(elems); {
-		var head attrs
-		head.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.cur)
-		head.str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		a.b = a.b[:0]
+		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.cur)
+		a.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 		if setID != 0 {
-			head.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, setID)
+			a.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, setID)
 		}
-		base := len(head.b) + nlaHdrLen
-		var list attrs
+		list := a.open()
 		m := nlMsg{typ: mt.typ, flags: mt.flags, family: l.fam, op: owners[start]}
+		starts, ops := l.elemStarts[:0], l.elemOps[:0]
 		end := start
-		for end < len(elems) && (end == start || len(list.b) < maxAttrBytes-1024) {
-			m.elemStarts = append(m.elemStarts, base+len(list.b))
-			m.elemOps = append(m.elemOps, owners[end])
-			elems[end].encode(&list)
+		for end < len(elems) && (end == start || len(a.b)-list-nlaHdrLen < maxAttrBytes-1024) {
+			starts = append(starts, len(a.b))
+			ops = append(ops, owners[end])
+			elems[end].encode(a)
 			end++
 		}
-		head.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(n *attrs) { n.b = append(n.b, list.b...) })
-		m.attrs = head.b
+		a.close(list, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		m.attrs, m.elemStarts, m.elemOps = l.keep(a.b), l.keepInts(starts), l.keepInts(ops)
+		l.elemStarts, l.elemOps = starts, ops
 		l.add(m)
 		start = end
 	}
@@ -885,21 +935,51 @@ func (l *lowerer) anonSet(op int, flags uint32, ktype uint32, klen int, keyUdata
 	return id
 }
 
-// ruleBuilder collects the expressions of one rule.
+// ruleBuilder writes the expressions of one rule into its message and
+// notes where each starts and which statement it comes from (to name the
+// statement the kernel refuses).
 type ruleBuilder struct {
-	exprs []expr.Any
-	stmts []int // statement index of each expression
-	cur   int
+	a      *attrs
+	starts []int
+	stmts  []int
+	cur    int
 	// l4proto the rule has already matched: nft omits the implicit
 	// "meta l4proto" dependency of "tcp dport" when it is known.
 	l4proto uint8
 }
 
-func (r *ruleBuilder) emit(es ...expr.Any) {
-	for _, e := range es {
-		r.exprs = append(r.exprs, e)
-		r.stmts = append(r.stmts, r.cur)
+// next notes that an expression of the current statement starts here and
+// returns the buffer to write it to.
+func (r *ruleBuilder) next() *attrs {
+	r.starts = append(r.starts, len(r.a.b))
+	r.stmts = append(r.stmts, r.cur)
+	return r.a
+}
+
+// arenaChunk is the size of the blocks message attributes are carved
+// from (see keep).
+const arenaChunk = 256 << 10
+
+// keep copies b into the lowerer's arena and returns the copy: the
+// messages of a transaction share a few large blocks instead of growing
+// one buffer each.
+func (l *lowerer) keep(b []byte) []byte {
+	if cap(l.arena)-len(l.arena) < len(b) {
+		l.arena = make([]byte, 0, max(len(b), arenaChunk))
 	}
+	n := len(l.arena)
+	l.arena = append(l.arena, b...)
+	return l.arena[n:len(l.arena):len(l.arena)]
+}
+
+// keepInts is keep for the messages' bookkeeping.
+func (l *lowerer) keepInts(v []int) []int {
+	if cap(l.intArena)-len(l.intArena) < len(v) {
+		l.intArena = make([]int, 0, max(len(v), arenaChunk/8))
+	}
+	n := len(l.intArena)
+	l.intArena = append(l.intArena, v...)
+	return l.intArena[n:len(l.intArena):len(l.intArena)]
 }
 
 // loadConcat loads fields into consecutive registers, as nft lays out a
@@ -910,14 +990,14 @@ func (l *lowerer) loadConcat(rb *ruleBuilder, fields []Field) error {
 		reg := concatReg(slot)
 		switch f {
 		case FieldDaddr, FieldSaddr:
-			p := loadAddr(l.fam, f == FieldSaddr, reg)
-			rb.emit(p)
-			slot += int(p.Len) / 4
+			off, n := addrField(l.fam, f == FieldSaddr)
+			rb.next().payloadLoad(reg, unix.NFT_PAYLOAD_NETWORK_HEADER, off, n)
+			slot += int(n) / 4
 		case FieldL4Proto:
-			rb.emit(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg})
+			rb.next().metaLoad(unix.NFT_META_L4PROTO, reg)
 			slot++
 		case FieldDport:
-			rb.emit(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			rb.next().payloadLoad(reg, unix.NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)
 			slot++
 		default:
 			return invalidf("unknown field %q", f)
@@ -926,7 +1006,26 @@ func (l *lowerer) loadConcat(rb *ruleBuilder, fields []Field) error {
 	return nil
 }
 
+// ne32 is v in host byte order, as nft compares marks, numgen values and
+// other host order integers.
+func ne32(v uint32) [4]byte {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	return b
+}
+
 func native32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+
+// addrBytes returns a's bytes (4 or 16) in buf.
+func addrBytes(buf *[16]byte, a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		copy(buf[:], b[:])
+		return buf[:4]
+	}
+	*buf = a.As16()
+	return buf[:]
+}
 
 func (l *lowerer) lowerRule(i int, op *Op) error {
 	r := op.Rule
@@ -936,7 +1035,12 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 	if err := CheckComment(r.Comment); err != nil {
 		return err
 	}
-	var rb ruleBuilder
+	a := &l.scratch
+	a.b = a.b[:0]
+	a.str(unix.NFTA_RULE_TABLE, l.cur)
+	a.str(unix.NFTA_RULE_CHAIN, r.Chain)
+	rb := ruleBuilder{a: a, starts: l.starts[:0], stmts: l.stmtIdx[:0]}
+	list := a.open()
 	for si, s := range r.Stmts {
 		rb.cur = si
 		if err := l.lowerStmt(i, &rb, s); err != nil {
@@ -945,36 +1049,25 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 			return fmt.Errorf("statement %q: %w", b.String(), err)
 		}
 	}
-	var a attrs
-	a.str(unix.NFTA_RULE_TABLE, l.cur)
-	a.str(unix.NFTA_RULE_CHAIN, r.Chain)
+	a.close(list, unix.NFTA_RULE_EXPRESSIONS)
+	if r.Comment != "" {
+		// udata(nil).str(udComment, r.Comment), written in place.
+		a.hdr(unix.NFTA_RULE_USERDATA, 2+len(r.Comment)+1)
+		a.b = append(a.b, udComment, byte(len(r.Comment)+1))
+		a.b = append(a.b, r.Comment...)
+		a.b = append(a.b, 0)
+		a.pad()
+	}
 	flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_APPEND)
 	if op.Kind == OpInsert {
 		// Without NLM_F_APPEND and without a position the kernel puts the
 		// rule first in its chain.
 		flags = unix.NLM_F_CREATE
 	}
-	m := nlMsg{typ: unix.NFT_MSG_NEWRULE, flags: flags, family: l.fam, op: i}
-	var list attrs
-	for k, e := range rb.exprs {
-		b, err := expr.Marshal(l.fam, e)
-		if err != nil {
-			return fmt.Errorf("encoding expression %T: %w", e, err)
-		}
-		m.exprStarts = append(m.exprStarts, len(list.b))
-		m.exprStmts = append(m.exprStmts, rb.stmts[k])
-		list.nest(unix.NFTA_LIST_ELEM, func(n *attrs) { n.b = append(n.b, b...) })
-	}
-	base := len(a.b) + nlaHdrLen
-	for k := range m.exprStarts {
-		m.exprStarts[k] += base
-	}
-	a.nest(unix.NFTA_RULE_EXPRESSIONS, func(n *attrs) { n.b = append(n.b, list.b...) })
-	if r.Comment != "" {
-		a.put(unix.NFTA_RULE_USERDATA, udata(nil).str(udComment, r.Comment))
-	}
-	m.attrs = a.b
-	l.add(m)
+	l.add(nlMsg{typ: unix.NFT_MSG_NEWRULE, flags: flags, family: l.fam, op: i,
+		attrs: l.keep(a.b), exprStarts: l.keepInts(rb.starts), exprStmts: l.keepInts(rb.stmts)})
+	// The scratch buffers keep their capacity for the next rule.
+	l.starts, l.stmtIdx = rb.starts, rb.stmts
 	return nil
 }
 
@@ -992,16 +1085,16 @@ func addrField(f uint8, source bool) (off, length uint32) {
 	return 16, 4
 }
 
-func loadAddr(f uint8, source bool, reg uint32) *expr.Payload {
-	off, n := addrField(f, source)
-	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}
+func (l *lowerer) loadAddr(rb *ruleBuilder, source bool, reg uint32) {
+	off, n := addrField(l.fam, source)
+	rb.next().payloadLoad(reg, unix.NFT_PAYLOAD_NETWORK_HEADER, off, n)
 }
 
-func cmpOp(negate bool) expr.CmpOp {
+func cmpOp(negate bool) uint32 {
 	if negate {
-		return expr.CmpOpNeq
+		return unix.NFT_CMP_NEQ
 	}
-	return expr.CmpOpEq
+	return unix.NFT_CMP_EQ
 }
 
 func (l *lowerer) checkFamily(a netip.Addr) error {
@@ -1011,14 +1104,21 @@ func (l *lowerer) checkFamily(a netip.Addr) error {
 	return nil
 }
 
+// matchL4Proto is "meta l4proto P", remembered for later "dport" matches.
+func (rb *ruleBuilder) matchL4Proto(p uint8) {
+	rb.next().metaLoad(unix.NFT_META_L4PROTO, reg1)
+	rb.next().cmp(unix.NFT_CMP_EQ, reg1, []byte{p})
+	rb.l4proto = p
+}
+
 func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
+	zero := ne32(0)
 	switch s := s.(type) {
 	case MatchCtStateNew:
-		rb.emit(
-			&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(ctStateNew), Xor: native32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)},
-		)
+		mask := ne32(ctStateNew)
+		rb.next().ctLoad(unix.NFT_CT_STATE, reg1)
+		rb.next().bitwise(reg1, reg1, mask[:], zero[:])
+		rb.next().cmp(unix.NFT_CMP_NEQ, reg1, zero[:])
 	case MatchAddr:
 		return l.lowerMatchAddr(op, rb, s)
 	case MatchL4Proto:
@@ -1026,11 +1126,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
 		}
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{p}},
-		)
-		rb.l4proto = p
+		rb.matchL4Proto(p)
 	case MatchDport:
 		// "tcp dport 80" carries its protocol dependency (meta l4proto
 		// tcp in ip/ip6 tables); nft lists the pair as "tcp dport 80".
@@ -1040,24 +1136,22 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		}
 		switch rb.l4proto {
 		case 0:
-			rb.emit(
-				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{p}},
-			)
-			rb.l4proto = p
+			rb.matchL4Proto(p)
 		case p:
 		default:
 			return invalidf("conflicting protocols: the rule already matched protocol %d", rb.l4proto)
 		}
-		rb.emit(
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.BigEndian.AppendUint16(nil, s.Port)},
-		)
+		port := binary.BigEndian.AppendUint16(make([]byte, 0, 2), s.Port)
+		rb.next().payloadLoad(reg1, unix.NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)
+		rb.next().cmp(unix.NFT_CMP_EQ, reg1, port)
 	case MatchFibLocal:
-		rb.emit(
-			&expr.Fib{Register: reg1, FlagSADDR: s.Source, FlagDADDR: !s.Source, ResultADDRTYPE: true},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(rtnLocal)},
-		)
+		flags := uint32(unix.NFTA_FIB_F_DADDR)
+		if s.Source {
+			flags = unix.NFTA_FIB_F_SADDR
+		}
+		local := ne32(rtnLocal)
+		rb.next().fib(reg1, flags, unix.NFT_FIB_RESULT_ADDRTYPE)
+		rb.next().cmp(unix.NFT_CMP_EQ, reg1, local[:])
 	case MatchIifname:
 		if s.Name == "" && s.Prefix {
 			return invalidf("all-wildcard interface names are not supported")
@@ -1065,56 +1159,51 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if len(s.Name) >= ifnameLen {
 			return invalidf("interface name %q is too long", s.Name)
 		}
-		data := []byte(s.Name)
-		if !s.Prefix {
-			data = append(data, make([]byte, ifnameLen-len(data))...)
+		var buf [ifnameLen]byte
+		n := copy(buf[:], s.Name)
+		data := buf[:]
+		if s.Prefix {
+			data = buf[:n]
 		}
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-			&expr.Cmp{Op: cmpOp(s.Negate), Register: reg1, Data: data},
-		)
+		rb.next().metaLoad(unix.NFT_META_IIFNAME, reg1)
+		rb.next().cmp(cmpOp(s.Negate), reg1, data)
 	case MatchMarkZero:
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(s.Mask), Xor: native32(0)},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)},
-		)
+		mask := ne32(s.Mask)
+		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
+		rb.next().bitwise(reg1, reg1, mask[:], zero[:])
+		rb.next().cmp(unix.NFT_CMP_EQ, reg1, zero[:])
 	case SetMarkOr:
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^s.Mask), Xor: native32(s.Mask)},
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1, SourceRegister: true},
-		)
+		mask, xor := ne32(^s.Mask), ne32(s.Mask)
+		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
+		rb.next().bitwise(reg1, reg1, mask[:], xor[:])
+		rb.next().metaSet(unix.NFT_META_MARK, reg1)
 	case SetMarkXor:
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(0xffffffff), Xor: native32(s.Mask)},
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1, SourceRegister: true},
-		)
+		mask, xor := ne32(0xffffffff), ne32(s.Mask)
+		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
+		rb.next().bitwise(reg1, reg1, mask[:], xor[:])
+		rb.next().metaSet(unix.NFT_META_MARK, reg1)
 	case Masquerade:
-		rb.emit(&expr.Masq{FullyRandom: true})
+		rb.next().masqFullyRandom()
 	case DNAT:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
 		}
+		if !s.To.Addr().IsValid() {
+			return invalidf("invalid DNAT address")
+		}
 		if err := l.checkFamily(s.To.Addr()); err != nil {
 			return err
 		}
-		rb.emit(
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{p}},
-			&expr.Immediate{Register: reg1, Data: s.To.Addr().AsSlice()},
-			&expr.Immediate{Register: reg2, Data: binary.BigEndian.AppendUint16(nil, s.To.Port())},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(l.fam), RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
-		)
-		rb.l4proto = p
+		var abuf [16]byte
+		port := binary.BigEndian.AppendUint16(make([]byte, 0, 2), s.To.Port())
+		rb.matchL4Proto(p)
+		rb.next().immediate(reg1, addrBytes(&abuf, s.To.Addr()))
+		rb.next().immediate(reg2, port)
+		rb.next().dnat(uint32(l.fam), reg1, reg2)
 	case UpdateSaddr:
-		id := l.batchID(s.Set)
-		rb.emit(
-			loadAddr(l.fam, true, reg1),
-			&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, SetID: id, Operation: unix.NFT_DYNSET_OP_UPDATE},
-		)
+		l.loadAddr(rb, true, reg1)
+		rb.next().dynsetUpdate(reg1, s.Set, l.batchID(s.Set))
 	case MatchInSet:
 		if len(s.Fields) == 0 {
 			return invalidf("set lookup without fields")
@@ -1122,7 +1211,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if err := l.loadConcat(rb, s.Fields); err != nil {
 			return err
 		}
-		rb.emit(&expr.Lookup{SourceRegister: reg1, SetName: s.Set, SetID: l.batchID(s.Set)})
+		rb.next().lookup(reg1, -1, false, s.Set, l.batchID(s.Set))
 	case VmapLookup:
 		if len(s.Fields) == 0 {
 			return invalidf("vmap lookup without fields")
@@ -1130,8 +1219,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if err := l.loadConcat(rb, s.Fields); err != nil {
 			return err
 		}
-		id := l.batchID(s.Map)
-		rb.emit(&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: s.Map, SetID: id})
+		rb.next().lookup(reg1, regVerdict, false, s.Map, l.batchID(s.Map))
 	case NumgenVmap:
 		if len(s.Chains) == 0 {
 			return invalidf("numgen vmap without chains")
@@ -1146,41 +1234,38 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			nest(udSetDataTypeof, udata(nil).u32(udTypeofExpr, exprTypeVerdict).nest(udTypeofData, nil)).
 			u32(udSetDataInterval, 0)
 		id := l.anonSet(op, setMap, dtInteger, 4, u, elems)
-		rb.emit(
-			&expr.Numgen{Register: reg1, Modulus: uint32(len(s.Chains)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: "__map%d", SetID: id},
-		)
+		rb.next().numgenRandom(reg1, uint32(len(s.Chains)))
+		rb.next().lookup(reg1, regVerdict, false, "__map%d", id)
 	case MatchNumgen:
 		if s.Mod == 0 || s.Value >= s.Mod {
 			return invalidf("numgen random mod %d %d can never match", s.Mod, s.Value)
 		}
 		// numgen yields a host byte order integer, compared as nft does.
-		rb.emit(
-			&expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(s.Value)},
-		)
+		v := ne32(s.Value)
+		rb.next().numgenRandom(reg1, s.Mod)
+		rb.next().cmp(unix.NFT_CMP_EQ, reg1, v[:])
 	case Reject:
 		// Plain "reject" in an ip/ip6 table is ICMP port unreachable.
 		code := uint8(icmpPortUnreach)
 		if l.fam == unix.NFPROTO_IPV6 {
 			code = icmp6PortUnreach
 		}
-		rb.emit(&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+		rb.next().reject(unix.NFT_REJECT_ICMP_UNREACH, code)
 	case Counter:
-		rb.emit(&expr.Counter{})
+		rb.next().counter()
 	case Verdict:
 		code, err := verdictCode(s.Kind)
 		if err != nil {
 			return err
 		}
-		v := &expr.Verdict{Kind: expr.VerdictKind(code)}
+		chain := ""
 		if s.Kind == Jump || s.Kind == Goto {
 			if s.Chain == "" {
 				return invalidf("%s without a chain", s.Kind)
 			}
-			v.Chain = s.Chain
+			chain = s.Chain
 		}
-		rb.emit(v)
+		rb.next().verdictExpr(code, chain)
 	default:
 		return unsupportedf("unsupported statement %T", s)
 	}
@@ -1196,11 +1281,8 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
 	off, n := addrField(l.fam, s.Source)
 	if s.Set != "" {
-		id := l.batchID(s.Set)
-		rb.emit(
-			loadAddr(l.fam, s.Source, reg1),
-			&expr.Lookup{SourceRegister: reg1, SetName: s.Set, SetID: id, Invert: s.Negate},
-		)
+		l.loadAddr(rb, s.Source, reg1)
+		rb.next().lookup(reg1, -1, s.Negate, s.Set, l.batchID(s.Set))
 		return nil
 	}
 	if len(s.Prefixes) == 0 {
@@ -1217,24 +1299,23 @@ func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
 	if len(s.Prefixes) == 1 {
 		p := s.Prefixes[0].Masked()
 		bits := p.Bits()
+		var abuf [16]byte
+		addr := addrBytes(&abuf, p.Addr())
 		switch {
 		case p.IsSingleIP():
-			rb.emit(loadAddr(l.fam, s.Source, reg1), &expr.Cmp{Op: cmpOp(s.Negate), Register: reg1, Data: p.Addr().AsSlice()})
+			l.loadAddr(rb, s.Source, reg1)
+			rb.next().cmp(cmpOp(s.Negate), reg1, addr)
 		case bits > 0 && bits%8 == 0:
-			rb.emit(
-				&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(bits / 8)},
-				&expr.Cmp{Op: cmpOp(s.Negate), Register: reg1, Data: p.Addr().AsSlice()[:bits/8]},
-			)
+			rb.next().payloadLoad(reg1, unix.NFT_PAYLOAD_NETWORK_HEADER, off, uint32(bits/8))
+			rb.next().cmp(cmpOp(s.Negate), reg1, addr[:bits/8])
 		default:
-			mask := make([]byte, n)
+			var mask, xor [16]byte
 			for i := 0; i < bits; i++ {
 				mask[i/8] |= 0x80 >> (i % 8)
 			}
-			rb.emit(
-				loadAddr(l.fam, s.Source, reg1),
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: n, Mask: mask, Xor: make([]byte, n)},
-				&expr.Cmp{Op: cmpOp(s.Negate), Register: reg1, Data: p.Addr().AsSlice()},
-			)
+			l.loadAddr(rb, s.Source, reg1)
+			rb.next().bitwise(reg1, reg1, mask[:n], xor[:n])
+			rb.next().cmp(cmpOp(s.Negate), reg1, addr)
 		}
 		return nil
 	}
@@ -1278,9 +1359,7 @@ func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
 	u = u.nest(udSetKeyTypeof, udata(nil).u32(udTypeofExpr, exprTypePayload).
 		nest(udTypeofData, udata(nil).u32(0, proto).u32(1, field)))
 	id := l.anonSet(op, flags, ktype, dataTypes[kname].len, u, elems)
-	rb.emit(
-		loadAddr(l.fam, s.Source, reg1),
-		&expr.Lookup{SourceRegister: reg1, SetName: "__set%d", SetID: id, Invert: s.Negate},
-	)
+	l.loadAddr(rb, s.Source, reg1)
+	rb.next().lookup(reg1, -1, s.Negate, "__set%d", id)
 	return nil
 }
