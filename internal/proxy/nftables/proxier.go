@@ -109,14 +109,18 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			plan.CommitCleanup(p.applied)
 		}
 	}
-	if in.Full && plan.Tx.Len() > fullSyncFreeThreshold {
-		// A large full sync builds the whole batch in memory at once;
-		// hand that memory back to the OS rather than keeping the peak
-		// as resident size until the runtime's scavenger gets to it.
-		debug.FreeOSMemory()
-	}
+	large := in.Full && plan.Tx.Len() > fullSyncFreeThreshold
 	res := p.result()
 	res.CleanupPending = plan.CleanupPending(p.applied)
+	if large {
+		// A large full sync builds the whole batch in memory at once;
+		// hand that memory back to the OS rather than keeping the peak
+		// as resident size until the runtime's scavenger gets to it. In
+		// the background: the forced collection took 0.15-0.2 s of a
+		// 10k-service full sync on 2 cores, and nothing that waits for
+		// the sync needs it done (the plan is garbage once we return).
+		go debug.FreeOSMemory()
+	}
 	return res, nil
 }
 
