@@ -305,6 +305,24 @@ var (
 		Help:      "Number of kube-proxy chains found in the iptables backend kproxy does not use",
 	}, []string{LabelBackend})
 
+	// IPTablesLockWait is how long each iptables-restore waited for the
+	// xtables lock that kubelet and other tools take too (legacy backend;
+	// the wait is bounded, see IPTablesLockTimeoutsTotal).
+	IPTablesLockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: kproxyNamespace,
+		Name:      "iptables_lock_wait_seconds",
+		Help:      "Time iptables-restore waited for the xtables lock",
+		Buckets:   []float64{0.001, 0.01, 0.1, 0.5, 1, 2, 5},
+	}, []string{LabelIPFamily})
+
+	// IPTablesLockTimeoutsTotal counts restores that gave up waiting for
+	// the xtables lock (the sync is retried, full).
+	IPTablesLockTimeoutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: kproxyNamespace,
+		Name:      "iptables_lock_timeouts_total",
+		Help:      "Number of iptables-restore runs that gave up waiting for the xtables lock",
+	}, []string{LabelIPFamily})
+
 	// Info is always 1; its labels say what this kproxy runs. Set it with
 	// SetInfo.
 	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -356,6 +374,8 @@ func allCollectors() []prometheus.Collector {
 		NFTablesLocalhostNodePortRejectedPackets,
 		InvalidObjectsTotal,
 		IPTablesOtherBackendChains,
+		IPTablesLockWait,
+		IPTablesLockTimeoutsTotal,
 		Info,
 	}
 }

@@ -89,8 +89,12 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		st, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true})
 		lockWait += st.LockWait
 		size += len(data)
+		metrics.IPTablesLockWait.WithLabelValues(fam).Observe(st.LockWait.Seconds())
 		if err != nil {
 			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			if errors.Is(err, xtables.ErrLockTimeout) {
+				metrics.IPTablesLockTimeoutsTotal.WithLabelValues(fam).Inc()
+			}
 			if !in.Full {
 				metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()
 			}

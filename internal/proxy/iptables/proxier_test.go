@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/netip"
 	"slices"
 	"strings"
@@ -403,6 +405,17 @@ func TestProxierFailureAndCanary(t *testing.T) {
 	r.set(web, r.state.Services[web], r.state.Endpoints[web][:1])
 	if _, err := r.sync(false); !errors.Is(err, boom) {
 		t.Fatalf("sync with a failing restore: err = %v, want boom", err)
+	}
+	// A lock timeout is a failure like any other, and counted.
+	timeouts := testutil.ToFloat64(metrics.IPTablesLockTimeoutsTotal.WithLabelValues(string(model.IPv4)))
+	r.fake.RestoreHook = func([]byte, xtables.RestoreOptions) error {
+		return fmt.Errorf("iptables-restore: %w", xtables.ErrLockTimeout)
+	}
+	if _, err := r.sync(false); !errors.Is(err, xtables.ErrLockTimeout) {
+		t.Fatalf("sync with a lock timeout: err = %v", err)
+	}
+	if got := testutil.ToFloat64(metrics.IPTablesLockTimeoutsTotal.WithLabelValues(string(model.IPv4))); got != timeouts+1 {
+		t.Errorf("kproxy_iptables_lock_timeouts_total went from %v to %v, want +1", timeouts, got)
 	}
 	r.fake.RestoreHook = nil
 	n := len(r.fake.Restores())
