@@ -77,7 +77,7 @@ endpoints are those of kube-proxy.`,
 	config.AddKlogFlags(fs)
 	fs.StringVar(&fromFile, "from-file", "", "kproxy only: read Services, EndpointSlices and Nodes from this YAML/JSON file or directory (as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them) instead of the API server, and follow its changes.")
 	fs.BoolVar(&compact, "iptables-compact-layout", false, compactLayoutHelp)
-	cmd.AddCommand(newRenderCommand(), newTraceCommand(), newVersionCommand())
+	cmd.AddCommand(newRenderCommand(), newTraceCommand(), newDoctorCommand(), newVersionCommand())
 	return cmd
 }
 

@@ -1,0 +1,62 @@
+package kernel
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+// TestDoctor: kproxy doctor on a node where kproxy runs in nftables mode
+// while an old kube-proxy's rules sit in the legacy backend, and then in
+// the nft backend too: it names what it finds, warns about two modes at
+// once, and fails on kube-proxy rules in both iptables backends.
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	for _, bin := range []string{"iptables-legacy-restore", "iptables-nft-restore", "iptables-legacy-save", "iptables-nft-save"} {
+		netns.Require(t, bin)
+	}
+	c := newCluster(t, clusterOptions{kproxyOn: []string{}})
+	node := c.Nodes[nodeA]
+	doctor := func() (string, error) {
+		return node.Exec(60*time.Second, kproxyBin, "doctor", "--metrics-url", "http://127.0.0.1:10249")
+	}
+	out, err := doctor()
+	if err != nil || strings.Contains(out, "WARN") {
+		t.Fatalf("doctor on a clean node: %v\n%s", err, out)
+	}
+
+	// kproxy in nftables mode, then an old kube-proxy's legacy rules.
+	c.startKproxy(nodeA)
+	c.waitSynced(nodeA)
+	restore := func(bin string) {
+		t.Helper()
+		if out, err := node.Exec(10*time.Second, "sh", "-c", `printf '%s' "$0" | `+bin+` --noflush`, staleLegacyRules); err != nil {
+			t.Fatalf("%s: %v\n%s", bin, err, out)
+		}
+	}
+	restore("iptables-legacy-restore")
+	out, err = doctor()
+	if err != nil {
+		t.Fatalf("doctor with rules of two modes: %v (want warnings only)\n%s", err, out)
+	}
+	for _, want := range []string{
+		"nftables mode tables: ip kube-proxy, ip kube-proxy-s0",
+		"a proxy answers on /proxyMode: nftables",
+		"WARN  rules of several proxy modes at once (iptables, nftables)",
+		"WARN  the running proxy is in nftables mode but kube-proxy iptables rules exist",
+		"IPv4 nat/KUBE-SERVICES",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The same rules in the nft backend too: an error, exit status 1.
+	restore("iptables-nft-restore")
+	out, err = doctor()
+	if err == nil || !strings.Contains(out, "ERROR kube-proxy rules in BOTH iptables backends") {
+		t.Errorf("doctor with kube-proxy rules in both backends: err %v, want exit 1 and an ERROR line:\n%s", err, out)
+	}
+}
