@@ -429,8 +429,14 @@ func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 				return nil, err
 			}
 		}
-		if _, err := c.expect(kw); err != nil {
-			return nil, err
+		// nft lists "offset 0" as nothing.
+		if kw == "offset" && !c.accept(kw) {
+			continue
+		}
+		if kw == "mod" {
+			if _, err := c.expect(kw); err != nil {
+				return nil, err
+			}
 		}
 		w, err := c.word(kw)
 		if err != nil {

@@ -470,7 +470,7 @@ func TestTraceSemantics(t *testing.T) {
 			"add element ip t eps { 4 : 10.1.0.9 . 9 }\n" +
 			"add map ip t ueps { typeof numgen random mod 1 : ip daddr . udp dport ; }\n" +
 			"add element ip t ueps { 0 : 10.1.0.9 . 9 }\n" +
-			"add rule ip t n meta l4proto udp dnat ip to numgen random mod 1 offset 0 map @ueps\n" +
+			"add rule ip t n meta l4proto udp dnat ip to numgen random mod 1 map @ueps\n" +
 			"add rule ip t n meta l4proto tcp dnat ip to numgen random mod 3 offset 1 map @eps\n",
 		pkt: pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
 		want: []string{out("accept", "10.1.0.1:8080", false, 1.0/3), out("accept", "10.1.0.2:8081", false, 1.0/3),

@@ -577,12 +577,13 @@ func (p *tokens) stmt(fam Family) (Stmt, error) {
 				if err != nil {
 					return nil, err
 				}
-				if err := p.expect("offset"); err != nil {
-					return nil, err
-				}
-				off, err := strconv.ParseUint(p.next(), 10, 32)
-				if err != nil {
-					return nil, err
+				// nft lists "offset 0" as nothing.
+				var off uint64
+				if p.peek() == "offset" {
+					p.next()
+					if off, err = strconv.ParseUint(p.next(), 10, 32); err != nil {
+						return nil, err
+					}
 				}
 				if err := p.expect("map"); err != nil {
 					return nil, err
