@@ -49,6 +49,12 @@ func parseMaps(jsonText string) ([]nftMap, error) {
 			continue
 		}
 		m := nftMap{Family: o.Map.Family, Table: o.Map.Table, Name: o.Map.Name}
+		if strings.HasPrefix(m.Name, "endpoints-") {
+			// Endpoint maps (numgen index -> endpoint) are no
+			// service addresses; their keys are plain numbers.
+			maps = append(maps, m)
+			continue
+		}
 		for _, e := range o.Map.Elem {
 			if len(e) != 2 {
 				return nil, fmt.Errorf("map element %s is not [key, value]", e)
