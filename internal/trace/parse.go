@@ -398,6 +398,27 @@ func parseSetSpec(c *cursor, s *set, isMap bool, at origin) error {
 	var elems []*element
 	err := parseBlock(c, func(c *cursor, key string) error {
 		switch key {
+		case "typeof":
+			// Only endpoint maps: "typeof numgen random mod 1 : ip daddr . tcp dport".
+			if _, err := c.expect("numgen"); err != nil {
+				return err
+			}
+			for _, w := range []string{"random", "mod", "1", ":", addrKeyword(s.family), "daddr", "."} {
+				if _, err := c.expect(w); err != nil {
+					return err
+				}
+			}
+			pw, err := c.word("protocol")
+			if err != nil {
+				return err
+			}
+			proto, err := parseProto(pw)
+			if err != nil {
+				return err
+			}
+			s.def.Endpoints = proto
+			_, err = c.expect("dport")
+			return err
 		case "type":
 			s.def.Key = nil
 			for {
@@ -476,7 +497,7 @@ func parseSetSpec(c *cursor, s *set, isMap bool, at origin) error {
 	if err != nil {
 		return err
 	}
-	if len(s.def.Key) == 0 {
+	if len(s.def.Key) == 0 && s.def.Endpoints == "" {
 		return errors.New("set without type")
 	}
 	if isMap != s.def.IsMap() {
@@ -502,7 +523,7 @@ func (t *table) setOp(verb string, isMap bool, c *cursor, line int) error {
 		if s != nil && verb == "create" {
 			return fmt.Errorf("set %q exists", name)
 		}
-		spec := &set{def: nft.Set{Name: name}, index: map[string]int{}, line: line}
+		spec := &set{def: nft.Set{Name: name}, index: map[string]int{}, line: line, family: t.family}
 		if _, err := c.expect("{"); err != nil {
 			return err
 		}
@@ -517,7 +538,7 @@ func (t *table) setOp(verb string, isMap bool, c *cursor, line int) error {
 			t.sorder = append(t.sorder, name)
 			return nil
 		}
-		if !slices.Equal(s.def.Key, spec.def.Key) || s.def.Data != spec.def.Data || s.def.Interval != spec.def.Interval {
+		if !slices.Equal(s.def.Key, spec.def.Key) || s.def.Data != spec.def.Data || s.def.Endpoints != spec.def.Endpoints || s.def.Interval != spec.def.Interval {
 			return fmt.Errorf("set %q exists with a different type or flags", name)
 		}
 		for _, e := range spec.elems {
@@ -577,13 +598,13 @@ func (t *table) elementOp(verb string, c *cursor, line int) error {
 		case "add":
 			s.add(e)
 		case "create":
-			if s.lookupExact(e.key) {
-				return fmt.Errorf("element %s exists in %q", keyString(e.key), name)
+			if _, ok := s.index[e.id()]; ok {
+				return fmt.Errorf("element %s exists in %q", e.id(), name)
 			}
 			s.add(e)
 		default:
-			if !s.remove(e.key) {
-				return fmt.Errorf("no element %s in %q", keyString(e.key), name)
+			if !s.remove(e.id()) {
+				return fmt.Errorf("no element %s in %q", e.id(), name)
 			}
 		}
 	}
@@ -605,6 +626,19 @@ func parseElements(c *cursor, s *set, add bool, at origin) ([]*element, error) {
 			return out, nil
 		}
 		e := &element{line: at.line, gen: at.gen}
+		if s.def.Endpoints != "" {
+			if err := parseEndpointElem(c, s, e); err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+			if !c.accept(",") {
+				if _, err := c.expect("}"); err != nil {
+					return nil, err
+				}
+				return out, nil
+			}
+			continue
+		}
 		for i, dt := range s.def.Key {
 			if i > 0 {
 				if _, err := c.expect("."); err != nil {
@@ -665,6 +699,43 @@ func parseElements(c *cursor, s *set, add bool, at origin) ([]*element, error) {
 			return out, nil
 		}
 	}
+}
+
+// parseEndpointElem reads "INDEX : ADDR . PORT" (the data in deletions
+// too, as kproxy writes them).
+func parseEndpointElem(c *cursor, s *set, e *element) error {
+	w, err := c.word("element key")
+	if err != nil {
+		return err
+	}
+	idx, err := strconv.ParseUint(w, 10, 32)
+	if err != nil {
+		return fmt.Errorf("element of %q: bad index %q", s.def.Name, w)
+	}
+	if _, err := c.expect(":"); err != nil {
+		return err
+	}
+	aw, err := c.word("address")
+	if err != nil {
+		return err
+	}
+	a, err := netip.ParseAddr(aw)
+	if err != nil || a.Is4() != (s.family == nft.IPv4) || a.Zone() != "" {
+		return fmt.Errorf("element of %q: bad address %q", s.def.Name, aw)
+	}
+	if _, err := c.expect("."); err != nil {
+		return err
+	}
+	pw, err := c.word("port")
+	if err != nil {
+		return err
+	}
+	port, err := parsePort(pw)
+	if err != nil {
+		return err
+	}
+	e.index, e.to = uint32(idx), netip.AddrPortFrom(a, port)
+	return nil
 }
 
 // parseValue reads one key component of data type dt.

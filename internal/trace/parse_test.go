@@ -37,6 +37,8 @@ func TestParseErrors(t *testing.T) {
 		{"numgen branch missing", head + "add chain ip t a\nadd rule ip t c numgen random mod 3 vmap { 0 : goto a, 1 : goto a }", 4, "numgen index 2 has no branch"},
 		{"numgen branch that is not a goto", head + "add chain ip t a\nadd rule ip t c numgen random mod 1 vmap { 0 : jump a }", 4, "numgen branches must goto"},
 		{"inline vmap", head + "add rule ip t c ip daddr vmap { 10.0.0.1 : drop }", 3, "only named verdict maps"},
+		{"dnat map rule of another protocol", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . udp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @m", 4, `"m" is not a map of tcp endpoints`},
+		{"endpoint map element of the other family", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . udp dport ; }\nadd element ip t m { 1 : fd00::1 . 80 }", 4, `bad address "fd00::1"`},
 		{"th dport as a match", head + "add rule ip t c th dport 80 drop", 3, "th dport is only supported as a map lookup key"},
 		{"dnat without a port", head + "add rule ip t c meta l4proto tcp dnat to 10.0.0.1", 3, "invalid dnat destination"},
 		{"IPv4 dnat in an ip6 table", "add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c meta l4proto tcp dnat to 10.0.0.1:80", 3, "in a table of family ip6"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
@@ -54,14 +55,29 @@ type set struct {
 	elems []*element
 	index map[string]int // key string → position in elems
 	line  int
+	// family is the table's (endpoint map elements hold addresses).
+	family nft.Family
 }
 
 type element struct {
-	key     []nft.Value
+	key []nft.Value
+	// index and to, when to is valid, are the key and data of an
+	// endpoint map element (key is nil).
+	index   uint32
+	to      netip.AddrPort
 	verdict *nft.Verdict
 	comment string
 	line    int
 	gen     int
+}
+
+// id is the element's key as a string: keyString, or "#INDEX" in an
+// endpoint map.
+func (e *element) id() string {
+	if e.to.IsValid() {
+		return "#" + strconv.FormatUint(uint64(e.index), 10)
+	}
+	return keyString(e.key)
 }
 
 // keyString is the canonical text of a key, as text.go prints it.
@@ -117,7 +133,7 @@ func (r *Ruleset) clone() *Ruleset {
 }
 
 func (s *set) add(e *element) {
-	k := keyString(e.key)
+	k := e.id()
 	if i, ok := s.index[k]; ok {
 		// Like knftables' fake: re-adding a key replaces its value.
 		s.elems[i] = e
@@ -127,8 +143,7 @@ func (s *set) add(e *element) {
 	s.elems = append(s.elems, e)
 }
 
-func (s *set) remove(key []nft.Value) bool {
-	k := keyString(key)
+func (s *set) remove(k string) bool {
 	i, ok := s.index[k]
 	if !ok {
 		return false
@@ -136,7 +151,7 @@ func (s *set) remove(key []nft.Value) bool {
 	s.elems = slices.Delete(s.elems, i, i+1)
 	delete(s.index, k)
 	for j := i; j < len(s.elems); j++ {
-		s.index[keyString(s.elems[j].key)] = j
+		s.index[s.elems[j].id()] = j
 	}
 	return true
 }
@@ -206,6 +221,8 @@ func stmtRefs(s nft.Stmt) (chains, sets []string) {
 		}
 	case nft.UpdateSaddr:
 		sets = append(sets, s.Set)
+	case nft.DNATMap:
+		sets = append(sets, s.Map)
 	}
 	return chains, sets
 }
@@ -319,6 +336,14 @@ func (t *table) validate() *ParseError {
 					if err := t.checkAddrSet(origin{r.line, r.gen}, st.Set, true, fail); err != nil {
 						return err
 					}
+				case nft.DNATMap:
+					m := t.sets[st.Map]
+					if m == nil {
+						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
+					}
+					if m.def.Endpoints != st.Proto {
+						return fail(origin{r.line, r.gen}, "%q is not a map of %s endpoints", st.Map, nft.ProtoName(st.Proto))
+					}
 				}
 			}
 		}
@@ -384,7 +409,7 @@ func (r *Ruleset) String() string {
 		}
 		for _, sn := range t.sorder {
 			for _, e := range t.sets[sn].elems {
-				tx.Add(&nft.Element{Set: sn, Key: e.key, Verdict: e.verdict, Comment: e.comment})
+				tx.Add(&nft.Element{Set: sn, Key: e.key, Verdict: e.verdict, Comment: e.comment, Index: e.index, To: e.to})
 			}
 		}
 		for _, cn := range t.order {

@@ -402,6 +402,9 @@ func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
 	if _, err := c.expect("to"); err != nil {
 		return nil, err
 	}
+	if c.accept("numgen") {
+		return parseDNATMap(c, proto)
+	}
 	w, err := c.word("address:port")
 	if err != nil {
 		return nil, err
@@ -414,6 +417,49 @@ func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
 		return nil, fmt.Errorf("dnat destination %s in a table of family %s", w, f)
 	}
 	return nft.DNAT{Proto: proto, To: ap}, nil
+}
+
+// parseDNATMap reads the rest of "dnat ip to numgen random mod N offset
+// O map @MAP" after numgen.
+func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+	var nums [2]uint64
+	for i, kw := range []string{"mod", "offset"} {
+		if i == 0 {
+			if _, err := c.expect("random"); err != nil {
+				return nil, err
+			}
+		}
+		// nft lists "offset 0" as nothing.
+		if kw == "offset" && !c.accept(kw) {
+			continue
+		}
+		if kw == "mod" {
+			if _, err := c.expect(kw); err != nil {
+				return nil, err
+			}
+		}
+		w, err := c.word(kw)
+		if err != nil {
+			return nil, err
+		}
+		if nums[i], err = strconv.ParseUint(w, 10, 32); err != nil {
+			return nil, fmt.Errorf("invalid numgen %s %q", kw, w)
+		}
+	}
+	if nums[0] == 0 || nums[0]+nums[1] > 1<<32 {
+		return nil, fmt.Errorf("numgen mod %d offset %d out of range", nums[0], nums[1])
+	}
+	if _, err := c.expect("map"); err != nil {
+		return nil, err
+	}
+	m, err := c.word("@map")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(m, "@") || len(m) == 1 {
+		return nil, fmt.Errorf("expected @map, found %q", m)
+	}
+	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m[1:]}, nil
 }
 
 // parseUpdate reads the rest of "update @SET { ip saddr }".

@@ -459,6 +459,39 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			s.pkt.Dst, s.pkt.DstPort = to.Addr(), to.Port()
 			s.step("%s: %s -> dnat to %s, accept", c.def.Name, text(), to)
 			return w.endBase(s)
+		case nft.DNATMap:
+			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
+				return true, err
+			}
+			if s.pkt.Proto != st.Proto {
+				return false, nil
+			}
+			// Fork: numgen draws OFFSET+i with probability 1/MOD each;
+			// the map gives the destination. A key the map does not
+			// hold fails the rule (the walk goes on with the next one).
+			m := t.sets[st.Map]
+			n := float64(st.Mod)
+			for i := range st.Mod {
+				br := s.clone()
+				br.prob = s.prob / n
+				k := st.Offset + i
+				mi, ok := m.index["#"+strconv.FormatUint(uint64(k), 10)]
+				if !ok {
+					br.step("%s: %s -> %d (p=1/%d): not in the map", c.def.Name, text(), k, st.Mod)
+				} else {
+					to := m.elems[mi].to
+					br.dnat, br.dstNATDone = &to, true
+					br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
+					br.step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.def.Name, text(), k, st.Mod, to)
+					if _, err := w.endBase(br); err != nil {
+						return true, err
+					}
+				}
+				if err := w.run(br); err != nil {
+					return true, err
+				}
+			}
+			return true, nil
 		case nft.Reject:
 			s.step("%s: %s -> reject", c.def.Name, text())
 			return true, w.finish(s, VerdictReject)

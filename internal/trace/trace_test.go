@@ -462,6 +462,31 @@ func TestTraceSemantics(t *testing.T) {
 			"add rule ip t ep meta l4proto tcp dnat to 10.1.0.1:8080\n",
 		pkt:  pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
 		want: []string{out("accept", "10.1.0.1:8080", false, 0.5), out("accept", "10.1.0.1:8080", false, 0.5)},
+	}, {
+		name: "dnat to numgen offset map: one outcome of 1/N per key of the service, other services' keys unused",
+		rules: tHead + "add chain ip t n { type nat hook prerouting priority -100 ; }\n" +
+			"add map ip t eps { typeof numgen random mod 1 : ip daddr . tcp dport ; }\n" +
+			"add element ip t eps { 0 : 10.1.0.9 . 9, 1 : 10.1.0.1 . 8080, 2 : 10.1.0.2 . 8081, 3 : 10.1.0.3 . 8082 }\n" +
+			"add element ip t eps { 4 : 10.1.0.9 . 9 }\n" +
+			"add map ip t ueps { typeof numgen random mod 1 : ip daddr . udp dport ; }\n" +
+			"add element ip t ueps { 0 : 10.1.0.9 . 9 }\n" +
+			"add rule ip t n meta l4proto udp dnat ip to numgen random mod 1 map @ueps\n" +
+			"add rule ip t n meta l4proto tcp dnat ip to numgen random mod 3 offset 1 map @eps\n",
+		pkt: pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
+		want: []string{out("accept", "10.1.0.1:8080", false, 1.0/3), out("accept", "10.1.0.2:8081", false, 1.0/3),
+			out("accept", "10.1.0.3:8082", false, 1.0/3)},
+		pathHas: []string{"n: meta l4proto tcp dnat ip to numgen random mod 3 offset 1 map @eps -> 1 (p=1/3): dnat to 10.1.0.1:8080, accept"},
+	}, {
+		name: "dnat to numgen offset map: a key the map lacks fails the rule, the next rule decides",
+		rules: tHead + "add chain ip t n { type nat hook prerouting priority -100 ; }\n" +
+			"add map ip t eps { typeof numgen random mod 1 : ip daddr . tcp dport ; }\n" +
+			"add element ip t eps { 7 : 10.1.0.1 . 8080 }\n" +
+			"add element ip t eps { 8 : 10.1.0.2 . 8080 }\n" +
+			"delete element ip t eps { 8 : 10.1.0.2 . 8080 }\n" +
+			"add rule ip t n meta l4proto tcp dnat ip to numgen random mod 2 offset 7 map @eps\n" +
+			"add rule ip t n drop\n",
+		pkt:  pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
+		want: []string{out("accept", "10.1.0.1:8080", false, 0.5), out("drop", "", false, 0.5)},
 	}}.withRulesAndHost("", node4))
 }
 

@@ -35,6 +35,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 const (
@@ -157,23 +158,51 @@ var nftablesMode = proxyMode{
 	},
 	routesTo: func(dump, servicePort string, endpoint netip.Addr) bool {
 		// A service port's policy chains (service-HASH-<ns>/<svc>/<proto>/<port>,
-		// and local-… for traffic policy Local) DNAT straight to the
-		// endpoints. A partial sync inserts a chain's new rules at its
-		// head, closed by "return", above the old ones until the next
-		// full sync: only the rules before the first "return" are live.
+		// and local-… for traffic policy Local) DNAT to the endpoints:
+		// directly, or (without session affinity) through the keys
+		// "numgen random mod N offset O" draws in an endpoint map. A
+		// partial sync inserts a chain's new rules at its head, closed by
+		// "return", above the old ones until the next full sync: only the
+		// rules before the first "return" are live. The dump is read with
+		// the tracer's parser: one element per line, offsets spelled out.
+		rs, err := trace.ParseNFT(dump)
+		if err != nil {
+			return false
+		}
+		flat := strings.Split(rs.String(), "\n")
 		target := "dnat to " + netip.AddrPortFrom(endpoint, 0).String()
 		target = strings.TrimSuffix(target, ":0") + ":"
-		head := regexp.MustCompile(`^\s*chain (service|local)-[A-Z0-9]+-` + regexp.QuoteMeta(servicePort) + ` \{$`)
-		live := false
-		for _, line := range strings.Split(dump, "\n") {
-			switch {
-			case head.MatchString(line):
-				live = true
-			case !live:
-			case strings.TrimSpace(line) == "}" || strings.TrimSpace(line) == "return":
-				live = false
-			case strings.Contains(line, target):
+		elemRE := regexp.MustCompile(`^add element ip6? (\S+) (endpoints-\S+) \{ (\d+) : (\S+) \. \d+ \}$`)
+		mapRE := regexp.MustCompile(`numgen random mod (\d+) offset (\d+) map @(\S+)`)
+		eps := map[string]string{} // "TABLE MAP KEY" -> address
+		for _, l := range flat {
+			if m := elemRE.FindStringSubmatch(l); m != nil {
+				eps[m[1]+" "+m[2]+" "+m[3]] = m[4]
+			}
+		}
+		chainRE := regexp.MustCompile(`^add rule ip6? (\S+) ((service|local)-[A-Z0-9]+-` + regexp.QuoteMeta(servicePort) + `) (.*)$`)
+		returned := map[string]bool{}
+		for _, l := range flat {
+			m := chainRE.FindStringSubmatch(l)
+			if m == nil || returned[m[2]] {
+				continue
+			}
+			body := m[4]
+			if body == "return" {
+				returned[m[2]] = true
+				continue
+			}
+			if strings.Contains(body, target) {
 				return true
+			}
+			if g := mapRE.FindStringSubmatch(body); g != nil {
+				n, _ := strconv.Atoi(g[1])
+				off, _ := strconv.Atoi(g[2])
+				for k := off; k < off+n; k++ {
+					if eps[m[1]+" "+g[3]+" "+strconv.Itoa(k)] == endpoint.String() {
+						return true
+					}
+				}
 			}
 		}
 		return false

@@ -120,12 +120,15 @@ func (a *attrs) dnat(family, regAddr, regProto uint32) {
 }
 
 // numgenRandom is "numgen reg REG = random mod MOD".
-func (a *attrs) numgenRandom(reg, mod uint32) {
+func (a *attrs) numgenRandom(reg, mod uint32) { a.numgenRandomOffset(reg, mod, 0) }
+
+// numgenRandomOffset is "numgen reg REG = random mod MOD offset OFFSET".
+func (a *attrs) numgenRandomOffset(reg, mod, offset uint32) {
 	e, d := a.exprOpen("numgen")
 	a.u32(unix.NFTA_NG_DREG, reg)
 	a.u32(unix.NFTA_NG_MODULUS, mod)
 	a.u32(unix.NFTA_NG_TYPE, unix.NFT_NG_RANDOM)
-	a.u32(unix.NFTA_NG_OFFSET, 0)
+	a.u32(unix.NFTA_NG_OFFSET, offset)
 	a.exprClose(e, d)
 }
 

@@ -315,6 +315,19 @@ func everyThing(a famAddrs) *Transaction {
 	for _, r := range rules {
 		tx.Add(r)
 	}
+	// Endpoint maps last, so that the bytes of everything above stay as
+	// they were before they existed (TestLowerWire).
+	tx.Add(&Chain{Name: "service-2"}, &Set{Name: "endpoints-0", Endpoints: v1.ProtocolTCP}, &Set{Name: "endpoints-1", Endpoints: v1.ProtocolSCTP},
+		&Set{Name: "endpoints-2", Endpoints: v1.ProtocolUDP})
+	tx.Add(
+		&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolTCP, Mod: 2, Offset: 0, Map: "endpoints-0"}}},
+		&Rule{Chain: "service-2", Stmts: []Stmt{MatchAddr{Source: true, Prefixes: []netip.Prefix{single(a.pod1)}}, DNATMap{Proto: v1.ProtocolSCTP, Mod: 3, Offset: 4294967292, Map: "endpoints-1"}}, Comment: "3 endpoints"},
+		&Element{Set: "endpoints-0", Index: 0, To: netip.AddrPortFrom(a.pod1, 8080)},
+		&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(a.pod2, 80)},
+		&Element{Set: "endpoints-1", Index: 4294967292, To: netip.AddrPortFrom(a.pod2, 65535)},
+		&Element{Set: "endpoints-1", Index: 4294967293, To: netip.AddrPortFrom(a.pod1, 1)},
+		&Element{Set: "endpoints-1", Index: 4294967294, To: netip.AddrPortFrom(a.pod1, 9)},
+	)
 	return tx
 }
 
@@ -359,6 +372,13 @@ func TestKernelNetlinkMatchesNft(t *testing.T) {
 					tx.Delete(&Element{Set: "cluster-ips", Key: []Value{{Addr: addrs.svc2}}})
 					tx.Flush(&Chain{Name: "misc"})
 					tx.Delete(&Chain{Name: "misc"})
+					// A service of the endpoint map changes: fresh keys, the
+					// old ones deleted.
+					tx.Insert(&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolTCP, Mod: 1, Offset: 7, Map: "endpoints-0"}}})
+					tx.Add(&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolUDP, Mod: 1, Offset: 0, Map: "endpoints-2"}}})
+					tx.Add(&Element{Set: "endpoints-2", Index: 0, To: netip.AddrPortFrom(addrs.pod1, 53)})
+					tx.Add(&Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(addrs.pod2, 53)})
+					tx.Delete(&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(addrs.pod2, 80)})
 					return tx
 				}},
 				{"refill and recreate", func() *Transaction {
@@ -612,7 +632,7 @@ func TestKernelListings(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantChains := []string{"endpoint-1", "endpoint-2", "filter-forward", "filter-input", "firewall-1", "mark-for-masquerade",
-				"masquerading", "misc", "nat-output", "nat-postrouting", "nat-prerouting", "reject-chain", "service-1", "services"}
+				"masquerading", "misc", "nat-output", "nat-postrouting", "nat-prerouting", "reject-chain", "service-1", "service-2", "services"}
 			if d := cmp.Diff(wantChains, chains); d != "" {
 				t.Errorf("ListChains (-want +got):\n%s", d)
 			}
@@ -620,7 +640,7 @@ func TestKernelListings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantSets := []string{"affinity-1", "by-addr", "cluster-ips", "firewall-ips", "hairpin", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
+			wantSets := []string{"affinity-1", "by-addr", "cluster-ips", "endpoints-0", "endpoints-1", "endpoints-2", "firewall-ips", "hairpin", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
 				"ports", "protos", "service-ips", "service-nodeports", "triples", "zero-ips"}
 			if d := cmp.Diff(wantSets, sets); d != "" {
 				t.Errorf("ListSets (-want +got):\n%s", d)

@@ -416,6 +416,9 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 		if err := CheckComment(s.Comment); err != nil {
 			return err
 		}
+		if s.Endpoints != "" {
+			return l.lowerEndpointMap(i, s)
+		}
 		if s.IsMap() && s.Data != TypeVerdict {
 			return unsupportedf("only verdict maps are supported, not %q", s.Data)
 		}
@@ -485,6 +488,86 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 	return nil
 }
 
+// endpointMapUdata is the user data nft 1.0.6 writes for "typeof numgen
+// random mod 1 : ip daddr . tcp dport" (ip6 daddr; udp, sctp), byte for
+// byte as captured with `nft --debug=mnl`: key byte order host, data byte
+// order unset, the numgen key expression (type random, mod 1, offset 0)
+// and the concatenation of two payload expressions, each (protocol
+// description, field). nft needs it to list the map and to accept rules
+// binding numgen to it.
+func endpointMapUdata(fam uint8, proto uint8) []byte {
+	u := []byte{
+		0x00, 0x04, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
+		0x03, 0x1a, 0x00, 0x04, 0x17, 0x00, 0x00, 0x00, 0x01, 0x12, 0x00, 0x04,
+		0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x00, 0x00, 0x00, 0x02, 0x04,
+		0x00, 0x00, 0x00, 0x00, 0x04, 0x34, 0x00, 0x04, 0x0d, 0x00, 0x00, 0x00,
+		0x01, 0x2c, 0x00, 0x14, 0x00, 0x04, 0x07, 0x00, 0x00, 0x00, 0x01, 0x0c,
+		0x00, 0x04, protoDescIP, 0x00, 0x00, 0x00, 0x01, 0x04, ipHdrDaddr, 0x00, 0x00, 0x00,
+		0x01, 0x14, 0x00, 0x04, 0x07, 0x00, 0x00, 0x00, 0x01, 0x0c, 0x00, 0x04,
+		0x00, 0x00, 0x00, 0x00, 0x01, 0x04, 0x02, 0x00, 0x00, 0x00, 0x06, 0x04,
+		0x00, 0x00, 0x00, 0x00,
+	}
+	if fam == unix.NFPROTO_IPV6 {
+		u[62], u[68] = protoDescIP6, ip6HdrDaddr
+	}
+	u[84] = endpointProtoDesc[proto]
+	return u
+}
+
+// endpointProtoDesc is nft's protocol description id (proto_tcp, ...) of
+// a transport protocol number.
+var endpointProtoDesc = map[uint8]byte{unix.IPPROTO_TCP: 0x08, unix.IPPROTO_UDP: 0x06, unix.IPPROTO_SCTP: 0x0a}
+
+// endpointData is the data of an endpoint map element: the address and
+// the port (big endian), each filling whole 4-byte registers, as in a
+// concatenation.
+func endpointData(to netip.AddrPort) []byte {
+	a := to.Addr().AsSlice()
+	b := make([]byte, len(a)+4)
+	copy(b, a)
+	binary.BigEndian.PutUint16(b[len(a):], to.Port())
+	return b
+}
+
+// lowerEndpointMap lowers "add map ... { typeof numgen random mod 1 :
+// ip daddr . th dport ; }" (see Set.Endpoints).
+func (l *lowerer) lowerEndpointMap(i int, s *Set) error {
+	p, ok := ProtoNumber(s.Endpoints)
+	if !ok {
+		return invalidf("unknown protocol %q", s.Endpoints)
+	}
+	if len(s.Key) > 0 || s.Data != "" || s.Interval || s.Dynamic || s.Timeout > 0 {
+		return invalidf("an endpoint map has no key, data type, flags or timeout of its own")
+	}
+	if s.Comment != "" {
+		return unsupportedf("endpoint maps with comments are not supported")
+	}
+	alen := 4
+	at := uint32(dtIPv4Addr)
+	if l.fam == unix.NFPROTO_IPV6 {
+		alen, at = 16, dtIPv6Addr
+	}
+	l.nextID++
+	id := l.nextID
+	var a attrs
+	a.str(unix.NFTA_SET_TABLE, l.cur)
+	a.str(unix.NFTA_SET_NAME, s.Name)
+	a.u32(unix.NFTA_SET_FLAGS, setMap)
+	a.u32(unix.NFTA_SET_KEY_TYPE, dtInteger)
+	a.u32(unix.NFTA_SET_KEY_LEN, 4)
+	a.u32(unix.NFTA_SET_DATA_TYPE, at<<dtBitsConcat|dtInetService)
+	a.u32(unix.NFTA_SET_DATA_LEN, uint32(alen+4))
+	a.u32(unix.NFTA_SET_ID, id)
+	a.put(unix.NFTA_SET_USERDATA, endpointMapUdata(l.fam, p))
+	l.add(nlMsg{typ: unix.NFT_MSG_NEWSET, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
+	if si, ok := l.sets[l.ref(s.Name)]; ok {
+		si.def, si.id = s, id
+	} else {
+		l.sets[l.ref(s.Name)] = &setInfo{def: s, id: id}
+	}
+	return nil
+}
+
 // namedSetUdata is the user data nft 1.0.x stores with a named set
 // declared by "type": the key byte order, for maps the data byte order
 // and interval flag, and for concatenations a "typeof" stub.
@@ -516,6 +599,7 @@ type elemAttr struct {
 	end     bool // NFT_SET_ELEM_INTERVAL_END
 	open    bool // a range up to the top of the address space, which has no end element
 	verdict *Verdict
+	data    []byte // endpoint map elements
 	comment string
 }
 
@@ -529,6 +613,9 @@ func (e *elemAttr) encode(a *attrs) {
 		d := a.open()
 		encodeVerdict(a, *e.verdict)
 		a.close(d, unix.NFTA_SET_ELEM_DATA)
+	}
+	if e.data != nil {
+		a.value(unix.NFTA_SET_ELEM_DATA, e.data)
 	}
 	// nft records a comment, and marks a range without end element as
 	// open (NFTNL_SET_ELEM_F_INTERVAL_OPEN): udata written in place.
@@ -741,6 +828,16 @@ func (l *lowerer) lowerElements(from, to int) error {
 		// encoded from the values alone.
 		for i := from; i < to; i++ {
 			var key []byte
+			if e := ops[i].Element; e.IsEndpoint() {
+				// An endpoint map of an earlier transaction.
+				ea := elemAttr{key: native32(e.Index)}
+				if kind == OpAdd {
+					ea.data = endpointData(e.To)
+				}
+				elems = append(elems, ea)
+				owners = append(owners, i)
+				continue
+			}
 			for _, v := range ops[i].Element.Key {
 				b, err := valueBytes(guessType(v), v)
 				if err != nil {
@@ -762,6 +859,21 @@ func (l *lowerer) lowerElements(from, to int) error {
 		e := ops[i].Element
 		if err := CheckComment(e.Comment); err != nil {
 			return opErr(i, err)
+		}
+		if (def.Endpoints != "") != e.IsEndpoint() || (e.IsEndpoint() && (len(e.Key) > 0 || e.Verdict != nil)) {
+			return opErr(i, invalidf("an endpoint map holds exactly the elements INDEX : ADDR . PORT"))
+		}
+		if def.Endpoints != "" {
+			if err := l.checkFamily(e.To.Addr()); err != nil {
+				return opErr(i, err)
+			}
+			ea := elemAttr{key: native32(e.Index)}
+			if kind == OpAdd {
+				ea.data = endpointData(e.To)
+			}
+			elems = append(elems, ea)
+			owners = append(owners, i)
+			continue
 		}
 		if def.IsMap() && kind == OpAdd && e.Verdict == nil {
 			return opErr(i, invalidf("map element without a verdict"))
@@ -1201,6 +1313,28 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		rb.next().immediate(reg1, addrBytes(&abuf, s.To.Addr()))
 		rb.next().immediate(reg2, port)
 		rb.next().dnat(uint32(l.fam), reg1, reg2)
+	case DNATMap:
+		p, ok := ProtoNumber(s.Proto)
+		if !ok {
+			return invalidf("unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 || s.Offset+s.Mod < s.Offset {
+			return invalidf("numgen mod %d offset %d", s.Mod, s.Offset)
+		}
+		// nft refuses a rule whose protocol differs from the map's.
+		if si, ok := l.sets[l.ref(s.Map)]; ok && si.def.Endpoints != s.Proto {
+			return invalidf("%s is not an endpoint map of %s", s.Map, s.Proto)
+		}
+		rb.matchL4Proto(p)
+		rb.next().numgenRandomOffset(reg1, s.Mod, s.Offset)
+		rb.next().lookup(reg1, reg1, false, s.Map, l.batchID(s.Map))
+		// The port follows the address in the data: 4-byte slot 1 (ip)
+		// or 4 (ip6), as nft allocates it.
+		slot := 1
+		if l.fam == unix.NFPROTO_IPV6 {
+			slot = 4
+		}
+		rb.next().dnat(uint32(l.fam), reg1, concatReg(slot))
 	case UpdateSaddr:
 		l.loadAddr(rb, true, reg1)
 		rb.next().dynsetUpdate(reg1, s.Set, l.batchID(s.Set))

@@ -1,6 +1,8 @@
 package nft
 
 import (
+	v1 "k8s.io/api/core/v1"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -240,8 +242,11 @@ func (v *nlView) setEmpty(table, name string) (bool, error) {
 func decodeSet(b []byte) (*Set, error) {
 	s := &Set{}
 	var flags, ktype, dtype uint32
+	var udata []byte
 	forEachAttr(b, func(typ uint16, data []byte) {
 		switch typ {
+		case unix.NFTA_SET_USERDATA:
+			udata = data
 		case unix.NFTA_SET_NAME:
 			s.Name = cString(data)
 		case unix.NFTA_SET_FLAGS:
@@ -254,6 +259,17 @@ func decodeSet(b []byte) (*Set, error) {
 			s.Timeout = time.Duration(binary.BigEndian.Uint64(data)) * time.Millisecond
 		}
 	})
+	if flags&setMap != 0 && ktype == dtInteger && (dtype == dtIPv4Addr<<dtBitsConcat|dtInetService || dtype == dtIPv6Addr<<dtBitsConcat|dtInetService) {
+		// An endpoint map: its protocol is in the typeof user data.
+		for _, p := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
+			n, _ := ProtoNumber(p)
+			if len(udata) > 84 && udata[84] == endpointProtoDesc[n] {
+				s.Endpoints = p
+				return s, nil
+			}
+		}
+		return nil, fmt.Errorf("set %s is a map from integers whose type kproxy does not know", s.Name)
+	}
 	for id := ktype; id != 0; id >>= dtBitsConcat {
 		var t DataType
 		for name, dt := range dataTypes {

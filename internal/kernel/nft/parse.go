@@ -170,7 +170,7 @@ func parseLine(line string) (Family, string, Op, error) {
 	case "chain":
 		op.Chain, err = p.chain(op.Kind)
 	case "set", "map":
-		op.Set, err = p.set(op.Kind, obj == "map")
+		op.Set, err = p.set(fam, op.Kind, obj == "map")
 	case "element":
 		op.Element, err = p.element(op.Kind)
 	case "rule":
@@ -249,7 +249,7 @@ func (p *tokens) chain(kind OpKind) (*Chain, error) {
 	return c, err
 }
 
-func (p *tokens) set(kind OpKind, isMap bool) (*Set, error) {
+func (p *tokens) set(fam Family, kind OpKind, isMap bool) (*Set, error) {
 	name, err := p.name()
 	if err != nil {
 		return nil, err
@@ -263,6 +263,16 @@ func (p *tokens) set(kind OpKind, isMap bool) (*Set, error) {
 	}
 	err = p.block(func(key string) error {
 		switch key {
+		case "typeof":
+			if err := p.expect("numgen", "random", "mod", "1", ":", addrKeyword(fam), "daddr", "."); err != nil {
+				return fmt.Errorf("only endpoint maps are declared by typeof: %w", err)
+			}
+			proto, err := parseProto(p.next())
+			if err != nil {
+				return err
+			}
+			s.Endpoints = proto
+			return p.expect("dport")
 		case "type":
 			for {
 				s.Key = append(s.Key, DataType(p.next()))
@@ -358,6 +368,26 @@ func (p *tokens) element(kind OpKind) (*Element, error) {
 	e := &Element{Set: set}
 	if err := p.expect("{"); err != nil {
 		return nil, err
+	}
+	if p.peekAt(1) == ":" {
+		if a, err := netip.ParseAddr(p.peekAt(2)); err == nil {
+			// An endpoint map element: "INDEX : ADDR . PORT".
+			idx, err := strconv.ParseUint(p.next(), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint map key: %w", err)
+			}
+			p.next()
+			p.next()
+			if err := p.expect("."); err != nil {
+				return nil, err
+			}
+			port, err := strconv.ParseUint(p.next(), 10, 16)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint map port: %w", err)
+			}
+			e.Index, e.To = uint32(idx), netip.AddrPortFrom(a, uint16(port))
+			return e, p.expect("}")
+		}
 	}
 	for {
 		v, err := ParseValue(p.next())
@@ -537,6 +567,33 @@ func (p *tokens) stmt(fam Family) (Stmt, error) {
 				return MatchL4Proto{Proto: proto}, nil
 			}
 			p.next()
+			if p.peek() == addrKeyword(fam) {
+				// "dnat ip to numgen random mod N offset O map @M"
+				p.next()
+				if err := p.expect("to", "numgen", "random", "mod"); err != nil {
+					return nil, err
+				}
+				mod, err := strconv.ParseUint(p.next(), 10, 32)
+				if err != nil {
+					return nil, err
+				}
+				// nft lists "offset 0" as nothing.
+				var off uint64
+				if p.peek() == "offset" {
+					p.next()
+					if off, err = strconv.ParseUint(p.next(), 10, 32); err != nil {
+						return nil, err
+					}
+				}
+				if err := p.expect("map"); err != nil {
+					return nil, err
+				}
+				m := p.next()
+				if !strings.HasPrefix(m, "@") {
+					return nil, fmt.Errorf("expected @map, found %q", m)
+				}
+				return DNATMap{Proto: proto, Mod: uint32(mod), Offset: uint32(off), Map: m[1:]}, nil
+			}
 			if err := p.expect("to"); err != nil {
 				return nil, err
 			}

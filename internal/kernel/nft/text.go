@@ -82,7 +82,17 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 		famTable()
 		b.WriteByte(' ')
 		b.WriteString(s.Name)
-		if op.Kind == OpAdd {
+		if op.Kind == OpAdd && s.Endpoints != "" {
+			b.WriteString(" { typeof numgen random mod 1 : ")
+			b.WriteString(addrKeyword(t.Family))
+			b.WriteString(" daddr . ")
+			b.WriteString(ProtoName(s.Endpoints))
+			b.WriteString(" dport ;")
+			if s.Comment != "" {
+				fmt.Fprintf(b, " comment %s ;", quote(s.Comment))
+			}
+			b.WriteString(" }")
+		} else if op.Kind == OpAdd {
 			b.WriteString(" { type ")
 			for i, k := range s.Key {
 				if i > 0 {
@@ -121,6 +131,11 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 		b.WriteByte(' ')
 		b.WriteString(e.Set)
 		b.WriteString(" { ")
+		if e.IsEndpoint() {
+			writeEndpointElem(b, e)
+			b.WriteString(" }")
+			break
+		}
 		writeKey(b, e.Key)
 		if e.Comment != "" && op.Kind == OpAdd {
 			b.WriteString(" comment ")
@@ -146,6 +161,17 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 			writeQuoted(b, r.Comment)
 		}
 	}
+}
+
+// writeEndpointElem writes "INDEX : ADDR . PORT", the data in deletions
+// too (see Element.To).
+func writeEndpointElem(b *strings.Builder, e *Element) {
+	var buf [64]byte
+	b.Write(strconv.AppendUint(buf[:0], uint64(e.Index), 10))
+	b.WriteString(" : ")
+	b.Write(e.To.Addr().AppendTo(buf[:0]))
+	b.WriteString(" . ")
+	b.Write(strconv.AppendUint(buf[:0], uint64(e.To.Port()), 10))
 }
 
 func quote(s string) string { return strconv.Quote(s) }
@@ -310,6 +336,18 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 		} else {
 			b.WriteString(s.To.String()) // "invalid AddrPort"; AppendTo writes nothing
 		}
+	case DNATMap:
+		var buf [24]byte
+		b.WriteString("meta l4proto ")
+		b.WriteString(ProtoName(s.Proto))
+		b.WriteString(" dnat ")
+		b.WriteString(addrKeyword(f))
+		b.WriteString(" to numgen random mod ")
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Mod), 10))
+		b.WriteString(" offset ")
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Offset), 10))
+		b.WriteString(" map @")
+		b.WriteString(s.Map)
 	case UpdateSaddr:
 		fmt.Fprintf(b, "update @%s { %s }", s.Set, fieldString(f, FieldSaddr))
 	case VmapLookup:

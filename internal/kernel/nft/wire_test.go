@@ -50,9 +50,13 @@ func TestLowerWire(t *testing.T) {
 			second.Add(&Element{Set: "nodeport-ips", Key: []Value{{Prefix: a.podNet}}})
 			second.Delete(&Element{Set: "service-ips", Key: []Value{{Addr: a.svc2}, {Proto: v1.ProtocolUDP}, {Port: 53}}})
 			second.In("other").Add(&Rule{Chain: "c", Stmts: []Stmt{DNAT{Proto: v1.ProtocolSCTP, To: netip.AddrPortFrom(a.pod2, 9)}}, Comment: "other table"})
+			second.Insert(&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolTCP, Mod: 1, Offset: 7, Map: "endpoints-0"}}})
+			second.Add(&Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(a.pod2, 53)})
+			second.Delete(&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(a.pod2, 80)})
 			view := fakeView{
 				testTable + " nodeport-ips": {Name: "nodeport-ips", Key: []DataType{AddrType(fam)}, Interval: true},
 				testTable + " service-ips":  {Name: "service-ips", Key: []DataType{AddrType(fam), TypeInetProto, TypeInetService}, Data: TypeVerdict},
+				testTable + " endpoints-0":  {Name: "endpoints-0", Endpoints: v1.ProtocolTCP},
 			}
 			var got strings.Builder
 			for i, c := range []struct {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
 )
@@ -53,13 +55,17 @@ const (
 	// setHairpin holds "ep . ep" for every endpoint address: a packet DNATed
 	// back to the pod that sent it has source == destination in
 	// postrouting, which nft can only test through such a set.
-	setHairpin               = "hairpin-endpoints"
-	prefixServiceChain       = "service-"
-	prefixExternalChain      = "external-"
-	prefixLocalChain         = "local-"
-	prefixFirewallChain      = "firewall-"
-	prefixEndpointChain      = "endpoint-"
-	prefixAffinitySet        = "affinity-"
+	setHairpin          = "hairpin-endpoints"
+	prefixServiceChain  = "service-"
+	prefixExternalChain = "external-"
+	prefixLocalChain    = "local-"
+	prefixFirewallChain = "firewall-"
+	prefixEndpointChain = "endpoint-"
+	prefixAffinitySet   = "affinity-"
+	// prefixEndpointMap names the endpoint maps of a shard,
+	// "endpoints-tcp/7": one per protocol and group of service ports
+	// (see endpointGroups). The "/" makes isOurs recognize them.
+	prefixEndpointMap        = "endpoints-"
 	maxNameLength            = 255 // NFT_NAME_MAXLEN - 1 for the NUL
 	tableComment             = "rules for kube-proxy"
 	clusterIPsComment        = "Active ClusterIPs"
@@ -81,7 +87,7 @@ func isOurs(name string) bool {
 	if !strings.Contains(name, "/") {
 		return false
 	}
-	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet} {
+	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet, prefixEndpointMap} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -249,6 +255,40 @@ func shardHash(n model.ServicePortName) uint32 {
 		}
 	}
 	return h
+}
+
+// endpointGroups is the number of endpoint maps per protocol and shard.
+// A shard holds ~256-2048 service ports (see chooseShards), so a map is
+// shared by ~8-64 of them: few sets per table (the kernel looks a set up
+// by name, linearly) and few rules per map (adding an element to a map
+// checks it against every rule bound to the map, and binding a map walks
+// its elements, so one map per shard would make a full sync quadratic
+// again).
+const endpointGroups = 32
+
+// endpointMapName is the endpoint map of a service port's group: bits of
+// the shard hash above those the shard index uses (at most 2^16 shards).
+func endpointMapName(n model.ServicePortName) string {
+	return prefixEndpointMap + nft.ProtoName(n.Protocol) + "/" + strconv.Itoa(int(shardHash(n)>>16)%endpointGroups)
+}
+
+// endpointMapProto is the protocol of an endpoint map name, "" if name
+// is not one.
+func endpointMapProto(name string) v1.Protocol {
+	rest, ok := strings.CutPrefix(name, prefixEndpointMap)
+	if !ok {
+		return ""
+	}
+	p, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return ""
+	}
+	for _, proto := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
+		if nft.ProtoName(proto) == p {
+			return proto
+		}
+	}
+	return ""
 }
 
 // ShardOf is the shard of a service port among k (a power of two).

@@ -307,17 +307,30 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	plan := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: {old[0], &moved}}})
 
 	ops := opTexts(plan)
+	svc := serviceChainName(prefixServiceChain, web)
+	shard := s.shardOf(web)
+	epMap := endpointMapName(web)
+	// The endpoint map's new keys name no service: they are the ones the
+	// service chain's new rule draws (checked below).
+	newKeys := []string{
+		"add element ip " + shard + " " + epMap + " { 2 : 198.18.129.10 . 8080 }",
+		"add element ip " + shard + " " + epMap + " { 3 : 198.18.130.11 . 8080 }",
+	}
 	for _, op := range ops {
+		if slices.Contains(newKeys, op) {
+			continue
+		}
 		if m := servicesMentioned(op); !m.Equal(sets.New("web-clusterip")) {
 			t.Errorf("operation names %v, want only web-clusterip: %s", sets.List(m), op)
 		}
 	}
-	svc := serviceChainName(prefixServiceChain, web)
-	shard := s.shardOf(web)
 	// The rules written are those a full render writes for the service
 	// chain, inserted at its head (so in reverse order, after a closing
-	// "return"), plus the hairpin pair of the new endpoint. Nothing is
-	// deleted: a deletion costs the kernel an RCU grace period.
+	// "return"), except that the endpoints get fresh keys in the endpoint
+	// map (2 and 3; the full render numbers from 0), plus the hairpin
+	// pair of the new endpoint. Nothing is deleted: a deletion costs the
+	// kernel an RCU grace period, so the old keys 0 and 1 stay until a
+	// clean-up.
 	fresh := opTexts(Render(s.cfg, s.input(true, nil), NewApplied()))
 	var svcRules []string
 	for _, op := range fresh {
@@ -328,14 +341,15 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	if len(svcRules) == 0 {
 		t.Fatalf("a full render writes no rules in %s", svc)
 	}
-	if joined := strings.Join(svcRules, "\n"); strings.Contains(joined, "198.18.130.10:") || !strings.Contains(joined, "198.18.129.10:8080") || !strings.Contains(joined, "198.18.130.11:8080") {
-		t.Errorf("service chain must send to 198.18.129.10 and 198.18.130.11 only:\n%s", joined)
+	if last := svcRules[len(svcRules)-1]; !strings.HasSuffix(last, "meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @"+epMap) {
+		t.Errorf("service chain must pick among its 2 endpoints through %s: %s", epMap, last)
 	}
 	want := []string{"insert rule ip " + shard + " " + svc + " return"}
 	for i := len(svcRules) - 1; i >= 0; i-- {
-		want = append(want, "insert"+strings.TrimPrefix(svcRules[i], "add"))
+		want = append(want, "insert"+strings.Replace(strings.TrimPrefix(svcRules[i], "add"), " offset 0 ", " offset 2 ", 1))
 	}
 	want = append(want, `add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 comment "demo/web-clusterip:http/TCP" }`)
+	want = append(want, newKeys...)
 	if diff := cmp.Diff(want, ops); diff != "" {
 		t.Errorf("transaction (-want +got):\n%s", diff)
 	}
@@ -364,6 +378,11 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	// (198.18.130.10 still backs other services: its hairpin pair stays.)
 	if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "flush chain ip "+shard+" "+svc) {
 		t.Errorf("clean-up a second later: want the service chain rewritten, got:\n%v", p.Cleanup)
+	}
+	for _, k := range []string{"0 : 198.18.129.10 . 8080", "1 : 198.18.130.10 . 8080"} {
+		if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "delete element ip "+shard+" "+epMap+" { "+k+" }") {
+			t.Errorf("clean-up a second later: want the old key %s deleted, got:\n%v", k, p.Cleanup)
+		}
 	}
 	fresh1 := parse(t, Render(s.cfg, s.input(true, nil), NewApplied()).Tx.String())
 	if diff := cmp.Diff(contents(fresh1), contents(s.rs)); diff != "" {
@@ -509,6 +528,9 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 				case strings.HasPrefix(op, "flush chain "):
 				case strings.HasPrefix(op, "delete chain "), strings.HasPrefix(op, "delete set "):
 					deletes = append(deletes, op)
+				case strings.HasPrefix(op, "delete map ") && strings.Contains(op, " "+endpointMapName(tc.n)):
+					// Its endpoint map, when no other service port of
+					// its group used it.
 				default:
 					t.Errorf("stale cleanup: unexpected operation %s", op)
 				}
@@ -824,7 +846,11 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 				deleted = append(deleted, f[4])
 			}
 			slices.Sort(deleted)
-			if diff := cmp.Diff(leftovers, deleted); diff != "" {
+			// The service's endpoint map, which only it used, goes too
+			// (the full sync emptied it with the others).
+			want := append(slices.Clone(leftovers), endpointMapName(gone))
+			slices.Sort(want)
+			if diff := cmp.Diff(want, deleted); diff != "" {
 				t.Errorf("deleted after the stale delay (-want +got):\n%s", diff)
 			}
 			s.now = s.now.Add(time.Hour)

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -350,17 +351,49 @@ type tableContents struct {
 	Rules   map[string][]string // "table chain" -> rules, in order
 }
 
+var (
+	epElemRE = regexp.MustCompile(`^add element (ip6? \S+ \S+) \{ (\d+) : (.*) \}$`)
+	epRuleRE = regexp.MustCompile(`numgen random mod (\d+) offset (\d+) map @(\S+)`)
+)
+
+// contents reads a ruleset for comparison. Endpoint map keys are
+// numbered differently by partial syncs (fresh keys) and full syncs
+// (compact): a rule's "numgen random mod N offset O map @M" becomes the
+// endpoints its keys map to, and the elements lose their keys (keys left
+// behind still show as elements too many).
 func contents(rs *trace.Ruleset) tableContents {
 	c := tableContents{Rules: map[string][]string{}}
-	for _, l := range strings.Split(rs.String(), "\n") {
+	lines := strings.Split(rs.String(), "\n")
+	eps := map[string]string{} // "FAMILY TABLE MAP KEY" -> "ADDR . PORT"
+	for _, l := range lines {
+		if m := epElemRE.FindStringSubmatch(l); m != nil && strings.Contains(m[1], " "+prefixEndpointMap) {
+			eps[m[1]+" "+m[2]] = m[3]
+		}
+	}
+	for _, l := range lines {
 		f := strings.Fields(l)
 		if len(f) < 5 {
 			continue
 		}
 		switch f[1] {
 		case "rule":
-			c.Rules[f[3]+" "+f[4]] = append(c.Rules[f[3]+" "+f[4]], strings.Join(f[5:], " "))
+			body := strings.Join(f[5:], " ")
+			body = epRuleRE.ReplaceAllStringFunc(body, func(m string) string {
+				g := epRuleRE.FindStringSubmatch(m)
+				n, _ := strconv.Atoi(g[1])
+				off, _ := strconv.Atoi(g[2])
+				var to []string
+				for i := range n {
+					to = append(to, eps[f[2]+" "+f[3]+" "+g[3]+" "+strconv.Itoa(off+i)])
+				}
+				return "map @" + g[3] + " [" + strings.Join(to, ", ") + "]"
+			})
+			c.Rules[f[3]+" "+f[4]] = append(c.Rules[f[3]+" "+f[4]], body)
 		case "element":
+			if m := epElemRE.FindStringSubmatch(l); m != nil && strings.Contains(m[1], " "+prefixEndpointMap) {
+				c.Elems = append(c.Elems, "add element "+m[1]+" { "+m[3]+" }")
+				continue
+			}
 			c.Elems = append(c.Elems, elemCommentRE.ReplaceAllString(l, ""))
 		default:
 			c.Objects = append(c.Objects, l)

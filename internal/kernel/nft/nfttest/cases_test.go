@@ -105,7 +105,43 @@ var dropV = &nft.Verdict{Kind: nft.Drop}
 
 func rule(chain string, stmts ...nft.Stmt) *nft.Rule { return &nft.Rule{Chain: chain, Stmts: stmts} }
 
+func epMap(name string, p v1.Protocol) *nft.Set { return &nft.Set{Name: name, Endpoints: p} }
+
+func epElem(set string, idx uint32, to netip.AddrPort) *nft.Element {
+	return &nft.Element{Set: set, Index: idx, To: to}
+}
+
 var fakeCases = []fakeCase{
+	// Endpoint maps.
+	{name: "endpoint map, its rule and elements", build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolTCP), &nft.Chain{Name: "svc2"})
+		tx.Add(rule("svc2", nft.DNATMap{Proto: v1.ProtocolTCP, Mod: 2, Offset: 5, Map: "eps"}))
+		tx.Add(epElem("eps", 5, netip.AddrPortFrom(pod1, 80)), epElem("eps", 6, netip.AddrPortFrom(pod1, 81)))
+		tx.Delete(epElem("eps", 5, netip.AddrPortFrom(pod1, 80)))
+		tx.Add(rule("services", nft.Verdict{Kind: nft.Goto, Chain: "svc2"}))
+	}},
+	{name: "endpoint map key taken with other data", errno: unix.EEXIST, index: 2, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolUDP))
+		tx.Add(epElem("eps", 5, netip.AddrPortFrom(pod1, 80)), epElem("eps", 5, netip.AddrPortFrom(pod1, 81)))
+	}},
+	{name: "delete a missing endpoint map element", errno: unix.ENOENT, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolUDP))
+		tx.Delete(epElem("eps", 5, netip.AddrPortFrom(pod1, 80)))
+	}},
+	{name: "endpoint element in a plain set", errno: unix.EINVAL, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(epElem("ips", 5, netip.AddrPortFrom(pod1, 80)))
+	}},
+	{name: "dnat map rule on a verdict map", errno: unix.ENODATA, build: func(tx *nft.Transaction) {
+		tx.Add(rule("svc", nft.DNATMap{Proto: v1.ProtocolTCP, Mod: 2, Map: "svcmap"}))
+	}},
+	{name: "dnat map rule on a missing map", errno: unix.ENOENT, build: func(tx *nft.Transaction) {
+		tx.Add(rule("svc", nft.DNATMap{Proto: v1.ProtocolTCP, Mod: 2, Map: "nope"}))
+	}},
+	// nft refuses this ("conflicting protocols"), and so does lowering.
+	{name: "dnat map rule of another protocol", errno: unix.EINVAL, build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolTCP))
+		tx.Add(rule("svc", nft.DNATMap{Proto: v1.ProtocolUDP, Mod: 2, Map: "eps"}))
+	}},
 	// Elements.
 	{name: "add a new element", build: func(tx *nft.Transaction) {
 		tx.Add(el("svcmap", svcKey(svc2, v1.ProtocolUDP, 53), gotoV("svc")))

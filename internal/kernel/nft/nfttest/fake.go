@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -390,6 +391,8 @@ func ruleSets(r nft.Rule) []string {
 			out = append(out, s.Map)
 		case nft.MatchInSet:
 			out = append(out, s.Set)
+		case nft.DNATMap:
+			out = append(out, s.Map)
 		}
 	}
 	return out
@@ -428,7 +431,7 @@ var keyTypes = map[nft.DataType]bool{nft.TypeIPv4Addr: true, nft.TypeIPv6Addr: t
 // existing set: key, data and flags. (The timeout may change.)
 func sameSetFlags(a, b *nft.Set) bool {
 	timeoutFlag := func(s *nft.Set) bool { return s.Dynamic || s.Timeout > 0 }
-	return slices.Equal(a.Key, b.Key) && a.Data == b.Data && a.Interval == b.Interval &&
+	return slices.Equal(a.Key, b.Key) && a.Data == b.Data && a.Endpoints == b.Endpoints && a.Interval == b.Interval &&
 		a.Dynamic == b.Dynamic && timeoutFlag(a) == timeoutFlag(b)
 }
 
@@ -441,6 +444,20 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 	case nft.OpAdd:
 		if err := nft.CheckComment(s.Comment); err != nil {
 			return err
+		}
+		if s.Endpoints != "" {
+			if len(s.Key) > 0 || s.Data != "" || s.Interval || s.Dynamic || s.Timeout > 0 {
+				return kerr(unix.EINVAL, "endpoint map %s: no key, data type, flags or timeout of its own", s.Name)
+			}
+			if s.Comment != "" {
+				return kerr(unix.EOPNOTSUPP, "endpoint map %s: comments are not supported", s.Name)
+			}
+			if old == nil {
+				a.t.sets[s.Name] = &set{def: *s, elems: map[string]*elemEntry{}}
+			} else if !sameSetFlags(&old.def, s) {
+				return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
+			}
+			return nil
 		}
 		if len(s.Key) == 0 {
 			return kerr(unix.EINVAL, "set %s has no key type", s.Name)
@@ -602,6 +619,9 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 	if kind == nft.OpFlush {
 		return kerr(unix.EINVAL, "elements cannot be flushed")
 	}
+	if s.def.Endpoints != "" || e.IsEndpoint() {
+		return a.endpointElementOp(kind, s, e)
+	}
 	if len(e.Key) != len(s.def.Key) {
 		return kerr(unix.EINVAL, "key has %d components, set %s has %d", len(e.Key), e.Set, len(s.def.Key))
 	}
@@ -663,6 +683,40 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
+		}
+		delete(s.elems, k)
+	default:
+		return kerr(unix.EINVAL, "unknown operation %q", kind)
+	}
+	return nil
+}
+
+// endpointElementOp adds or deletes "INDEX : ADDR . PORT" in an endpoint
+// map, keyed by INDEX.
+func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) error {
+	if s.def.Endpoints == "" || !e.IsEndpoint() || len(e.Key) > 0 || e.Verdict != nil {
+		return kerr(unix.EINVAL, "an endpoint map holds exactly the elements INDEX : ADDR . PORT (set %s)", e.Set)
+	}
+	if err := a.addrFamily(e.To.Addr()); err != nil {
+		return err
+	}
+	k := strconv.FormatUint(uint64(e.Index), 10)
+	old := s.elems[k]
+	switch kind {
+	case nft.OpAdd:
+		if err := nft.CheckComment(e.Comment); err != nil {
+			return err
+		}
+		if old != nil {
+			if old.elem.To != e.To {
+				return kerr(unix.EEXIST, "element %s exists with different data", k)
+			}
+			return nil
+		}
+		s.elems[k] = &elemEntry{elem: *e}
+	case nft.OpDelete:
+		if old == nil {
+			return kerr(unix.ENOENT, "element %s does not exist", k)
 		}
 		delete(s.elems, k)
 	default:
@@ -766,6 +820,32 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		if err := a.addrFamily(s.To.Addr()); err != nil {
 			return err
+		}
+		*l4 = p
+	case nft.DNATMap:
+		p, ok := nft.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 || s.Offset+s.Mod < s.Offset {
+			return kerr(unix.EINVAL, "numgen mod %d offset %d", s.Mod, s.Offset)
+		}
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		if m.def.Endpoints == "" {
+			// The kernel's lookup finds no data of the right kind
+			// in a verdict map.
+			if m.def.Data == nft.TypeVerdict {
+				return kerr(unix.ENODATA, "%s is a verdict map, not an endpoint map", s.Map)
+			}
+			return kerr(unix.EINVAL, "%s is not an endpoint map", s.Map)
+		}
+		// nft refuses a rule whose protocol differs from the map's
+		// ("conflicting protocols specified").
+		if m.def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
 		}
 		*l4 = p
 	case nft.UpdateSaddr:
@@ -904,7 +984,7 @@ func (a *applier) walk(base, c *chain, stack []string) error {
 			switch st.(type) {
 			case nft.Masquerade:
 				what = "masquerade"
-			case nft.DNAT:
+			case nft.DNAT, nft.DNATMap:
 				what = "dnat"
 			case nft.Reject:
 				what = "reject"
@@ -1041,7 +1121,9 @@ func sortedElements(s *set) []nft.Element {
 	for _, e := range s.elems {
 		out = append(out, e.elem)
 	}
-	slices.SortFunc(out, func(a, b nft.Element) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b nft.Element) int {
+		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Index, b.Index))
+	})
 	return out
 }
 
