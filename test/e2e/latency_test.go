@@ -82,7 +82,25 @@ func scenarioLatency(e *env) {
 		sum, _ = metricValue(m, npSeries+"_sum"+npLabels)
 		return count, sum
 	}
+	// The setup's EndpointSlice writes carry trigger times too, and a
+	// Service without endpoints is refused before its slice has even
+	// arrived, so the refusals above do not prove that those trigger times
+	// have been observed. Start counting once the histogram holds still
+	// across an idle sync interval.
 	startCount, _ := histogram()
+	for i := 0; ; i++ {
+		e.waitSyncIdle(latencyMinSync)
+		time.Sleep(300 * time.Millisecond)
+		e.waitSyncIdle(latencyMinSync)
+		c, _ := histogram()
+		if c == startCount {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("%s_count%s kept growing before any change was made: %v, then %v", npSeries, npLabels, startCount, c)
+		}
+		startCount = c
+	}
 
 	var metric, seen []time.Duration
 	for i, tg := range targets {
