@@ -10,22 +10,45 @@ import (
 
 // slim drops what the proxy never reads from the objects the informers
 // keep, before they are stored: at tens of thousands of services the cache
-// is most of kproxy's memory. managedFields and annotations (such as
-// kubectl's last-applied-configuration, a copy of the whole object) go,
-// except the EndpointSlice trigger time; of a Node, the image list and
-// volume status, which can be tens of kilobytes.
+// is most of kproxy's memory. What goes:
+//   - managedFields, owner references, finalizers, and annotations (such as kubectl's
+//     last-applied-configuration, a copy of the whole object), except the
+//     EndpointSlice trigger time;
+//   - of a Service, its selector, its status conditions and every label
+//     but the two that decide whether it is proxied (a Helm chart's labels
+//     are often the largest part of the object);
+//   - of an EndpointSlice, every label but the service name and those two,
+//     and each endpoint's targetRef, hostname and deprecatedTopology (a
+//     targetRef is ~150 bytes, ten per slice);
+//   - of a Node, the image list and volume status, which can be tens of
+//     kilobytes. Its labels stay: topology uses them.
+//
+// TestSlimKeepsWhatTheModelReads converts objects before and after slim and
+// requires the same model.
 func slim(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
+		m.SetOwnerReferences(nil)
+		m.SetFinalizers(nil)
 	}
 	switch o := obj.(type) {
 	case *v1.Service:
 		o.Annotations = nil
+		o.Labels = keepLabels(o.Labels, model.LabelServiceProxyName, model.LabelHeadless)
+		o.Spec.Selector = nil
+		o.Status.Conditions = nil
 	case *discovery.EndpointSlice:
 		if t, ok := o.Annotations[model.AnnotationTriggerTime]; ok {
 			o.Annotations = map[string]string{model.AnnotationTriggerTime: t}
 		} else {
 			o.Annotations = nil
+		}
+		o.Labels = keepLabels(o.Labels, discovery.LabelServiceName, model.LabelServiceProxyName, model.LabelHeadless)
+		for i := range o.Endpoints {
+			e := &o.Endpoints[i]
+			e.TargetRef = nil
+			e.Hostname = nil
+			e.DeprecatedTopology = nil
 		}
 	case *v1.Node:
 		o.Annotations = nil
@@ -34,4 +57,18 @@ func slim(obj any) (any, error) {
 		o.Status.VolumesInUse = nil
 	}
 	return obj, nil
+}
+
+// keepLabels returns the labels among keys, or nil when there are none.
+func keepLabels(labels map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := labels[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
