@@ -6,6 +6,7 @@ package file
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,13 +145,16 @@ type loadResult struct {
 	unreadable bool
 	// empty lists the files that were empty (or held only comments).
 	empty []string
-	// origin maps each object key to the file it came from.
-	origin map[objectKey]string
+	// state has an entry (digest, file, deletion stub) for every object
+	// kept.
+	state *state
+	// objects are the objects kept, by key.
+	objects map[objectKey]any
 }
 
 func load(path string) (*Objects, []error, loadResult) {
 	c := newCollector()
-	res := loadResult{origin: c.origin}
+	res := loadResult{state: c.state, objects: c.byKey}
 	files, err := filesOf(path)
 	if err != nil {
 		res.unreadable = true
@@ -227,14 +231,15 @@ func (k objectKey) String() string {
 
 // collector gathers objects and errors across the files of one load.
 type collector struct {
-	objs   *Objects
-	errs   []error
-	seen   map[objectKey]string // where each object was first found
-	origin map[objectKey]string // the file each object came from
+	objs  *Objects
+	errs  []error
+	seen  map[objectKey]string // where each object was first found
+	state *state               // an entry for each object kept
+	byKey map[objectKey]any    // the objects kept
 }
 
 func newCollector() *collector {
-	return &collector{objs: &Objects{}, seen: map[objectKey]string{}, origin: map[objectKey]string{}}
+	return &collector{objs: &Objects{}, seen: map[objectKey]string{}, state: newState(), byKey: map[objectKey]any{}}
 }
 
 func (c *collector) fail(err error) {
@@ -428,14 +433,21 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		return
 	}
 	c.seen[key] = pos
-	c.origin[key] = doc.file
+	c.byKey[key] = obj
+	// The digest is of the object's text as read (for YAML, as converted
+	// to JSON), not of the decoded object: see state.
+	e := entry{sum: sha256.Sum256(raw), file: doc.file}
 	switch o := obj.(type) {
 	case *v1.Service:
 		c.objs.Services = append(c.objs.Services, o)
+		c.state.services[key] = e
 	case *v1.Node:
 		c.objs.Nodes = append(c.objs.Nodes, o)
+		c.state.nodes[key] = e
 	case *discovery.EndpointSlice:
 		c.objs.EndpointSlices = append(c.objs.EndpointSlices, o)
+		e.addressType, e.labels = o.AddressType, o.Labels
+		c.state.slices[key] = e
 	}
 }
 
