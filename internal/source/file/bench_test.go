@@ -159,7 +159,7 @@ func liveHeap() uint64 {
 
 // reread does what Run does on a change of a file that stays readable.
 func reread(cur *state, path string, h model.EventHandler) (*state, []error) {
-	_, errs, res := load(path)
+	_, errs, res := load(path, cur)
 	deliverDiff(cur, res.state, res.objects, h)
 	return res.state, errs
 }

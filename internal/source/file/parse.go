@@ -134,7 +134,7 @@ func Parse(name string, data []byte) (*Objects, []error) {
 // that could not be read; an object found twice, in one file or two, is
 // kept the first time and reported the second.
 func Load(path string) (*Objects, []error) {
-	objs, errs, _ := load(path)
+	objs, errs, _ := load(path, nil)
 	return objs, errs
 }
 
@@ -152,8 +152,13 @@ type loadResult struct {
 	objects map[objectKey]any
 }
 
-func load(path string) (*Objects, []error, loadResult) {
+// load reads path as Load does. An object whose text is the same as when
+// it was put in prev (same key, same digest) is not decoded again: its
+// entry is taken from prev, and it is neither in Objects nor in
+// loadResult.objects. prev may be nil.
+func load(path string, prev *state) (*Objects, []error, loadResult) {
 	c := newCollector()
+	c.prev = prev
 	res := loadResult{state: c.state, objects: c.byKey}
 	files, err := filesOf(path)
 	if err != nil {
@@ -235,6 +240,7 @@ type collector struct {
 	errs  []error
 	seen  map[objectKey]string // where each object was first found
 	state *state               // an entry for each object kept
+	prev  *state               // objects not to decode again, or nil
 	byKey map[objectKey]any    // the objects kept
 }
 
@@ -405,6 +411,31 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		fail(h, errors.New("no metadata.name"))
 		return
 	}
+	// The digest is of the object's text as read (for YAML, as converted
+	// to JSON), not of the decoded object: see state.
+	sum := sha256.Sum256(raw)
+	if c.prev != nil {
+		// Decoding is most of the cost of a reread and makes garbage
+		// of the size of the whole snapshot. Text that decoded before
+		// decodes the same way again, so an unchanged object can be
+		// kept as it is, as long as the key is computed as below.
+		key := objectKey{Kind: h.Kind, Namespace: h.Namespace, Name: h.Name}
+		if h.Kind == "Node" {
+			key.Namespace = ""
+		} else if key.Namespace == "" {
+			key.Namespace = v1.NamespaceDefault
+		}
+		if old, ok := c.prev.of(h.Kind)[key]; ok && old.sum == sum {
+			if first, dup := c.seen[key]; dup {
+				fail(h, fmt.Errorf("duplicate %s, already read at %s", key, first))
+				return
+			}
+			c.seen[key] = pos
+			old.file = doc.file
+			c.state.of(h.Kind)[key] = old
+			return
+		}
+	}
 	var obj interface {
 		GetNamespace() string
 		SetNamespace(string)
@@ -434,9 +465,7 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 	}
 	c.seen[key] = pos
 	c.byKey[key] = obj
-	// The digest is of the object's text as read (for YAML, as converted
-	// to JSON), not of the decoded object: see state.
-	e := entry{sum: sha256.Sum256(raw), file: doc.file}
+	e := entry{sum: sum, file: doc.file}
 	switch o := obj.(type) {
 	case *v1.Service:
 		c.objs.Services = append(c.objs.Services, o)

@@ -4,7 +4,12 @@ package file
 // endpoints in 198.18.0.0/16; node-a is this node.
 
 import (
+	"errors"
+	"fmt"
+	"maps"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,17 +25,24 @@ import (
 // file is one file's name and content.
 type file struct{ name, data string }
 
-// loadFiles does what load does, on files given in memory.
-func loadFiles(t *testing.T, files ...file) loadResult {
+// loadFiles does what load does, on files given in memory; prev is the
+// state of the previous read, or nil.
+func loadFiles(t *testing.T, prev *state, files ...file) loadResult {
 	t.Helper()
+	res, errs := loadFilesErrs(prev, files...)
+	if len(errs) != 0 {
+		t.Fatalf("fixture errors: %v", errs)
+	}
+	return res
+}
+
+func loadFilesErrs(prev *state, files ...file) (loadResult, []error) {
 	c := newCollector()
+	c.prev = prev
 	for _, f := range files {
 		c.parse(f.name, []byte(f.data))
 	}
-	if len(c.errs) != 0 {
-		t.Fatalf("fixture errors: %v", c.errs)
-	}
-	return loadResult{state: c.state, objects: c.byKey}
+	return loadResult{state: c.state, objects: c.byKey}, c.errs
 }
 
 // TestDeliverDiff checks what a reread delivers, given the files before and
@@ -91,19 +103,85 @@ func TestDeliverDiff(t *testing.T) {
 			"delete Node node-y", "delete Node node-z",
 		},
 	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			cur := loadFiles(t, tc.before...).state
-			next := loadFiles(t, tc.after...)
-			rec := &recorder{}
-			n := deliverDiff(cur, next.state, next.objects, rec)
-			if diff := cmp.Diff(tc.want, rec.snapshot(), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
-			if n != len(rec.snapshot()) {
-				t.Errorf("deliverDiff returned %d, delivered %d events", n, len(rec.snapshot()))
-			}
-		})
+		// Run rereads with the current state, so that unchanged objects
+		// are not decoded again; without it, everything is decoded.
+		for _, withPrev := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/prev=%v", tc.name, withPrev), func(t *testing.T) {
+				cur := loadFiles(t, nil, tc.before...).state
+				var prev *state
+				if withPrev {
+					prev = cur
+				}
+				next := loadFiles(t, prev, tc.after...)
+				rec := &recorder{}
+				n := deliverDiff(cur, next.state, next.objects, rec)
+				if diff := cmp.Diff(tc.want, rec.snapshot(), cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+				if n != len(rec.snapshot()) {
+					t.Errorf("deliverDiff returned %d, delivered %d events", n, len(rec.snapshot()))
+				}
+				// Every update had its object decoded; with prev, only
+				// those were.
+				if withPrev && len(next.objects) != countUpdates(rec.snapshot()) {
+					t.Errorf("%d objects decoded for %d updates", len(next.objects), countUpdates(rec.snapshot()))
+				}
+			})
+		}
 	}
+}
+
+func countUpdates(events []string) int {
+	n := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, "update ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRereadUnchanged checks what a reread with the previous state keeps of
+// an object it does not decode again.
+func TestRereadUnchanged(t *testing.T) {
+	web, api := svcDoc("web", "1", 80), svcDoc("api", "1", 80)
+	slice := sliceDoc("web-1", "web", "1")
+	cur := loadFiles(t, nil, file{"a.yaml", docs(web, api, slice)}).state
+	webKey := objectKey{"Service", "demo", "web"}
+	sliceKey := objectKey{"EndpointSlice", "demo", "web-1"}
+
+	t.Run("moved to another file: the entry says where it is now", func(t *testing.T) {
+		next := loadFiles(t, cur, file{"a.yaml", docs(api, slice)}, file{"b.yaml", web})
+		if got := next.state.services[webKey].file; got != "b.yaml" {
+			t.Errorf("file of %s is %q, want b.yaml", webKey, got)
+		}
+		if len(next.objects) != 0 {
+			t.Errorf("%d objects decoded, want none", len(next.objects))
+		}
+	})
+	t.Run("the deletion stub survives rereads", func(t *testing.T) {
+		next := loadFiles(t, cur, file{"a.yaml", docs(web, api, slice)})
+		if e := next.state.slices[sliceKey]; e.addressType != discovery.AddressTypeIPv4 || e.labels[discovery.LabelServiceName] != "web" {
+			t.Errorf("entry of %s after a reread: addressType %q labels %v", sliceKey, e.addressType, e.labels)
+		}
+	})
+	t.Run("a duplicate of an unchanged object is still reported", func(t *testing.T) {
+		next, errs := loadFilesErrs(cur, file{"a.yaml", docs(web, api, slice)}, file{"b.yaml", web})
+		var de *DocumentError
+		if len(errs) != 1 || !errors.As(errs[0], &de) || de.File != "b.yaml" || !strings.Contains(de.Err.Error(), "duplicate Service demo/web") {
+			t.Fatalf("errors %v, want one duplicate of Service demo/web in b.yaml", errs)
+		}
+		if got := next.state.services[webKey].file; got != "a.yaml" {
+			t.Errorf("file of %s is %q, want a.yaml (the first one read)", webKey, got)
+		}
+	})
+	t.Run("the same text under another name is decoded", func(t *testing.T) {
+		// Same digest as cur's web, but not the same key.
+		next := loadFiles(t, cur, file{"a.yaml", docs(svcDoc("web2", "1", 80), api, slice)})
+		if _, ok := next.objects[objectKey{"Service", "demo", "web2"}]; !ok || len(next.objects) != 1 {
+			t.Errorf("decoded %v, want only demo/web2", slices.Collect(maps.Keys(next.objects)))
+		}
+	})
 }
 
 // deletedSlices records the EndpointSlices given to EndpointSliceDeleted.
@@ -119,8 +197,8 @@ func (d *deletedSlices) EndpointSliceDeleted(s *discovery.EndpointSlice) { d.got
 func TestDeletedSliceStub(t *testing.T) {
 	slice := "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-v6\n  namespace: demo\n" +
 		"  labels:\n    kubernetes.io/service-name: web\n    team: blue\naddressType: IPv6\nendpoints:\n- addresses: [\"2001:db8::10\"]\n"
-	cur := loadFiles(t, file{"state.yaml", slice}).state
-	next := loadFiles(t)
+	cur := loadFiles(t, nil, file{"state.yaml", slice}).state
+	next := loadFiles(t, cur)
 	h := &deletedSlices{}
 	deliverDiff(cur, next.state, next.objects, h)
 	if len(h.got) != 1 {
@@ -145,7 +223,7 @@ func TestDeletionsReachTracker(t *testing.T) {
 	node := "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\nstatus:\n  addresses:\n  - type: InternalIP\n    address: 198.17.0.10\n"
 
 	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{v1.IPv4Protocol}})
-	first := loadFiles(t, file{"state.yaml", docs(node, svc, slice)})
+	first := loadFiles(t, nil, file{"state.yaml", docs(node, svc, slice)})
 	// As Run does at start: everything is an update.
 	deliverDiff(newState(), first.state, first.objects, tr)
 	u := tr.Take()
@@ -157,7 +235,7 @@ func TestDeletionsReachTracker(t *testing.T) {
 	}
 
 	// The slice goes first: the service stays, its endpoints go.
-	second := loadFiles(t, file{"state.yaml", docs(node, svc)})
+	second := loadFiles(t, first.state, file{"state.yaml", docs(node, svc)})
 	if n := deliverDiff(first.state, second.state, second.objects, tr); n != 1 {
 		t.Fatalf("slice removed: %d events, want 1", n)
 	}
@@ -170,7 +248,7 @@ func TestDeletionsReachTracker(t *testing.T) {
 	}
 
 	// Then the service and the node.
-	third := loadFiles(t)
+	third := loadFiles(t, second.state)
 	if n := deliverDiff(second.state, third.state, third.objects, tr); n != 2 {
 		t.Fatalf("service and node removed: %d events, want 2", n)
 	}
@@ -188,7 +266,7 @@ func TestDeletionsReachTracker(t *testing.T) {
 // collected).
 func TestStateDropsObjects(t *testing.T) {
 	path := writeSnapshot(t, 200)
-	objs, _, res := load(path)
+	objs, _, res := load(path, nil)
 	var live atomic.Int64
 	track := func(p any) {
 		live.Add(1)

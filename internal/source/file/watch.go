@@ -105,6 +105,19 @@ func newState() *state {
 	return &state{services: map[objectKey]entry{}, slices: map[objectKey]entry{}, nodes: map[objectKey]entry{}}
 }
 
+// of returns the entries of one kind.
+func (s *state) of(kind string) map[objectKey]entry {
+	switch kind {
+	case "Service":
+		return s.services
+	case "EndpointSlice":
+		return s.slices
+	case "Node":
+		return s.nodes
+	}
+	return nil
+}
+
 // origin returns the file an object was read from, if it is in s.
 func (s *state) origin(k objectKey) (string, bool) {
 	for _, m := range []map[objectKey]entry{s.services, s.slices, s.nodes} {
@@ -186,7 +199,7 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		s.reloads.Add(1)
 		now := time.Now()
 		newStamp := stampOf(s.path)
-		_, errs, res := load(s.path)
+		_, errs, res := load(s.path, cur)
 		if res.unreadable {
 			klog.V(2).InfoS("Cannot read all files, keeping the previous state until the next change", "path", s.path, "trigger", why)
 			return
@@ -241,7 +254,7 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 
 // initialState reads path and gives everything to h, as Run does at start.
 func initialState(path string, h model.EventHandler) *state {
-	objs, errs, res := load(path)
+	objs, errs, res := load(path, nil)
 	klog.InfoS("Read objects from files", "path", path, "services", len(objs.Services),
 		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
 	objs.Feed(h)
