@@ -118,16 +118,6 @@ func (s *state) of(kind string) map[objectKey]entry {
 	return nil
 }
 
-// origin returns the file an object was read from, if it is in s.
-func (s *state) origin(k objectKey) (string, bool) {
-	for _, m := range []map[objectKey]entry{s.services, s.slices, s.nodes} {
-		if e, ok := m[k]; ok {
-			return e.file, true
-		}
-	}
-	return "", false
-}
-
 // Deleted objects are given to the handler as stubs that carry only the
 // key and, for slices, the fields in entry.
 func serviceStub(k objectKey, _ entry) *v1.Service {
@@ -267,7 +257,7 @@ func emptiedFile(cur *state, res loadResult) string {
 	for _, f := range res.empty {
 		for _, m := range []map[objectKey]entry{cur.services, cur.slices, cur.nodes} {
 			for key, e := range m {
-				if _, still := res.state.origin(key); e.file == f && !still {
+				if _, still := res.state.of(key.Kind)[key]; e.file == f && !still {
 					return f
 				}
 			}
@@ -277,10 +267,11 @@ func emptiedFile(cur *state, res loadResult) string {
 }
 
 // deliverDiff gives h what changed from cur to next and returns how many
-// events it sent; objects are next's objects by key. Updates come before
-// deletions, and nodes, services and slices in that order (the reverse for
-// deletions), each sorted by key, so that the same change always gives the
-// same events.
+// events it sent; objects are next's objects by key. next must have been
+// loaded with cur (or nil) as prev: an object left out of objects must be
+// unchanged from cur. Updates come before deletions, and nodes, services
+// and slices in that order (the reverse for deletions), each sorted by key,
+// so that the same change always gives the same events.
 func deliverDiff(cur, next *state, objects map[objectKey]any, h model.EventHandler) int {
 	n := 0
 	n += updates(cur.nodes, next.nodes, objects, h.NodeUpdated)
