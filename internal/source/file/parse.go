@@ -6,6 +6,7 @@ package file
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,7 +134,7 @@ func Parse(name string, data []byte) (*Objects, []error) {
 // that could not be read; an object found twice, in one file or two, is
 // kept the first time and reported the second.
 func Load(path string) (*Objects, []error) {
-	objs, errs, _ := load(path)
+	objs, errs, _ := load(path, nil)
 	return objs, errs
 }
 
@@ -144,13 +145,21 @@ type loadResult struct {
 	unreadable bool
 	// empty lists the files that were empty (or held only comments).
 	empty []string
-	// origin maps each object key to the file it came from.
-	origin map[objectKey]string
+	// state has an entry (digest, file, deletion stub) for every object
+	// kept.
+	state *state
+	// objects are the objects kept, by key.
+	objects map[objectKey]any
 }
 
-func load(path string) (*Objects, []error, loadResult) {
+// load reads path as Load does. An object whose text is the same as when
+// it was put in prev (same key, same digest) is not decoded again: its
+// entry is taken from prev, and it is neither in Objects nor in
+// loadResult.objects. prev may be nil.
+func load(path string, prev *state) (*Objects, []error, loadResult) {
 	c := newCollector()
-	res := loadResult{origin: c.origin}
+	c.prev = prev
+	res := loadResult{state: c.state, objects: c.byKey}
 	files, err := filesOf(path)
 	if err != nil {
 		res.unreadable = true
@@ -227,14 +236,16 @@ func (k objectKey) String() string {
 
 // collector gathers objects and errors across the files of one load.
 type collector struct {
-	objs   *Objects
-	errs   []error
-	seen   map[objectKey]string // where each object was first found
-	origin map[objectKey]string // the file each object came from
+	objs  *Objects
+	errs  []error
+	seen  map[objectKey]string // where each object was first found
+	state *state               // an entry for each object kept
+	prev  *state               // objects not to decode again, or nil
+	byKey map[objectKey]any    // the objects kept
 }
 
 func newCollector() *collector {
-	return &collector{objs: &Objects{}, seen: map[objectKey]string{}, origin: map[objectKey]string{}}
+	return &collector{objs: &Objects{}, seen: map[objectKey]string{}, state: newState(), byKey: map[objectKey]any{}}
 }
 
 func (c *collector) fail(err error) {
@@ -400,6 +411,31 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		fail(h, errors.New("no metadata.name"))
 		return
 	}
+	// The digest is of the object's text as read (for YAML, as converted
+	// to JSON), not of the decoded object: see state.
+	sum := sha256.Sum256(raw)
+	if c.prev != nil {
+		// Decoding is most of the cost of a reread and makes garbage
+		// of the size of the whole snapshot. Text that decoded before
+		// decodes the same way again, so an unchanged object can be
+		// kept as it is, as long as the key is computed as below.
+		key := objectKey{Kind: h.Kind, Namespace: h.Namespace, Name: h.Name}
+		if h.Kind == "Node" {
+			key.Namespace = ""
+		} else if key.Namespace == "" {
+			key.Namespace = v1.NamespaceDefault
+		}
+		if old, ok := c.prev.of(h.Kind)[key]; ok && old.sum == sum {
+			if first, dup := c.seen[key]; dup {
+				fail(h, fmt.Errorf("duplicate %s, already read at %s", key, first))
+				return
+			}
+			c.seen[key] = pos
+			old.file = doc.file
+			c.state.of(h.Kind)[key] = old
+			return
+		}
+	}
 	var obj interface {
 		GetNamespace() string
 		SetNamespace(string)
@@ -428,14 +464,19 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		return
 	}
 	c.seen[key] = pos
-	c.origin[key] = doc.file
+	c.byKey[key] = obj
+	e := entry{sum: sum, file: doc.file}
 	switch o := obj.(type) {
 	case *v1.Service:
 		c.objs.Services = append(c.objs.Services, o)
+		c.state.services[key] = e
 	case *v1.Node:
 		c.objs.Nodes = append(c.objs.Nodes, o)
+		c.state.nodes[key] = e
 	case *discovery.EndpointSlice:
 		c.objs.EndpointSlices = append(c.objs.EndpointSlices, o)
+		e.addressType, e.labels = o.AddressType, o.Labels
+		c.state.slices[key] = e
 	}
 }
 

@@ -2,6 +2,7 @@ package file
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/model"
@@ -45,7 +46,11 @@ type fileSource struct {
 // and then watches it: on a change it reads everything again and delivers
 // only the differences to the previous state (objects added or changed as
 // updates, objects gone as deletions). Objects are compared by kind,
-// namespace and name, and then by content (resourceVersion included).
+// namespace and name, and then by their text (resourceVersion included;
+// see state for what counts as a change). A deleted object is given to the
+// handler as a stub that holds its namespace and name and, for an
+// EndpointSlice, its labels and address type: the source does not keep the
+// objects it has delivered.
 //
 // Changes are noticed through inotify on the directory that holds the file
 // (editors and ConfigMap volumes replace files by renaming, which a watch
@@ -61,31 +66,70 @@ func New(path string) source.Source {
 	return &fileSource{path: path, poll: defaultPoll, debounce: defaultDebounce}
 }
 
-// state is what the handler was last given.
+// state is what the handler was last given, reduced to what the next
+// reread needs: per object, a digest to tell whether it changed and what a
+// deletion handler reads of it. The decoded objects are not kept: they
+// become garbage once the handler has them (or, for objects it does not
+// keep, at once), which at 10k services is tens of MB.
+//
+// The digest is a SHA-256 of the object's text as read: the item's bytes
+// in a JSON file, the document (or List item) as converted to JSON for
+// YAML. Hashing the decoded object re-encoded would cost a marshal per
+// object per reread, on top of the decoding; the text is at hand and
+// hashing it costs little. The price is that some edits that mean nothing
+// count as changes and are delivered as updates: a JSON file reformatted,
+// keys reordered, a field our API types do not know edited, nil written as
+// empty. That is harmless (the handler converts the object again and finds
+// the same result). YAML formatting, comments and key order do not count:
+// the conversion to JSON sorts keys and drops both. An object moved
+// between files is no change when its text is the same.
 type state struct {
-	services map[objectKey]*v1.Service
-	slices   map[objectKey]*discovery.EndpointSlice
-	nodes    map[objectKey]*v1.Node
-	origin   map[objectKey]string
+	services map[objectKey]entry
+	slices   map[objectKey]entry
+	nodes    map[objectKey]entry
 }
 
-func newState(o *Objects, origin map[objectKey]string) *state {
-	s := &state{
-		services: map[objectKey]*v1.Service{},
-		slices:   map[objectKey]*discovery.EndpointSlice{},
-		nodes:    map[objectKey]*v1.Node{},
-		origin:   origin,
+// entry is what a state keeps of one object.
+type entry struct {
+	sum  [sha256.Size]byte
+	file string // where it was read from
+	// Only for EndpointSlices: what the model.Tracker reads of a deleted
+	// slice besides its namespace and name (its Service is the service-name
+	// label). The labels map is shared with the object given to the handler,
+	// which usually keeps it anyway.
+	addressType discovery.AddressType
+	labels      map[string]string
+}
+
+func newState() *state {
+	return &state{services: map[objectKey]entry{}, slices: map[objectKey]entry{}, nodes: map[objectKey]entry{}}
+}
+
+// of returns the entries of one kind.
+func (s *state) of(kind string) map[objectKey]entry {
+	switch kind {
+	case "Service":
+		return s.services
+	case "EndpointSlice":
+		return s.slices
+	case "Node":
+		return s.nodes
 	}
-	for _, x := range o.Services {
-		s.services[objectKey{"Service", x.Namespace, x.Name}] = x
-	}
-	for _, x := range o.EndpointSlices {
-		s.slices[objectKey{"EndpointSlice", x.Namespace, x.Name}] = x
-	}
-	for _, x := range o.Nodes {
-		s.nodes[objectKey{"Node", "", x.Name}] = x
-	}
-	return s
+	return nil
+}
+
+// Deleted objects are given to the handler as stubs that carry only the
+// key and, for slices, the fields in entry.
+func serviceStub(k objectKey, _ entry) *v1.Service {
+	return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+}
+
+func sliceStub(k objectKey, e entry) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name, Labels: e.labels}, AddressType: e.addressType}
+}
+
+func nodeStub(k objectKey, _ entry) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.Name}}
 }
 
 // Run implements source.Source.
@@ -128,11 +172,7 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 	}
 
 	stamp := stampOf(s.path)
-	objs, errs, res := load(s.path)
-	cur := newState(objs, res.origin)
-	klog.InfoS("Read objects from files", "path", s.path, "services", len(objs.Services),
-		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
-	objs.Feed(h)
+	cur := initialState(s.path, h)
 
 	var (
 		debounce = time.NewTimer(0)
@@ -149,7 +189,7 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		s.reloads.Add(1)
 		now := time.Now()
 		newStamp := stampOf(s.path)
-		objs, errs, res := load(s.path)
+		_, errs, res := load(s.path, cur)
 		if res.unreadable {
 			klog.V(2).InfoS("Cannot read all files, keeping the previous state until the next change", "path", s.path, "trigger", why)
 			return
@@ -165,9 +205,8 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		}
 		emptySince = time.Time{}
 		stamp = newStamp
-		next := newState(objs, res.origin)
-		n := deliverDiff(cur, next, h)
-		cur = next
+		n := deliverDiff(cur, res.state, res.objects, h)
+		cur = res.state
 		klog.V(2).InfoS("Reread object files", "path", s.path, "trigger", why, "changes", n, "errors", len(errs))
 	}
 
@@ -203,13 +242,24 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 	}
 }
 
+// initialState reads path and gives everything to h, as Run does at start.
+func initialState(path string, h model.EventHandler) *state {
+	objs, errs, res := load(path, nil)
+	klog.InfoS("Read objects from files", "path", path, "services", len(objs.Services),
+		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
+	objs.Feed(h)
+	return res.state
+}
+
 // emptiedFile returns a file that is empty now but gave objects last time
 // that are now nowhere (an object moved to another file does not count).
 func emptiedFile(cur *state, res loadResult) string {
 	for _, f := range res.empty {
-		for key, from := range cur.origin {
-			if _, still := res.origin[key]; from == f && !still {
-				return f
+		for _, m := range []map[objectKey]entry{cur.services, cur.slices, cur.nodes} {
+			for key, e := range m {
+				if _, still := res.state.of(key.Kind)[key]; e.file == f && !still {
+					return f
+				}
 			}
 		}
 	}
@@ -217,37 +267,42 @@ func emptiedFile(cur *state, res loadResult) string {
 }
 
 // deliverDiff gives h what changed from cur to next and returns how many
-// events it sent. Updates come before deletions, and nodes, services and
-// slices in that order (the reverse for deletions), each sorted by key, so
-// that the same change always gives the same events.
-func deliverDiff(cur, next *state, h model.EventHandler) int {
+// events it sent; objects are next's objects by key. next must have been
+// loaded with cur (or nil) as prev: an object left out of objects must be
+// unchanged from cur. Updates come before deletions, and nodes, services
+// and slices in that order (the reverse for deletions), each sorted by key,
+// so that the same change always gives the same events.
+func deliverDiff(cur, next *state, objects map[objectKey]any, h model.EventHandler) int {
 	n := 0
-	n += updates(cur.nodes, next.nodes, h.NodeUpdated)
-	n += updates(cur.services, next.services, h.ServiceUpdated)
-	n += updates(cur.slices, next.slices, h.EndpointSliceUpdated)
-	n += deletions(cur.slices, next.slices, h.EndpointSliceDeleted)
-	n += deletions(cur.services, next.services, h.ServiceDeleted)
-	n += deletions(cur.nodes, next.nodes, h.NodeDeleted)
+	n += updates(cur.nodes, next.nodes, objects, h.NodeUpdated)
+	n += updates(cur.services, next.services, objects, h.ServiceUpdated)
+	n += updates(cur.slices, next.slices, objects, h.EndpointSliceUpdated)
+	n += deletions(cur.slices, next.slices, sliceStub, h.EndpointSliceDeleted)
+	n += deletions(cur.services, next.services, serviceStub, h.ServiceDeleted)
+	n += deletions(cur.nodes, next.nodes, nodeStub, h.NodeDeleted)
 	return n
 }
 
-func updates[T any](cur, next map[objectKey]T, f func(T)) int {
+// updates delivers the objects of next that are not in cur or whose
+// digest differs.
+func updates[T any](cur, next map[objectKey]entry, objects map[objectKey]any, f func(T)) int {
 	n := 0
 	for _, k := range sortedKeys(next) {
-		if old, ok := cur[k]; ok && equality.Semantic.DeepEqual(old, next[k]) {
+		if old, ok := cur[k]; ok && old.sum == next[k].sum {
 			continue
 		}
-		f(next[k])
+		f(objects[k].(T))
 		n++
 	}
 	return n
 }
 
-func deletions[T any](cur, next map[objectKey]T, f func(T)) int {
+// deletions delivers stubs of the objects of cur that are not in next.
+func deletions[T any](cur, next map[objectKey]entry, stub func(objectKey, entry) T, f func(T)) int {
 	n := 0
 	for _, k := range sortedKeys(cur) {
 		if _, ok := next[k]; !ok {
-			f(cur[k])
+			f(stub(k, cur[k]))
 			n++
 		}
 	}
