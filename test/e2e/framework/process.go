@@ -99,6 +99,9 @@ func startOnSpawnerThread(cmd *exec.Cmd) error {
 	return <-errc
 }
 
+// Pid is the process's ID (argv[0] itself: ip netns exec execs in place).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
