@@ -405,6 +405,9 @@ func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
 	if c.accept("numgen") {
 		return parseDNATMap(c, proto)
 	}
+	if c.accept(addrKeyword(f)) {
+		return parseDNATByService(c, f, proto)
+	}
 	w, err := c.word("address:port")
 	if err != nil {
 		return nil, err
@@ -460,6 +463,35 @@ func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 		return nil, fmt.Errorf("expected @map, found %q", m)
 	}
 	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m[1:]}, nil
+}
+
+// parseDNATByService reads the rest of "dnat ip to ip daddr . th dport .
+// numgen random mod N map @MAP" after the second "ip".
+func parseDNATByService(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
+	for _, w := range []string{"daddr", ".", "th", "dport", ".", "numgen", "random", "mod"} {
+		if _, err := c.expect(w); err != nil {
+			return nil, err
+		}
+	}
+	w, err := c.word("mod")
+	if err != nil {
+		return nil, err
+	}
+	mod, err := strconv.ParseUint(w, 10, 32)
+	if err != nil || mod == 0 {
+		return nil, fmt.Errorf("invalid numgen mod %q", w)
+	}
+	if _, err := c.expect("map"); err != nil {
+		return nil, err
+	}
+	m, err := c.word("@map")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(m, "@") || len(m) == 1 {
+		return nil, fmt.Errorf("expected @map, found %q", m)
+	}
+	return nft.DNATByService{Proto: proto, Mod: uint32(mod), Map: m[1:]}, nil
 }
 
 // parseUpdate reads the rest of "update @SET { ip saddr }".

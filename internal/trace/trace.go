@@ -492,6 +492,38 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				}
 			}
 			return true, nil
+		case nft.DNATByService:
+			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
+				return true, err
+			}
+			if s.pkt.Proto != st.Proto {
+				return false, nil
+			}
+			// Fork as for DNATMap; the key is the packet's destination
+			// address and port with numgen's value.
+			m := t.sets[st.Map]
+			svc := []nft.Value{{Addr: s.pkt.Dst}, {Port: s.pkt.DstPort}}
+			n := float64(st.Mod)
+			for i := range st.Mod {
+				br := s.clone()
+				br.prob = s.prob / n
+				mi, ok := m.index[endpointID(svc, i)]
+				if !ok {
+					br.step("%s: %s -> %s . %d (p=1/%d): not in the map", c.def.Name, text(), keyString(svc), i, st.Mod)
+				} else {
+					to := m.elems[mi].to
+					br.dnat, br.dstNATDone = &to, true
+					br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
+					br.step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.def.Name, text(), keyString(svc), i, st.Mod, to)
+					if _, err := w.endBase(br); err != nil {
+						return true, err
+					}
+				}
+				if err := w.run(br); err != nil {
+					return true, err
+				}
+			}
+			return true, nil
 		case nft.Reject:
 			s.step("%s: %s -> reject", c.def.Name, text())
 			return true, w.finish(s, VerdictReject)
