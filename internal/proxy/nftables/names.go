@@ -55,27 +55,46 @@ const (
 	// setHairpin holds "ep . ep" for every endpoint address: a packet DNATed
 	// back to the pod that sent it has source == destination in
 	// postrouting, which nft can only test through such a set.
-	setHairpin          = "hairpin-endpoints"
-	prefixServiceChain  = "service-"
-	prefixExternalChain = "external-"
-	prefixLocalChain    = "local-"
-	prefixFirewallChain = "firewall-"
-	prefixEndpointChain = "endpoint-"
-	prefixAffinitySet   = "affinity-"
+	setHairpin = "hairpin-endpoints"
+	// mapClusterServices sends the packets of plain ClusterIP service
+	// ports (see plainService) to the chain of their protocol and
+	// endpoint count; mapClusterServicesNew, looked up first, holds those
+	// a partial sync changed until a clean-up folds them into the first
+	// (see plainApplied). Both are in every shard table.
+	mapClusterServices    = "cluster-services"
+	mapClusterServicesNew = "cluster-services-new"
+	// prefixClusterEndpoints and prefixClusterEndpointsNew name, with the
+	// protocol, the endpoint maps of plain service ports (CLUSTER-IP .
+	// PORT . INDEX : ENDPOINT . PORT): the second is looked up first, as
+	// mapClusterServicesNew.
+	prefixClusterEndpoints    = "cluster-endpoints-"
+	prefixClusterEndpointsNew = "cluster-endpoints-new-"
+	prefixServiceChain        = "service-"
+	prefixExternalChain       = "external-"
+	prefixLocalChain          = "local-"
+	prefixFirewallChain       = "firewall-"
+	prefixEndpointChain       = "endpoint-"
+	prefixAffinitySet         = "affinity-"
 	// prefixEndpointMap names the endpoint maps of a shard,
 	// "endpoints-tcp/7": one per protocol and group of service ports
 	// (see endpointGroups). The "/" makes isOurs recognize them.
-	prefixEndpointMap        = "endpoints-"
-	maxNameLength            = 255 // NFT_NAME_MAXLEN - 1 for the NUL
-	tableComment             = "rules for kube-proxy"
-	clusterIPsComment        = "Active ClusterIPs"
-	nodePortIPsComment       = "IPs that accept NodePort traffic"
-	serviceIPsComment        = "ClusterIP, ExternalIP and LoadBalancer IP traffic"
-	serviceNodePortsComment  = "NodePort traffic"
-	noEndpointServicesComent = "vmap to drop or reject packets to services with no endpoints"
-	noEndpointNodePortsComnt = "vmap to drop or reject packets to service nodeports with no endpoints"
-	firewallIPsComment       = "destinations that are subject to LoadBalancerSourceRanges"
-	hairpinComment           = "endpoint . endpoint: traffic a service sent back to its source"
+	prefixEndpointMap = "endpoints-"
+	// prefixSharedChain names the chains plain ClusterIP services share,
+	// one per protocol and endpoint count: "cluster/tcp/3" (see
+	// sharedChainName). The "/" makes isOurs recognize them.
+	prefixSharedChain         = "cluster/"
+	maxNameLength             = 255 // NFT_NAME_MAXLEN - 1 for the NUL
+	tableComment              = "rules for kube-proxy"
+	clusterIPsComment         = "Active ClusterIPs"
+	nodePortIPsComment        = "IPs that accept NodePort traffic"
+	serviceIPsComment         = "ClusterIP, ExternalIP and LoadBalancer IP traffic"
+	serviceNodePortsComment   = "NodePort traffic"
+	noEndpointServicesComent  = "vmap to drop or reject packets to services with no endpoints"
+	noEndpointNodePortsComnt  = "vmap to drop or reject packets to service nodeports with no endpoints"
+	firewallIPsComment        = "destinations that are subject to LoadBalancerSourceRanges"
+	hairpinComment            = "endpoint . endpoint: traffic a service sent back to its source"
+	clusterServicesComment    = "ClusterIP traffic of services without a chain of their own"
+	clusterServicesNewComment = "the same, changed since the last clean-up: looked up first"
 )
 
 // isOurs reports whether a chain or set name is one of the per-service
@@ -87,7 +106,7 @@ func isOurs(name string) bool {
 	if !strings.Contains(name, "/") {
 		return false
 	}
-	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet, prefixEndpointMap} {
+	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet, prefixEndpointMap, prefixSharedChain} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -316,4 +335,23 @@ func chooseShards(n, cur, perShard int) int {
 		k *= 2
 	}
 	return k
+}
+
+// plainProtocols are the protocols plain service ports may have: each
+// shard table has the endpoint maps of every one.
+var plainProtocols = []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}
+
+// clusterEndpointsMap is the endpoint map of plain service ports of a
+// protocol; newer selects the one looked up first.
+func clusterEndpointsMap(p v1.Protocol, newer bool) string {
+	if newer {
+		return prefixClusterEndpointsNew + nft.ProtoName(p)
+	}
+	return prefixClusterEndpoints + nft.ProtoName(p)
+}
+
+// sharedChainName is the chain shared by the plain service ports of a
+// protocol with n endpoints.
+func sharedChainName(p v1.Protocol, n int) string {
+	return prefixSharedChain + nft.ProtoName(p) + "/" + strconv.Itoa(n)
 }

@@ -148,6 +148,14 @@ type Applied struct {
 	healthChecked map[model.ServicePortName]ServiceStats
 	noLocalInt    int
 	noLocalExt    int
+	// sharedUsers counts, per shared chain (cluster/PROTO/N), the plain
+	// service ports whose elements send packets to it: a chain nobody
+	// uses any more is stale.
+	sharedUsers map[objRef]int
+	// settle lists the plain service ports with elements in the "new"
+	// maps, since when: a clean-up at least staleDelay later folds them
+	// into the other maps (see plainApplied).
+	settle map[model.ServicePortName]time.Time
 }
 
 type garbageElem struct {
@@ -179,6 +187,55 @@ type svcApplied struct {
 	// eps are the key ranges the policy chains use in endpoint maps.
 	eps   []epRange
 	stats ServiceStats
+	// plain is what the shared maps hold for a plain service port (nil:
+	// the service port has chains of its own).
+	plain *plainApplied
+}
+
+// plainSide is one version of a plain service port's endpoints: the
+// chain cluster/PROTO/len(to) and the keys 0 … len(to)-1 of its address
+// and port in an endpoint map. Never changed once made.
+type plainSide struct {
+	to []netip.AddrPort
+}
+
+func (p *plainSide) n() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.to)
+}
+
+func (p *plainSide) equal(q *plainSide) bool {
+	return p.n() == q.n() && (p == nil || slices.Equal(p.to, q.to))
+}
+
+// plainApplied is what the kernel holds for a plain service port, a
+// ClusterIP-only port without per-service chain (see plainService).
+//
+// Changing an element's value means deleting it, and every transaction
+// that deletes waits for an RCU grace period (~15 ms, docs/benchmarks.md
+// item 2). So the shard's services chain looks up mapClusterServicesNew
+// before mapClusterServices, and each shared chain the "new" endpoint
+// map before the other: a partial sync writes a changed plain service
+// port into the "new" maps (adds only) and so overrides what the others
+// hold for it; a clean-up at least staleDelay later (settle) moves it
+// back, paying the deletions off the path of the change. A service port
+// changed again before that is changed in place in the "new" maps.
+type plainApplied struct {
+	svc  netip.Addr
+	port uint16
+	// cold is what mapClusterServices and the endpoint map hold, hot
+	// what the "new" ones hold (nil: nothing).
+	cold, hot *plainSide
+}
+
+// effective is what traffic to the service port uses.
+func (p *plainApplied) effective() *plainSide {
+	if p.hot != nil {
+		return p.hot
+	}
+	return p.cold
 }
 
 // ServiceStats are per-service-port figures consumers need after a sync.
@@ -242,6 +299,8 @@ func NewApplied() *Applied {
 		hairpinGarbage: map[elemKey]garbageElem{},
 		epNext:         map[objRef]uint32{},
 		epUsers:        map[objRef]int{},
+		sharedUsers:    map[objRef]int{},
+		settle:         map[model.ServicePortName]time.Time{},
 	}
 }
 
@@ -276,6 +335,12 @@ type Plan struct {
 	epGarbage []epGarbage
 	// epCollected is how many of Applied.epGarbage the clean-up deletes.
 	epCollected int
+	// sharedUsers and settle: changes to Applied's (settle: a zero time
+	// removes); settled: plain service ports the clean-up settles.
+	sharedUsers map[objRef]int
+	settle      map[model.ServicePortName]time.Time
+	settled     []settledPlain
+	now         time.Time
 	full        bool
 	shards      int
 	services    map[model.ServicePortName]*svcApplied // nil value: gone
@@ -297,13 +362,51 @@ func (p *Plan) CommitCleanup(a *Applied) {
 		delete(a.hairpinGarbage, k)
 	}
 	a.epGarbage = a.epGarbage[p.epCollected:]
+	for _, st := range p.settled {
+		s := a.services[st.name]
+		if s == nil || s.plain != st.from {
+			continue // changed since (cannot happen: Commit ran first with the same render)
+		}
+		s.plain = &plainApplied{svc: st.from.svc, port: st.from.port, cold: st.from.hot}
+		// The service port's mapClusterServices element now has the
+		// new count's verdict: the bookkeeping must say so, or the next
+		// render would see a change to make.
+		for _, e := range s.elems {
+			if e.key.set == mapClusterServices {
+				ne := *e.elem
+				ne.Verdict = &nft.Verdict{Kind: nft.Goto, Chain: st.chain}
+				e.elem = &ne
+			}
+		}
+		delete(a.settle, st.name)
+		if st.oldChain.name != "" {
+			a.sharedUsers[st.oldChain]--
+			if a.sharedUsers[st.oldChain] <= 0 {
+				delete(a.sharedUsers, st.oldChain)
+				if _, ok := a.stale[st.oldChain]; !ok {
+					n := st.name
+					a.stale[st.oldChain] = staleObj{since: p.now, owner: &n}
+				}
+			}
+		}
+	}
+}
+
+// settledPlain is a plain service port a clean-up settles: from is its
+// state before, chain the chain of its count, oldChain the chain of the
+// count it had in mapClusterServices if no longer used by it.
+type settledPlain struct {
+	name     model.ServicePortName
+	from     *plainApplied
+	chain    string
+	oldChain objRef
 }
 
 // CleanupPending reports whether, once the plan is committed, something is
 // left for a later clean-up transaction: the caller should sync again
 // after staleDelay even when nothing changes.
 func (p *Plan) CleanupPending(a *Applied) bool {
-	return len(a.stale) > 0 || len(a.rewrite) > 0 || len(a.hairpinGarbage) > 0 || len(a.epGarbage) > 0
+	return len(a.stale) > 0 || len(a.rewrite) > 0 || len(a.hairpinGarbage) > 0 || len(a.epGarbage) > 0 || len(a.settle) > 0
 }
 
 // Commit records the plan (Tx) as applied.
@@ -316,6 +419,8 @@ func (p *Plan) Commit(a *Applied) {
 		a.epNext = map[objRef]uint32{}
 		a.epUsers = map[objRef]int{}
 		a.epGarbage = nil
+		a.sharedUsers = map[objRef]int{}
+		a.settle = map[model.ServicePortName]time.Time{}
 		a.services = map[model.ServicePortName]*svcApplied{}
 		a.owners = map[elemKey][]*ownedElem{}
 		a.healthChecked = map[model.ServicePortName]ServiceStats{}
@@ -353,6 +458,20 @@ func (p *Plan) Commit(a *Applied) {
 			delete(a.epUsers, m)
 		} else {
 			a.epUsers[m] = n
+		}
+	}
+	for c, n := range p.sharedUsers {
+		if n == 0 {
+			delete(a.sharedUsers, c)
+		} else {
+			a.sharedUsers[c] = n
+		}
+	}
+	for n, t := range p.settle {
+		if t.IsZero() {
+			delete(a.settle, n)
+		} else if _, ok := a.settle[n]; !ok {
+			a.settle[n] = t
 		}
 	}
 	for k, g := range p.garbage {
@@ -432,8 +551,10 @@ type renderer struct {
 	// reused from one service port to the next.
 	keyText []byte
 	keyEnds []int
-	// declared are the endpoint maps this transaction has declared.
-	declared sets.Set[objRef]
+	// declared are the endpoint maps this transaction has declared,
+	// sharedDeclared the shared chains.
+	declared       sets.Set[objRef]
+	sharedDeclared sets.Set[objRef]
 }
 
 // shardTable is the name of shard i, built once per render.
@@ -463,19 +584,23 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 		last: last,
 		tx:   nft.NewTransaction(cfg.family(), cfg.table()),
 		plan: &Plan{
-			full:     in.Full,
-			services: map[model.ServicePortName]*svcApplied{},
-			owners:   map[elemKey][]*ownedElem{},
-			stale:    map[objRef]*staleObj{},
-			rewrite:  map[model.ServicePortName]time.Time{},
-			garbage:  map[elemKey]garbageElem{},
-			epNext:   map[objRef]uint32{},
-			epUsers:  map[objRef]int{},
+			full:        in.Full,
+			services:    map[model.ServicePortName]*svcApplied{},
+			owners:      map[elemKey][]*ownedElem{},
+			stale:       map[objRef]*staleObj{},
+			rewrite:     map[model.ServicePortName]time.Time{},
+			garbage:     map[elemKey]garbageElem{},
+			epNext:      map[objRef]uint32{},
+			epUsers:     map[objRef]int{},
+			sharedUsers: map[objRef]int{},
+			settle:      map[model.ServicePortName]time.Time{},
+			now:         in.Now,
 		},
-		declared: sets.New[objRef](),
-		before:   map[elemKey]*ownedElem{},
-		existing: map[string]sets.Set[string]{},
-		shards:   max(last.shards, 1),
+		declared:       sets.New[objRef](),
+		sharedDeclared: sets.New[objRef](),
+		before:         map[elemKey]*ownedElem{},
+		existing:       map[string]sets.Set[string]{},
+		shards:         max(last.shards, 1),
 	}
 	for t, o := range in.Existing {
 		r.existing[t] = sets.New(o.Chains...)
@@ -543,16 +668,26 @@ func (r *renderer) shardSets() []*nft.Set {
 	a := r.addrType()
 	svcKey := []nft.DataType{a, nft.TypeInetProto, nft.TypeInetService}
 	npKey := []nft.DataType{nft.TypeInetProto, nft.TypeInetService}
-	return []*nft.Set{
+	out := []*nft.Set{
 		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
 		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
 		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
+		{Name: mapClusterServices, Key: svcKey, Data: nft.TypeVerdict, Comment: clusterServicesComment},
+		{Name: mapClusterServicesNew, Key: svcKey, Data: nft.TypeVerdict, Comment: clusterServicesNewComment},
 	}
+	for _, newer := range []bool{false, true} {
+		for _, p := range plainProtocols {
+			out = append(out, &nft.Set{Name: clusterEndpointsMap(p, newer), Endpoints: p, ByService: true})
+		}
+	}
+	return out
 }
 
 // shardSet reports whether a per-service element belongs in the
 // service's shard table rather than the main table.
-func shardSet(set string) bool { return set == mapServiceIPs || set == mapServiceNodePorts }
+func shardSet(set string) bool {
+	return set == mapServiceIPs || set == mapServiceNodePorts || set == mapClusterServices
+}
 
 var (
 	ctNew   = nft.MatchCtStateNew{}
@@ -636,6 +771,10 @@ func (r *renderer) shardRules() map[string][]*nft.Rule {
 		chainNATPrerouting: {r.rule(chainNATPrerouting, jump(chainServices))},
 		chainNATOutput:     {r.rule(chainNATOutput, jump(chainServices))},
 		chainServices: {
+			// Plain service ports first, changed ones before the others
+			// (see plainApplied).
+			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapClusterServicesNew}),
+			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapClusterServices}),
 			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
 			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),
 		},
@@ -764,6 +903,11 @@ func (r *renderer) renderFull() {
 	}
 	for m := range r.plan.epNext {
 		active.Insert(m)
+	}
+	for c, u := range r.plan.sharedUsers {
+		if u > 0 {
+			active.Insert(c)
+		}
 	}
 	// kept reports whether a table is there after this transaction.
 	kept := func(t string) bool {
@@ -920,9 +1064,45 @@ func (r *renderer) renderPartialCleanup() {
 		}
 		r.plan.epCollected++
 	}
+	r.settlePlain(tx)
 	r.renderStaleInto(tx)
-	if tx.Len() > 0 || len(r.plan.rewritten) > 0 || len(r.plan.collected) > 0 || r.plan.epCollected > 0 {
+	if tx.Len() > 0 || len(r.plan.rewritten) > 0 || len(r.plan.collected) > 0 || r.plan.epCollected > 0 || len(r.plan.settled) > 0 {
 		r.plan.Cleanup = tx
+	}
+}
+
+// settlePlain moves plain ports whose "new" elements are at least
+// staleDelay old back into mapClusterServices and the other endpoint
+// map, in the clean-up transaction (see plainApplied): their state
+// there becomes what the "new" maps hold, which are then emptied of them.
+func (r *renderer) settlePlain(tx *nft.Transaction) {
+	var names []model.ServicePortName
+	for n, since := range r.last.settle {
+		if r.in.Now.Sub(since) >= staleDelay && !r.in.Changed.Has(n) {
+			names = append(names, n)
+		}
+	}
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	for _, n := range names {
+		s := r.last.services[n]
+		if s == nil || s.plain == nil || s.plain.hot == nil {
+			r.plan.settle[n] = time.Time{} // nothing to settle (cannot happen)
+			continue
+		}
+		p, proto := s.plain, n.Protocol
+		w := tx.In(s.table)
+		chain := sharedChainName(proto, p.hot.n())
+		st := settledPlain{name: n, from: p, chain: chain}
+		if p.cold.n() != p.hot.n() {
+			key := []nft.Value{{Addr: p.svc}, {Proto: proto}, {Port: p.port}}
+			w.Delete(&nft.Element{Set: mapClusterServices, Key: key})
+			w.Add(&nft.Element{Set: mapClusterServices, Key: key, Verdict: &nft.Verdict{Kind: nft.Goto, Chain: chain}, Comment: n.String()})
+			st.oldChain = objRef{s.table, sharedChainName(proto, p.cold.n())}
+		}
+		writePlainKeys(w, proto, false, p, p.cold, p.hot)
+		w.Delete(newElem(n, p, nil))
+		writePlainKeys(w, proto, true, p, p.hot, nil)
+		r.plan.settled = append(r.plan.settled, st)
 	}
 }
 
@@ -1039,6 +1219,9 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 	}
 	for _, s := range old.sets {
 		r.markStale(s, true, &n)
+	}
+	if old.plain != nil {
+		r.dropPlain(n, old.table, old.sp.Protocol, old.plain)
 	}
 	r.useMaps(n, old.eps, nil)
 	for _, e := range old.eps {
@@ -1282,6 +1465,8 @@ type serviceRender struct {
 	// ranges its policy chains use.
 	prev *svcApplied
 	eps  []epRange
+	// plain is the endpoints of a plain service port (see plainService).
+	plain *plainSide
 }
 
 // newServiceRender sizes the chunks for what describe writes for sp: a
@@ -1426,6 +1611,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	s := r.describe(sp, sel, table, prev)
 
 	applied := &svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable, eps: s.eps}
+	applied.plain = r.renderPlain(n, sp, table, prev.plainOrNil(), s.plain)
 	for i := range s.eps {
 		r.declareMap(s.eps[i].m, sp.Protocol)
 	}
@@ -1645,6 +1831,15 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 		hasExternal = hasExternal && len(sel.Local) > 0
 	}
 	usesExternalChain := hasEndpoints && externallyAccessible
+	plain := r.plainService(sp, sel)
+	if plain {
+		to := make([]netip.AddrPort, len(sel.Cluster))
+		for i, e := range sel.Cluster {
+			to[i] = e.AddrPort()
+		}
+		s.plain = &plainSide{to: to}
+		usesCluster = false // no chain of its own
+	}
 
 	// Verdicts are shared by the elements of this service port: nothing
 	// changes an element's verdict once rendered.
@@ -1678,7 +1873,15 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	}
 
 	s.elem(setClusterIPs, nil, nft.Value{Addr: sp.ClusterIP})
-	if hasInternal {
+	if plain {
+		// The count mapClusterServices holds for it: a partial sync
+		// leaves that element alone (see plainApplied).
+		n := len(s.plain.to)
+		if pp := prev.plainOrNil(); pp != nil && pp.svc == sp.ClusterIP && pp.port == port {
+			n = prev.plain.cold.n()
+		}
+		s.elem(mapClusterServices, &nft.Verdict{Kind: nft.Goto, Chain: sharedChainName(proto, n)}, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
+	} else if hasInternal {
 		s.elem(mapServiceIPs, &nft.Verdict{Kind: nft.Goto, Chain: internalChain}, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
 	} else {
 		s.elem(mapNoEndpointServices, internalFilter, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
@@ -1740,7 +1943,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	// Marked inline: the mark is set in the shard table and tested in
 	// the main table's postrouting (a jump cannot cross tables).
 	masq := nft.SetMarkOr{Mask: r.cfg.markMask()}
-	if hasInternal {
+	if hasInternal && !plain {
 		dst := []nft.Stmt{nft.MatchAddr{Prefixes: []netip.Prefix{netip.PrefixFrom(sp.ClusterIP, sp.ClusterIP.BitLen())}}, nft.MatchDport{Proto: proto, Port: port}}
 		if r.cfg.MasqueradeAll {
 			s.rule(internalChain, "", append(dst, masq)...)
@@ -1942,6 +2145,249 @@ func (r *renderer) declareMap(m objRef, proto v1.Protocol) {
 		}
 		r.plan.epNext[m] = next
 	}
+}
+
+func (s *svcApplied) plainOrNil() *plainApplied {
+	if s == nil {
+		return nil
+	}
+	return s.plain
+}
+
+// plainService reports whether a service port is "plain": ClusterIP only
+// (no node port, external IP or load balancer address), no session
+// affinity, internal traffic policy Cluster, with endpoints to send
+// ClusterIP traffic to. Such a port has no chain of its own: an element
+// of mapClusterServices sends its packets to the chain its protocol and
+// endpoint count share with other ports (cluster/PROTO/N, see
+// sharedRules), which picks among N keys of the port's address and port
+// in the protocol's endpoint map. Every nf_tables commit walks every
+// chain of the netns, so chains are what a small change costs at 50k
+// services; an endpoint change of a plain port is element operations
+// only.
+//
+// A port whose cluster IP another service claims too (bad input) keeps
+// the chain layout, so that no two ports ever want one key of the plain
+// maps.
+func (r *renderer) plainService(sp *model.ServicePort, sel model.Selection) bool {
+	if sp.ExternallyAccessible() || sp.SessionAffinity() || sp.InternalPolicyLocal || !sel.HasAny || len(sel.Cluster) == 0 {
+		return false
+	}
+	for _, o := range r.ownersOf(elemKey{set: setClusterIPs, key: sp.ClusterIP.String()}) {
+		if o.owner.NamespacedName != sp.Name.NamespacedName {
+			return false
+		}
+	}
+	return true
+}
+
+// sharedRules are the rules of the chain shared by plain service ports
+// of a protocol with n endpoints: the masquerade mark of a per-service
+// chain without its address and port match (only the port's ClusterIP
+// traffic comes here), and the endpoint choice, in the "new" endpoint
+// map first (see plainApplied). A key missing from both maps (never
+// written) fails both rules and the packet leaves the chain undiverted.
+func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Rule {
+	masq := nft.SetMarkOr{Mask: r.cfg.markMask()}
+	var rules []*nft.Rule
+	if r.cfg.MasqueradeAll {
+		rules = append(rules, r.rule(chain, masq))
+	} else if r.cfg.LocalDetector.Implemented() {
+		rules = append(rules, r.rule(chain, append(slices.Clone(r.cfg.LocalDetector.IfNotLocal), masq)...))
+	}
+	for _, newer := range []bool{true, false} {
+		rules = append(rules, r.rule(chain, nft.DNATByService{Proto: proto, Mod: uint32(n), Map: clusterEndpointsMap(proto, newer)}))
+	}
+	return rules
+}
+
+// declareShared makes sure the shared chain of a count exists with its
+// rules: created when no plain port used it, rewritten in a full sync,
+// revived when stale (its rules inserted at its head: a clean-up may have
+// flushed it already, or not, and rules repeated change nothing).
+func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef {
+	ref := objRef{table, sharedChainName(proto, n)}
+	if r.sharedDeclared.Has(ref) {
+		return ref
+	}
+	r.sharedDeclared.Insert(ref)
+	w := r.tx.In(table)
+	ch := &nft.Chain{Name: ref.name}
+	stale := r.isStale(ref)
+	if stale {
+		r.plan.stale[ref] = nil
+	}
+	switch {
+	case r.in.Full:
+		w.Add(ch)
+		if r.existing[table].Has(ref.name) {
+			w.Flush(ch)
+		}
+		w.AddRules(r.sharedRules(ref.name, proto, n)...)
+	case stale:
+		rules := r.sharedRules(ref.name, proto, n)
+		for i := len(rules) - 1; i >= 0; i-- {
+			w.Insert(rules[i])
+		}
+	case r.sharedUsersOf(ref) == 0:
+		w.Add(ch)
+		w.AddRules(r.sharedRules(ref.name, proto, n)...)
+	}
+	return ref
+}
+
+func (r *renderer) sharedUsersOf(ref objRef) int {
+	if u, ok := r.plan.sharedUsers[ref]; ok {
+		return u
+	}
+	if r.in.Full {
+		return 0
+	}
+	return r.last.sharedUsers[ref]
+}
+
+// sharedRefs are the shared chains a plain port's elements send to.
+func sharedRefs(table string, proto v1.Protocol, p *plainApplied) []objRef {
+	var out []objRef
+	if p == nil {
+		return nil
+	}
+	for _, side := range []*plainSide{p.cold, p.hot} {
+		if side.n() == 0 {
+			continue
+		}
+		ref := objRef{table, sharedChainName(proto, side.n())}
+		if !slices.Contains(out, ref) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// useShared counts a plain port's change of shared chains; a chain nobody
+// uses any more becomes stale.
+func (r *renderer) useShared(old, cur []objRef) {
+	for _, c := range cur {
+		if !slices.Contains(old, c) {
+			r.plan.sharedUsers[c] = r.sharedUsersOf(c) + 1
+			// Made stale earlier in this render by another port's
+			// change: used again.
+			if r.isStale(c) {
+				r.plan.stale[c] = nil
+			}
+		}
+	}
+	for _, c := range old {
+		if !slices.Contains(cur, c) {
+			u := r.sharedUsersOf(c) - 1
+			r.plan.sharedUsers[c] = u
+			if u <= 0 {
+				r.plan.sharedUsers[c] = 0
+				r.markStale(c, false, nil)
+			}
+		}
+	}
+}
+
+// writePlainKeys turns the keys a plain port has in an endpoint map from
+// from to to: only keys whose endpoint changes are deleted and added.
+func writePlainKeys(w nft.TableOps, proto v1.Protocol, newer bool, p *plainApplied, from, to *plainSide) {
+	m := clusterEndpointsMap(proto, newer)
+	key := []nft.Value{{Addr: p.svc}, {Port: p.port}}
+	for i := range max(from.n(), to.n()) {
+		var a, b netip.AddrPort
+		if i < from.n() {
+			a = from.to[i]
+		}
+		if i < to.n() {
+			b = to.to[i]
+		}
+		if a == b {
+			continue
+		}
+		if a.IsValid() {
+			w.Delete(&nft.Element{Set: m, Key: key, Index: uint32(i), To: a})
+		}
+		if b.IsValid() {
+			w.Add(&nft.Element{Set: m, Key: key, Index: uint32(i), To: b})
+		}
+	}
+}
+
+// newElem is a plain port's element in mapClusterServicesNew.
+func newElem(n model.ServicePortName, p *plainApplied, side *plainSide) *nft.Element {
+	e := &nft.Element{Set: mapClusterServicesNew, Key: []nft.Value{{Addr: p.svc}, {Proto: n.Protocol}, {Port: p.port}}, Comment: n.String()}
+	if side != nil {
+		e.Verdict = &nft.Verdict{Kind: nft.Goto, Chain: sharedChainName(n.Protocol, side.n())}
+	}
+	return e
+}
+
+// renderPlain writes what changes of a port's plain elements: old as
+// applied (nil: none, or a full sync), want as rendered (nil: not plain).
+// The port's mapClusterServices element is an owned element (describe).
+func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, table string, old *plainApplied, want *plainSide) *plainApplied {
+	if old == nil && want == nil {
+		return nil
+	}
+	w := r.tx.In(table)
+	proto := sp.Protocol
+	var pa *plainApplied
+	if want != nil {
+		pa = &plainApplied{svc: sp.ClusterIP, port: uint16(sp.Port)}
+	}
+	if old != nil && (pa == nil || old.svc != pa.svc || old.port != pa.port) {
+		// No longer plain, or another key: its elements go now (the
+		// service's other elements change too; this sync deletes anyway).
+		r.dropPlain(n, table, proto, old)
+		old = nil
+	}
+	if pa == nil {
+		return nil
+	}
+	var refsOld []objRef
+	switch {
+	case old == nil:
+		r.declareShared(table, proto, want.n())
+		writePlainKeys(w, proto, false, pa, nil, want)
+		pa.cold = want
+	case old.effective().equal(want):
+		pa.cold, pa.hot = old.cold, old.hot
+		return pa
+	case old.hot == nil:
+		// Adds only: the new elements override the others.
+		refsOld = sharedRefs(table, proto, old)
+		r.declareShared(table, proto, want.n())
+		pa.cold, pa.hot = old.cold, want
+		w.Add(newElem(n, pa, want))
+		writePlainKeys(w, proto, true, pa, nil, want)
+		r.plan.settle[n] = r.in.Now
+	default:
+		// Changed again before the clean-up: in place, which deletes.
+		refsOld = sharedRefs(table, proto, old)
+		r.declareShared(table, proto, want.n())
+		pa.cold, pa.hot = old.cold, want
+		if old.hot.n() != want.n() {
+			w.Delete(newElem(n, pa, nil))
+			w.Add(newElem(n, pa, want))
+		}
+		writePlainKeys(w, proto, true, pa, old.hot, want)
+	}
+	r.useShared(refsOld, sharedRefs(table, proto, pa))
+	return pa
+}
+
+// dropPlain deletes a plain port's keys and "new" element (its
+// mapClusterServices element is released as an owned element).
+func (r *renderer) dropPlain(n model.ServicePortName, table string, proto v1.Protocol, old *plainApplied) {
+	w := r.tx.In(table)
+	writePlainKeys(w, proto, false, old, old.cold, nil)
+	if old.hot != nil {
+		w.Delete(newElem(n, old, nil))
+		writePlainKeys(w, proto, true, old, old.hot, nil)
+		r.plan.settle[n] = time.Time{}
+	}
+	r.useShared(sharedRefs(table, proto, old), nil)
 }
 
 func (s *svcApplied) epsOrNil() []epRange {
