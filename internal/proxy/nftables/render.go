@@ -156,6 +156,9 @@ type Applied struct {
 	// maps, since when: a clean-up at least staleDelay later folds them
 	// into the other maps (see plainApplied).
 	settle map[model.ServicePortName]time.Time
+	// staleFlushed are stale chains a clean-up has flushed: a shared
+	// chain used again before its deletion needs its rules back.
+	staleFlushed sets.Set[objRef]
 }
 
 type garbageElem struct {
@@ -301,6 +304,7 @@ func NewApplied() *Applied {
 		epUsers:        map[objRef]int{},
 		sharedUsers:    map[objRef]int{},
 		settle:         map[model.ServicePortName]time.Time{},
+		staleFlushed:   sets.New[objRef](),
 	}
 }
 
@@ -341,6 +345,8 @@ type Plan struct {
 	settle      map[model.ServicePortName]time.Time
 	settled     []settledPlain
 	now         time.Time
+	// flushed are the stale chains the clean-up flushes.
+	flushed []objRef
 	full        bool
 	shards      int
 	services    map[model.ServicePortName]*svcApplied // nil value: gone
@@ -350,8 +356,14 @@ type Plan struct {
 
 // CommitCleanup records that Cleanup was applied.
 func (p *Plan) CommitCleanup(a *Applied) {
+	for _, n := range p.flushed {
+		if _, ok := a.stale[n]; ok {
+			a.staleFlushed.Insert(n)
+		}
+	}
 	for _, n := range p.cleaned {
 		delete(a.stale, n)
+		a.staleFlushed.Delete(n)
 		// A deleted endpoint map must be declared again before use.
 		delete(a.epNext, n)
 	}
@@ -484,6 +496,7 @@ func (p *Plan) Commit(a *Applied) {
 	for n, s := range p.stale {
 		if s == nil {
 			delete(a.stale, n)
+			a.staleFlushed.Delete(n)
 		} else {
 			a.stale[n] = *s
 		}
@@ -909,6 +922,29 @@ func (r *renderer) renderFull() {
 			active.Insert(c)
 		}
 	}
+	// Shared chains only the superseded side of changed plain ports
+	// still used (see plainApplied) have been garbage since the change:
+	// their stale delay counts from then. (Referenced by the elements
+	// this transaction flushes; deleted by a later transaction.)
+	garbage := map[objRef]time.Time{}
+	if !r.in.Takeover {
+		inUse := sets.New[objRef]()
+		for n, s := range r.last.services {
+			if p := s.plain; p != nil {
+				inUse.Insert(objRef{s.table, sharedChainName(n.Protocol, p.effective().n())})
+			}
+		}
+		for n, s := range r.last.services {
+			p := s.plain
+			if p == nil || p.hot == nil || p.cold.n() == p.hot.n() {
+				continue
+			}
+			ref := objRef{s.table, sharedChainName(n.Protocol, p.cold.n())}
+			if since, ok := r.last.settle[n]; ok && !inUse.Has(ref) && since.After(garbage[ref]) {
+				garbage[ref] = since
+			}
+		}
+	}
 	// kept reports whether a table is there after this transaction.
 	kept := func(t string) bool {
 		if t == main {
@@ -927,6 +963,9 @@ func (r *renderer) renderFull() {
 		for _, c := range r.in.Existing[t].Chains {
 			if ref := (objRef{t, c}); isOurs(c) && !active.Has(ref) {
 				r.markStale(ref, false, nil)
+				if since, ok := garbage[ref]; ok && r.plan.stale[ref] != nil {
+					r.plan.stale[ref].since = since
+				}
 			}
 		}
 		for _, s := range r.in.Existing[t].Sets {
@@ -1185,6 +1224,7 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 	for _, ref := range flush {
 		tx.In(ref.table).Flush(&nft.Chain{Name: ref.name})
 	}
+	r.plan.flushed = flush
 	for _, isSet := range []bool{false, true} {
 		for _, ref := range names {
 			if r.last.stale[ref].isSet != isSet {
@@ -2166,15 +2206,24 @@ func (s *svcApplied) plainOrNil() *plainApplied {
 // services; an endpoint change of a plain port is element operations
 // only.
 //
-// A port whose cluster IP another service claims too (bad input) keeps
-// the chain layout, so that no two ports ever want one key of the plain
-// maps.
+// A port whose cluster IP another service claims too (bad input), or
+// whose address and port another port holds in the plain maps, keeps the
+// chain layout, so that no two ports ever want one key of the plain maps.
 func (r *renderer) plainService(sp *model.ServicePort, sel model.Selection) bool {
 	if sp.ExternallyAccessible() || sp.SessionAffinity() || sp.InternalPolicyLocal || !sel.HasAny || len(sel.Cluster) == 0 {
 		return false
 	}
 	for _, o := range r.ownersOf(elemKey{set: setClusterIPs, key: sp.ClusterIP.String()}) {
 		if o.owner.NamespacedName != sp.Name.NamespacedName {
+			return false
+		}
+	}
+	// Nor may another port of the same service hold the address, protocol
+	// and port (a port renamed, or two swapping their numbers, in one
+	// sync): their keys in the plain maps would be the same.
+	key := appendKey(nil, []nft.Value{{Addr: sp.ClusterIP}, {Proto: sp.Protocol}, {Port: uint16(sp.Port)}})
+	for _, o := range r.ownersOf(elemKey{set: mapClusterServices, key: string(key)}) {
+		if o.owner != sp.Name {
 			return false
 		}
 	}
@@ -2203,8 +2252,7 @@ func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Ru
 
 // declareShared makes sure the shared chain of a count exists with its
 // rules: created when no plain port used it, rewritten in a full sync,
-// revived when stale (its rules inserted at its head: a clean-up may have
-// flushed it already, or not, and rules repeated change nothing).
+// revived when stale (its rules written again if a clean-up flushed it).
 func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef {
 	ref := objRef{table, sharedChainName(proto, n)}
 	if r.sharedDeclared.Has(ref) {
@@ -2225,9 +2273,10 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 		}
 		w.AddRules(r.sharedRules(ref.name, proto, n)...)
 	case stale:
-		rules := r.sharedRules(ref.name, proto, n)
-		for i := len(rules) - 1; i >= 0; i-- {
-			w.Insert(rules[i])
+		// Its rules depend on the configuration alone (a change of
+		// which means a full sync): intact unless a clean-up emptied it.
+		if r.last.staleFlushed.Has(ref) {
+			w.AddRules(r.sharedRules(ref.name, proto, n)...)
 		}
 	case r.sharedUsersOf(ref) == 0:
 		w.Add(ch)
