@@ -346,12 +346,12 @@ type Plan struct {
 	settled     []settledPlain
 	now         time.Time
 	// flushed are the stale chains the clean-up flushes.
-	flushed []objRef
-	full        bool
-	shards      int
-	services    map[model.ServicePortName]*svcApplied // nil value: gone
-	owners      map[elemKey][]*ownedElem
-	stale       map[objRef]*staleObj // nil value: no longer stale
+	flushed  []objRef
+	full     bool
+	shards   int
+	services map[model.ServicePortName]*svcApplied // nil value: gone
+	owners   map[elemKey][]*ownedElem
+	stale    map[objRef]*staleObj // nil value: no longer stale
 }
 
 // CommitCleanup records that Cleanup was applied.
