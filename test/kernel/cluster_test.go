@@ -182,29 +182,31 @@ var nftablesMode = proxyMode{
 		}
 		// A plain ClusterIP port (no chain of its own) has an element
 		// "ADDR . PROTO . PORT comment NAME : goto cluster/PROTO/N" in
-		// its shard's cluster-services map, or in cluster-services-new
-		// (looked up first) after a partial sync, and keys
+		// its shard's cluster-services map, and after partial syncs in
+		// cluster-services-new or -newer (looked up first), and keys
 		// "ADDR . PORT . 0" … "ADDR . PORT . N-1" in the matching
-		// cluster-endpoints(-new)-PROTO map.
+		// cluster-endpoints[-new|-newer]-PROTO map.
 		if parts := strings.Split(servicePort, "/"); len(parts) == 4 {
 			name := parts[0] + "/" + parts[1] + ":" + parts[3] + "/" + strings.ToUpper(parts[2])
 			if parts[3] == "" {
 				name = parts[0] + "/" + parts[1] + "/" + strings.ToUpper(parts[2])
 			}
-			svcRE := regexp.MustCompile(`^add element ip6? (\S+) cluster-services(-new)? \{ (\S+) \. \S+ \. (\d+) comment "` + regexp.QuoteMeta(name) + `" : goto cluster/\S+/(\d+) \}$`)
+			svcRE := regexp.MustCompile(`^add element ip6? (\S+) cluster-services(-new|-newer)? \{ (\S+) \. \S+ \. (\d+) comment "` + regexp.QuoteMeta(name) + `" : goto cluster/\S+/(\d+) \}$`)
 			type plainElem struct{ table, vip, port, n string }
-			found := map[bool]*plainElem{}
+			found := map[string]*plainElem{}
 			for _, l := range flat {
 				if m := svcRE.FindStringSubmatch(l); m != nil {
-					found[m[2] != ""] = &plainElem{m[1], m[3], m[4], m[5]}
+					found[m[2]] = &plainElem{m[1], m[3], m[4], m[5]}
 				}
 			}
-			newer := found[true] != nil
-			if e := found[newer]; e != nil {
-				m := "cluster-endpoints-" + parts[2]
-				if newer {
-					m = "cluster-endpoints-new-" + parts[2]
+			tier := ""
+			for _, t := range []string{"-new", "-newer"} {
+				if found[t] != nil {
+					tier = t
 				}
+			}
+			if e := found[tier]; e != nil {
+				m := "cluster-endpoints" + tier + "-" + parts[2]
 				keyRE := regexp.MustCompile(`^add element ip6? ` + regexp.QuoteMeta(e.table+" "+m) + ` \{ ` + regexp.QuoteMeta(e.vip+" . "+e.port) + ` \. (\d+) : (\S+) \. \d+ \}$`)
 				n, _ := strconv.Atoi(e.n)
 				for _, l := range flat {

@@ -58,23 +58,18 @@ const (
 	setHairpin = "hairpin-endpoints"
 	// mapClusterServices sends the packets of plain ClusterIP service
 	// ports (see plainService) to the chain of their protocol and
-	// endpoint count; mapClusterServicesNew, looked up first, holds those
-	// a partial sync changed until a clean-up folds them into the first
-	// (see plainApplied). Both are in every shard table.
-	mapClusterServices    = "cluster-services"
-	mapClusterServicesNew = "cluster-services-new"
-	// prefixClusterEndpoints and prefixClusterEndpointsNew name, with the
-	// protocol, the endpoint maps of plain service ports (CLUSTER-IP .
-	// PORT . INDEX : ENDPOINT . PORT): the second is looked up first, as
-	// mapClusterServicesNew.
-	prefixClusterEndpoints    = "cluster-endpoints-"
-	prefixClusterEndpointsNew = "cluster-endpoints-new-"
-	prefixServiceChain        = "service-"
-	prefixExternalChain       = "external-"
-	prefixLocalChain          = "local-"
-	prefixFirewallChain       = "firewall-"
-	prefixEndpointChain       = "endpoint-"
-	prefixAffinitySet         = "affinity-"
+	// endpoint count; the "-new" and "-newer" maps (clusterServicesMap),
+	// looked up first, hold those partial syncs changed until a clean-up
+	// folds them into the first (see plainApplied). All are in every
+	// shard table, with the endpoint maps of each protocol
+	// (clusterEndpointsMap).
+	mapClusterServices  = "cluster-services"
+	prefixServiceChain  = "service-"
+	prefixExternalChain = "external-"
+	prefixLocalChain    = "local-"
+	prefixFirewallChain = "firewall-"
+	prefixEndpointChain = "endpoint-"
+	prefixAffinitySet   = "affinity-"
 	// prefixEndpointMap names the endpoint maps of a shard,
 	// "endpoints-tcp/7": one per protocol and group of service ports
 	// (see endpointGroups). The "/" makes isOurs recognize them.
@@ -93,8 +88,7 @@ const (
 	noEndpointNodePortsComnt  = "vmap to drop or reject packets to service nodeports with no endpoints"
 	firewallIPsComment        = "destinations that are subject to LoadBalancerSourceRanges"
 	hairpinComment            = "endpoint . endpoint: traffic a service sent back to its source"
-	clusterServicesComment    = "ClusterIP traffic of services without a chain of their own"
-	clusterServicesNewComment = "the same, changed since the last clean-up: looked up first"
+	clusterServicesComment = "ClusterIP traffic of services without a chain of their own"
 )
 
 // isOurs reports whether a chain or set name is one of the per-service
@@ -341,13 +335,22 @@ func chooseShards(n, cur, perShard int) int {
 // shard table has the endpoint maps of every one.
 var plainProtocols = []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}
 
-// clusterEndpointsMap is the endpoint map of plain service ports of a
-// protocol; newer selects the one looked up first.
-func clusterEndpointsMap(p v1.Protocol, newer bool) string {
-	if newer {
-		return prefixClusterEndpointsNew + nft.ProtoName(p)
-	}
-	return prefixClusterEndpoints + nft.ProtoName(p)
+// plainTiers is the number of versions of a plain port's elements the
+// kernel may hold at once (see plainApplied): tier 0 in cluster-services
+// and cluster-endpoints-PROTO, tiers 1 and 2 in the "-new" and "-newer"
+// maps, the higher looked up first.
+const plainTiers = 3
+
+var tierSuffix = [plainTiers]string{"", "-new", "-newer"}
+
+// clusterServicesMap is the verdict map of a tier.
+func clusterServicesMap(tier int) string { return mapClusterServices + tierSuffix[tier] }
+
+// clusterEndpointsMap is the endpoint map (CLUSTER-IP . PORT . INDEX :
+// ENDPOINT . PORT) of plain service ports of a protocol and a tier:
+// cluster-endpoints-tcp, cluster-endpoints-new-tcp, ...
+func clusterEndpointsMap(p v1.Protocol, tier int) string {
+	return "cluster-endpoints" + tierSuffix[tier] + "-" + nft.ProtoName(p)
 }
 
 // sharedChainName is the chain shared by the plain service ports of a

@@ -123,9 +123,10 @@ func TestPlainEndpointChange(t *testing.T) {
 }
 
 // TestPlainCountChanges changes web-clusterip's endpoint count 2 -> 3 -> 1
-// -> 0 -> 3, once twice within the stale delay, and checks each step
-// against a fresh full render, the kernel operations a first change and
-// a second one send, and that chains of counts no longer used go.
+// -> 2 -> 1 -> 0 -> 3, three times within the stale delay, and checks each
+// step against a fresh full render, the kernel operations each change
+// sends (adds only until the tiers run out), the clean-up that settles,
+// and that chains of counts no longer used go.
 func TestPlainCountChanges(t *testing.T) {
 	c := loadExample(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
@@ -163,16 +164,44 @@ func TestPlainCountChanges(t *testing.T) {
 		{name: "three endpoints", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.10:8080, 198.18.130.12:8080"},
 	})
 
-	// 3 -> 1 within the stale delay: changed in place, which deletes
-	// the "new" element and the keys that go.
+	// 3 -> 1 within the stale delay: the next tier, adds only again.
 	s.now = s.now.Add(staleDelay / 4)
 	p = set("1 endpoint, soon after", e1)
-	if d := deletes(p); len(d) == 0 {
-		t.Errorf("second change within the stale delay: want it in place, got:\n%s", p.Tx)
+	if d := deletes(p); len(d) > 0 {
+		t.Errorf("second change within the stale delay deletes: %v", d)
+	}
+	if !slices.Contains(opTexts(p), "add element ip "+shard+` cluster-services-newer { 198.19.0.10 . tcp . 80 comment "demo/web-clusterip:http/TCP" : goto cluster/tcp/1 }`) {
+		t.Errorf("second change: not in the top tier:\n%s", p.Tx)
 	}
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 		{name: "one endpoint", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.130.10:8080"},
 	})
+	// 1 -> 2, still within the delay: out of tiers, changed in place,
+	// which deletes.
+	s.now = s.now.Add(staleDelay / 4)
+	p = set("2 endpoints, soon after", e1, e2)
+	if d := deletes(p); len(d) == 0 {
+		t.Errorf("third change within the stale delay: want it in place, got:\n%s", p.Tx)
+	}
+	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
+		{name: "two endpoints", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.130.10:8080, 198.18.130.12:8080"},
+	})
+	// 2 -> 1 once the first change is a stale delay old: in place again,
+	// but the clean-up after this very change settles the port (its
+	// change is live by then) ...
+	s.now = s.now.Add(staleDelay / 2)
+	p = set("1 endpoint, settled", e1)
+	if p.Cleanup == nil || !strings.Contains(p.Cleanup.String(), "delete element ip "+shard+" cluster-services-newer { 198.19.0.10 . tcp . 80 }") {
+		t.Errorf("the clean-up of the change does not settle it:\n%v", p.Cleanup)
+	}
+	// ... so that the next change, right after, adds only.
+	s.now = s.now.Add(10 * time.Millisecond)
+	p = set("3 endpoints, right after", e0, e1, e2)
+	if d := deletes(p); len(d) > 0 {
+		t.Errorf("change after the settling deletes: %v", d)
+	}
+	s.now = s.now.Add(10 * time.Millisecond)
+	set("1 endpoint, right after", e1)
 	s.settleAll("1 endpoint")
 	for _, name := range []string{"cluster/tcp/3"} {
 		if slices.Contains(objectNames(s.rs, s.cfg.table())[shard].Chains, name) {

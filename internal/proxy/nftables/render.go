@@ -218,28 +218,37 @@ func (p *plainSide) equal(q *plainSide) bool {
 //
 // Changing an element's value means deleting it, and every transaction
 // that deletes waits for an RCU grace period (~15 ms, docs/benchmarks.md
-// item 2). So the shard's services chain looks up mapClusterServicesNew
-// before mapClusterServices, and each shared chain the "new" endpoint
-// map before the other: a partial sync writes a changed plain service
-// port into the "new" maps (adds only) and so overrides what the others
-// hold for it; a clean-up at least staleDelay later (settle) moves it
-// back, paying the deletions off the path of the change. A service port
-// changed again before that is changed in place in the "new" maps.
+// item 2). So there are plainTiers versions of the maps: the shard's
+// services chain looks up cluster-services-newer, then -new, then
+// cluster-services, and each shared chain the endpoint maps in the same
+// order. A partial sync writes a changed plain port into the tier above
+// the one in use (adds only), which overrides what the lower ones hold
+// for it; a clean-up at least staleDelay after the first such change
+// (settle) moves it back to tier 0, paying the deletions after the
+// change is live, once for all ports due. With syncs at least a second
+// apart a port changed at every sync never runs out of tiers; one
+// changed again in the top tier is changed in place, which deletes.
 type plainApplied struct {
 	svc  netip.Addr
 	port uint16
-	// cold is what mapClusterServices and the endpoint map hold, hot
-	// what the "new" ones hold (nil: nothing).
-	cold, hot *plainSide
+	// tiers are what each tier's maps hold for it (nil: nothing); tier
+	// 0 is never nil, tiers above the one in use are.
+	tiers [plainTiers]*plainSide
+}
+
+// top is the tier traffic to the service port uses.
+func (p *plainApplied) top() int {
+	t := 0
+	for i, s := range p.tiers {
+		if s != nil {
+			t = i
+		}
+	}
+	return t
 }
 
 // effective is what traffic to the service port uses.
-func (p *plainApplied) effective() *plainSide {
-	if p.hot != nil {
-		return p.hot
-	}
-	return p.cold
-}
+func (p *plainApplied) effective() *plainSide { return p.tiers[p.top()] }
 
 // ServiceStats are per-service-port figures consumers need after a sync.
 type ServiceStats struct {
@@ -377,12 +386,13 @@ func (p *Plan) CommitCleanup(a *Applied) {
 	for _, st := range p.settled {
 		s := a.services[st.name]
 		if s == nil || s.plain != st.from {
-			continue // changed since (cannot happen: Commit ran first with the same render)
+			continue // cannot happen: Commit ran first, with the plan settle was rendered from
 		}
-		s.plain = &plainApplied{svc: st.from.svc, port: st.from.port, cold: st.from.hot}
+		s.plain = &plainApplied{svc: st.from.svc, port: st.from.port}
+		s.plain.tiers[0] = st.from.effective()
 		// The service port's mapClusterServices element now has the
-		// new count's verdict: the bookkeeping must say so, or the next
-		// render would see a change to make.
+		// effective count's verdict: the bookkeeping must say so, or
+		// the next render would see a change to make.
 		for _, e := range s.elems {
 			if e.key.set == mapClusterServices {
 				ne := *e.elem
@@ -391,13 +401,12 @@ func (p *Plan) CommitCleanup(a *Applied) {
 			}
 		}
 		delete(a.settle, st.name)
-		if st.oldChain.name != "" {
-			a.sharedUsers[st.oldChain]--
-			if a.sharedUsers[st.oldChain] <= 0 {
-				delete(a.sharedUsers, st.oldChain)
-				if _, ok := a.stale[st.oldChain]; !ok {
-					n := st.name
-					a.stale[st.oldChain] = staleObj{since: p.now, owner: &n}
+		for _, c := range st.dropped {
+			a.sharedUsers[c]--
+			if a.sharedUsers[c] <= 0 {
+				delete(a.sharedUsers, c)
+				if _, ok := a.stale[c]; !ok {
+					a.stale[c] = staleObj{since: p.now}
 				}
 			}
 		}
@@ -405,13 +414,13 @@ func (p *Plan) CommitCleanup(a *Applied) {
 }
 
 // settledPlain is a plain service port a clean-up settles: from is its
-// state before, chain the chain of its count, oldChain the chain of the
-// count it had in mapClusterServices if no longer used by it.
+// state before, chain the chain of its count, dropped the shared chains
+// only its other tiers used.
 type settledPlain struct {
-	name     model.ServicePortName
-	from     *plainApplied
-	chain    string
-	oldChain objRef
+	name    model.ServicePortName
+	from    *plainApplied
+	chain   string
+	dropped []objRef
 }
 
 // CleanupPending reports whether, once the plan is committed, something is
@@ -685,12 +694,17 @@ func (r *renderer) shardSets() []*nft.Set {
 		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
 		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
 		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
-		{Name: mapClusterServices, Key: svcKey, Data: nft.TypeVerdict, Comment: clusterServicesComment},
-		{Name: mapClusterServicesNew, Key: svcKey, Data: nft.TypeVerdict, Comment: clusterServicesNewComment},
 	}
-	for _, newer := range []bool{false, true} {
+	for t := range plainTiers {
+		comment := clusterServicesComment
+		if t > 0 {
+			comment = "the same, changed since the last clean-up: looked up before " + clusterServicesMap(t-1)
+		}
+		out = append(out, &nft.Set{Name: clusterServicesMap(t), Key: svcKey, Data: nft.TypeVerdict, Comment: comment})
+	}
+	for t := range plainTiers {
 		for _, p := range plainProtocols {
-			out = append(out, &nft.Set{Name: clusterEndpointsMap(p, newer), Endpoints: p, ByService: true})
+			out = append(out, &nft.Set{Name: clusterEndpointsMap(p, t), Endpoints: p, ByService: true})
 		}
 	}
 	return out
@@ -780,17 +794,19 @@ func (r *renderer) mainRules() map[string][]*nft.Rule {
 
 // shardRules are the rules of a shard table's fixed chains.
 func (r *renderer) shardRules() map[string][]*nft.Rule {
+	// Plain service ports first, the tiers of changed ones before the
+	// others (see plainApplied).
+	var services []*nft.Rule
+	for t := plainTiers - 1; t >= 0; t-- {
+		services = append(services, r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: clusterServicesMap(t)}))
+	}
 	return map[string][]*nft.Rule{
 		chainNATPrerouting: {r.rule(chainNATPrerouting, jump(chainServices))},
 		chainNATOutput:     {r.rule(chainNATOutput, jump(chainServices))},
-		chainServices: {
-			// Plain service ports first, changed ones before the others
-			// (see plainApplied).
-			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapClusterServicesNew}),
-			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapClusterServices}),
+		chainServices: append(services,
 			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
 			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),
-		},
+		),
 	}
 }
 
@@ -935,13 +951,13 @@ func (r *renderer) renderFull() {
 			}
 		}
 		for n, s := range r.last.services {
-			p := s.plain
-			if p == nil || p.hot == nil || p.cold.n() == p.hot.n() {
+			if s.plain == nil || s.plain.top() == 0 {
 				continue
 			}
-			ref := objRef{s.table, sharedChainName(n.Protocol, p.cold.n())}
-			if since, ok := r.last.settle[n]; ok && !inUse.Has(ref) && since.After(garbage[ref]) {
-				garbage[ref] = since
+			for _, ref := range sharedRefs(s.table, n.Protocol, s.plain) {
+				if since, ok := r.last.settle[n]; ok && !inUse.Has(ref) && since.After(garbage[ref]) {
+					garbage[ref] = since
+				}
 			}
 		}
 	}
@@ -1110,37 +1126,53 @@ func (r *renderer) renderPartialCleanup() {
 	}
 }
 
-// settlePlain moves plain ports whose "new" elements are at least
-// staleDelay old back into mapClusterServices and the other endpoint
-// map, in the clean-up transaction (see plainApplied): their state
-// there becomes what the "new" maps hold, which are then emptied of them.
+// settlePlain moves plain ports whose first change is at least
+// staleDelay old back into tier 0 (see plainApplied), in the clean-up
+// transaction: tier 0 becomes what the tier in use holds, the higher
+// tiers lose the port. Ports this very sync changed are settled too: the
+// clean-up runs after their change is live.
 func (r *renderer) settlePlain(tx *nft.Transaction) {
 	var names []model.ServicePortName
 	for n, since := range r.last.settle {
-		if r.in.Now.Sub(since) >= staleDelay && !r.in.Changed.Has(n) {
+		if r.in.Now.Sub(since) >= staleDelay {
 			names = append(names, n)
 		}
 	}
 	slices.SortFunc(names, model.ServicePortName.Compare)
 	for _, n := range names {
-		s := r.last.services[n]
-		if s == nil || s.plain == nil || s.plain.hot == nil {
-			r.plan.settle[n] = time.Time{} // nothing to settle (cannot happen)
+		s, changed := r.plan.services[n]
+		if !changed {
+			s = r.last.services[n]
+		}
+		if s == nil || s.plain == nil || s.plain.top() == 0 {
+			if _, ok := r.plan.settle[n]; !ok {
+				r.plan.settle[n] = time.Time{} // nothing to settle (any more)
+			}
 			continue
 		}
 		p, proto := s.plain, n.Protocol
 		w := tx.In(s.table)
-		chain := sharedChainName(proto, p.hot.n())
+		eff := p.effective()
+		chain := sharedChainName(proto, eff.n())
 		st := settledPlain{name: n, from: p, chain: chain}
-		if p.cold.n() != p.hot.n() {
+		if p.tiers[0].n() != eff.n() {
 			key := []nft.Value{{Addr: p.svc}, {Proto: proto}, {Port: p.port}}
 			w.Delete(&nft.Element{Set: mapClusterServices, Key: key})
 			w.Add(&nft.Element{Set: mapClusterServices, Key: key, Verdict: &nft.Verdict{Kind: nft.Goto, Chain: chain}, Comment: n.String()})
-			st.oldChain = objRef{s.table, sharedChainName(proto, p.cold.n())}
 		}
-		writePlainKeys(w, proto, false, p, p.cold, p.hot)
-		w.Delete(newElem(n, p, nil))
-		writePlainKeys(w, proto, true, p, p.hot, nil)
+		writePlainKeys(w, proto, 0, p, p.tiers[0], eff)
+		for t := 1; t < plainTiers; t++ {
+			if p.tiers[t] != nil {
+				w.Delete(tierElem(n, p, t, nil))
+				writePlainKeys(w, proto, t, p, p.tiers[t], nil)
+			}
+		}
+		keep := objRef{s.table, chain}
+		for _, c := range sharedRefs(s.table, proto, p) {
+			if c != keep {
+				st.dropped = append(st.dropped, c)
+			}
+		}
 		r.plan.settled = append(r.plan.settled, st)
 	}
 }
@@ -1918,7 +1950,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 		// leaves that element alone (see plainApplied).
 		n := len(s.plain.to)
 		if pp := prev.plainOrNil(); pp != nil && pp.svc == sp.ClusterIP && pp.port == port {
-			n = prev.plain.cold.n()
+			n = pp.tiers[0].n()
 		}
 		s.elem(mapClusterServices, &nft.Verdict{Kind: nft.Goto, Chain: sharedChainName(proto, n)}, nft.Value{Addr: sp.ClusterIP}, ipProto, svcPort)
 	} else if hasInternal {
@@ -2244,8 +2276,8 @@ func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Ru
 	} else if r.cfg.LocalDetector.Implemented() {
 		rules = append(rules, r.rule(chain, append(slices.Clone(r.cfg.LocalDetector.IfNotLocal), masq)...))
 	}
-	for _, newer := range []bool{true, false} {
-		rules = append(rules, r.rule(chain, nft.DNATByService{Proto: proto, Mod: uint32(n), Map: clusterEndpointsMap(proto, newer)}))
+	for t := plainTiers - 1; t >= 0; t-- {
+		rules = append(rules, r.rule(chain, nft.DNATByService{Proto: proto, Mod: uint32(n), Map: clusterEndpointsMap(proto, t)}))
 	}
 	return rules
 }
@@ -2301,7 +2333,7 @@ func sharedRefs(table string, proto v1.Protocol, p *plainApplied) []objRef {
 	if p == nil {
 		return nil
 	}
-	for _, side := range []*plainSide{p.cold, p.hot} {
+	for _, side := range p.tiers {
 		if side.n() == 0 {
 			continue
 		}
@@ -2340,8 +2372,8 @@ func (r *renderer) useShared(old, cur []objRef) {
 
 // writePlainKeys turns the keys a plain port has in an endpoint map from
 // from to to: only keys whose endpoint changes are deleted and added.
-func writePlainKeys(w nft.TableOps, proto v1.Protocol, newer bool, p *plainApplied, from, to *plainSide) {
-	m := clusterEndpointsMap(proto, newer)
+func writePlainKeys(w nft.TableOps, proto v1.Protocol, tier int, p *plainApplied, from, to *plainSide) {
+	m := clusterEndpointsMap(proto, tier)
 	key := []nft.Value{{Addr: p.svc}, {Port: p.port}}
 	for i := range max(from.n(), to.n()) {
 		var a, b netip.AddrPort
@@ -2363,9 +2395,10 @@ func writePlainKeys(w nft.TableOps, proto v1.Protocol, newer bool, p *plainAppli
 	}
 }
 
-// newElem is a plain port's element in mapClusterServicesNew.
-func newElem(n model.ServicePortName, p *plainApplied, side *plainSide) *nft.Element {
-	e := &nft.Element{Set: mapClusterServicesNew, Key: []nft.Value{{Addr: p.svc}, {Proto: n.Protocol}, {Port: p.port}}, Comment: n.String()}
+// tierElem is a plain port's element in the verdict map of a tier above
+// 0 (tier 0's is an owned element, see describe); side nil: the key only.
+func tierElem(n model.ServicePortName, p *plainApplied, tier int, side *plainSide) *nft.Element {
+	e := &nft.Element{Set: clusterServicesMap(tier), Key: []nft.Value{{Addr: p.svc}, {Proto: n.Protocol}, {Port: p.port}}, Comment: n.String()}
 	if side != nil {
 		e.Verdict = &nft.Verdict{Kind: nft.Goto, Chain: sharedChainName(n.Protocol, side.n())}
 	}
@@ -2395,32 +2428,36 @@ func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, t
 		return nil
 	}
 	var refsOld []objRef
-	switch {
+	switch top := 0; {
 	case old == nil:
 		r.declareShared(table, proto, want.n())
-		writePlainKeys(w, proto, false, pa, nil, want)
-		pa.cold = want
+		writePlainKeys(w, proto, 0, pa, nil, want)
+		pa.tiers[0] = want
 	case old.effective().equal(want):
-		pa.cold, pa.hot = old.cold, old.hot
+		pa.tiers = old.tiers
 		return pa
-	case old.hot == nil:
-		// Adds only: the new elements override the others.
+	case old.top() < plainTiers-1:
+		// Adds only: the tier above overrides the others.
+		top = old.top() + 1
 		refsOld = sharedRefs(table, proto, old)
 		r.declareShared(table, proto, want.n())
-		pa.cold, pa.hot = old.cold, want
-		w.Add(newElem(n, pa, want))
-		writePlainKeys(w, proto, true, pa, nil, want)
-		r.plan.settle[n] = r.in.Now
+		pa.tiers = old.tiers
+		pa.tiers[top] = want
+		w.Add(tierElem(n, pa, top, want))
+		writePlainKeys(w, proto, top, pa, nil, want)
+		r.plan.settle[n] = r.in.Now // kept only if the port has no earlier change to settle
 	default:
-		// Changed again before the clean-up: in place, which deletes.
+		// Out of tiers before the clean-up: in place, which deletes.
+		top = old.top()
 		refsOld = sharedRefs(table, proto, old)
 		r.declareShared(table, proto, want.n())
-		pa.cold, pa.hot = old.cold, want
-		if old.hot.n() != want.n() {
-			w.Delete(newElem(n, pa, nil))
-			w.Add(newElem(n, pa, want))
+		pa.tiers = old.tiers
+		pa.tiers[top] = want
+		if old.tiers[top].n() != want.n() {
+			w.Delete(tierElem(n, pa, top, nil))
+			w.Add(tierElem(n, pa, top, want))
 		}
-		writePlainKeys(w, proto, true, pa, old.hot, want)
+		writePlainKeys(w, proto, top, pa, old.tiers[top], want)
 	}
 	r.useShared(refsOld, sharedRefs(table, proto, pa))
 	return pa
@@ -2430,10 +2467,16 @@ func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, t
 // mapClusterServices element is released as an owned element).
 func (r *renderer) dropPlain(n model.ServicePortName, table string, proto v1.Protocol, old *plainApplied) {
 	w := r.tx.In(table)
-	writePlainKeys(w, proto, false, old, old.cold, nil)
-	if old.hot != nil {
-		w.Delete(newElem(n, old, nil))
-		writePlainKeys(w, proto, true, old, old.hot, nil)
+	for t, side := range old.tiers {
+		if side == nil {
+			continue
+		}
+		if t > 0 {
+			w.Delete(tierElem(n, old, t, nil))
+		}
+		writePlainKeys(w, proto, t, old, side, nil)
+	}
+	if old.top() > 0 {
 		r.plan.settle[n] = time.Time{}
 	}
 	r.useShared(sharedRefs(table, proto, old), nil)
