@@ -77,18 +77,18 @@ const (
 	// prefixSharedChain names the chains plain ClusterIP services share,
 	// one per protocol and endpoint count: "cluster/tcp/3" (see
 	// sharedChainName). The "/" makes isOurs recognize them.
-	prefixSharedChain         = "cluster/"
-	maxNameLength             = 255 // NFT_NAME_MAXLEN - 1 for the NUL
-	tableComment              = "rules for kube-proxy"
-	clusterIPsComment         = "Active ClusterIPs"
-	nodePortIPsComment        = "IPs that accept NodePort traffic"
-	serviceIPsComment         = "ClusterIP, ExternalIP and LoadBalancer IP traffic"
-	serviceNodePortsComment   = "NodePort traffic"
-	noEndpointServicesComent  = "vmap to drop or reject packets to services with no endpoints"
-	noEndpointNodePortsComnt  = "vmap to drop or reject packets to service nodeports with no endpoints"
-	firewallIPsComment        = "destinations that are subject to LoadBalancerSourceRanges"
-	hairpinComment            = "endpoint . endpoint: traffic a service sent back to its source"
-	clusterServicesComment = "ClusterIP traffic of services without a chain of their own"
+	prefixSharedChain        = "cluster/"
+	maxNameLength            = 255 // NFT_NAME_MAXLEN - 1 for the NUL
+	tableComment             = "rules for kube-proxy"
+	clusterIPsComment        = "Active ClusterIPs"
+	nodePortIPsComment       = "IPs that accept NodePort traffic"
+	serviceIPsComment        = "ClusterIP, ExternalIP and LoadBalancer IP traffic"
+	serviceNodePortsComment  = "NodePort traffic"
+	noEndpointServicesComent = "vmap to drop or reject packets to services with no endpoints"
+	noEndpointNodePortsComnt = "vmap to drop or reject packets to service nodeports with no endpoints"
+	firewallIPsComment       = "destinations that are subject to LoadBalancerSourceRanges"
+	hairpinComment           = "endpoint . endpoint: traffic a service sent back to its source"
+	clusterServicesComment   = "ClusterIP traffic of services without a chain of their own"
 )
 
 // isOurs reports whether a chain or set name is one of the per-service
