@@ -152,9 +152,9 @@ type Applied struct {
 	// service ports whose elements send packets to it: a chain nobody
 	// uses any more is stale.
 	sharedUsers map[objRef]int
-	// settle lists the plain service ports with elements in the "new"
-	// maps, since when: a clean-up at least staleDelay later folds them
-	// into the other maps (see plainApplied).
+	// settle lists the plain service ports with elements in tiers above
+	// 0, since their first change: a clean-up at least staleDelay later
+	// folds them into tier 0 (see plainApplied).
 	settle map[model.ServicePortName]time.Time
 	// staleFlushed are stale chains a clean-up has flushed: a shared
 	// chain used again before its deletion needs its rules back.
@@ -2265,9 +2265,10 @@ func (r *renderer) plainService(sp *model.ServicePort, sel model.Selection) bool
 // sharedRules are the rules of the chain shared by plain service ports
 // of a protocol with n endpoints: the masquerade mark of a per-service
 // chain without its address and port match (only the port's ClusterIP
-// traffic comes here), and the endpoint choice, in the "new" endpoint
-// map first (see plainApplied). A key missing from both maps (never
-// written) fails both rules and the packet leaves the chain undiverted.
+// traffic comes here), and the endpoint choice, in the endpoint map of
+// the highest tier first (see plainApplied): a tier that lacks the port's
+// keys fails its rule and the next one decides. A key missing from every
+// tier (never written) leaves the packet undiverted.
 func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Rule {
 	masq := nft.SetMarkOr{Mask: r.cfg.markMask()}
 	var rules []*nft.Rule
