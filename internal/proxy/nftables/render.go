@@ -2464,7 +2464,7 @@ func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, t
 	return pa
 }
 
-// dropPlain deletes a plain port's keys and "new" element (its
+// dropPlain deletes a plain port's keys and its elements of tiers above 0 (its
 // mapClusterServices element is released as an owned element).
 func (r *renderer) dropPlain(n model.ServicePortName, table string, proto v1.Protocol, old *plainApplied) {
 	w := r.tx.In(table)
