@@ -98,7 +98,10 @@ func TestRenderNFTablesRules(t *testing.T) {
 		"add table ip kube-proxy",
 		"add table ip6 kube-proxy",
 		"add table ip kube-proxy-s0",
-		"add element ip kube-proxy-s0 service-ips { 198.19.0.10 . tcp . 80",
+		// A plain ClusterIP port goes through cluster-services, a
+		// NodePort service's port through service-ips.
+		"add element ip kube-proxy-s0 cluster-services { 198.19.0.10 . tcp . 80",
+		"add element ip kube-proxy-s0 service-ips { 198.19.0.11 . tcp . 80",
 		"add element ip kube-proxy no-endpoint-services { 198.19.0.20 . tcp . 80",
 	} {
 		if !strings.Contains(out, want) {

@@ -247,3 +247,71 @@ func TestNestedErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedEndpointMapKeyedByService reads an endpoint map keyed by
+// service and its rule as nft 1.0.6 lists them (captured from a kernel):
+// typeof with the numgen key, elements ADDR . PORT . INDEX, and the rule
+// listed without "meta l4proto" and with "tcp dport".
+func TestNestedEndpointMapKeyedByService(t *testing.T) {
+	text := `table ip kp {
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 198.19.0.10 . tcp . 80 : goto cluster-tcp-2,
+			     198.19.0.11 . tcp . 81 : goto cluster-tcp-1 }
+	}
+
+	map cluster-endpoints-tcp {
+		typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport
+		elements = { 198.19.0.10 . 80 . 0 : 198.18.129.10 . 8080,
+			     198.19.0.11 . 81 . 0 : 198.18.130.11 . 8081,
+			     198.19.0.10 . 80 . 1 : 198.18.130.10 . 8080 }
+	}
+
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+
+	chain cluster-tcp-2 {
+		ip saddr != 198.18.128.0/17 meta mark set meta mark | 0x00004000
+		dnat ip to ip daddr . tcp dport . numgen random mod 2 map @cluster-endpoints-tcp
+	}
+
+	chain cluster-tcp-1 {
+		dnat ip to ip daddr . tcp dport . numgen random mod 1 map @cluster-endpoints-tcp
+	}
+}
+`
+	r, err := ParseNFT(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dst  string
+		want []string
+	}{
+		{"198.19.0.10:80", []string{out("accept", "198.18.129.10:8080", false, 0.5), out("accept", "198.18.130.10:8080", false, 0.5)}},
+		{"198.19.0.11:81", []string{out("accept", "198.18.130.11:8081", false, 1)}},
+	} {
+		res, err := r.Trace(pkt(tcp, "203.0.113.9:1000", tc.dst, "eth0"), node4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, summarize(res)); diff != "" {
+			t.Errorf("to %s (-want +got):\n%s", tc.dst, diff)
+		}
+	}
+	// A UDP packet to the same address and port does not match the rule
+	// of a TCP port.
+	res, err := r.Trace(pkt(udp, "203.0.113.9:1000", "198.19.0.11:81", "eth0"), node4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{out("accept", "", false, 1)}, summarize(res)); diff != "" {
+		t.Errorf("udp (-want +got):\n%s", diff)
+	}
+}

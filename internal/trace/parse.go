@@ -399,7 +399,32 @@ func parseSetSpec(c *cursor, s *set, isMap bool, at origin) error {
 	err := parseBlock(c, func(c *cursor, key string) error {
 		switch key {
 		case "typeof":
-			// Only endpoint maps: "typeof numgen random mod 1 : ip daddr . tcp dport".
+			// Only endpoint maps: "typeof numgen random mod 1 : ip daddr .
+			// tcp dport", or keyed by service "typeof ip daddr . tcp dport
+			// . numgen random mod 1 : ip daddr . tcp dport".
+			if c.accept(addrKeyword(s.family)) {
+				if _, err := c.expect("daddr"); err != nil {
+					return err
+				}
+				if _, err := c.expect("."); err != nil {
+					return err
+				}
+				pw, err := c.word("protocol")
+				if err != nil {
+					return err
+				}
+				proto, err := parseProto(pw)
+				if err != nil {
+					return err
+				}
+				for _, w := range []string{"dport", "."} {
+					if _, err := c.expect(w); err != nil {
+						return err
+					}
+				}
+				s.def.Endpoints, s.def.ByService = proto, true
+			}
+			keyProto := s.def.Endpoints
 			if _, err := c.expect("numgen"); err != nil {
 				return err
 			}
@@ -415,6 +440,9 @@ func parseSetSpec(c *cursor, s *set, isMap bool, at origin) error {
 			proto, err := parseProto(pw)
 			if err != nil {
 				return err
+			}
+			if keyProto != "" && keyProto != proto {
+				return fmt.Errorf("endpoint map keyed by %s ports maps to %s ports", nft.ProtoName(keyProto), pw)
 			}
 			s.def.Endpoints = proto
 			_, err = c.expect("dport")
@@ -538,7 +566,7 @@ func (t *table) setOp(verb string, isMap bool, c *cursor, line int) error {
 			t.sorder = append(t.sorder, name)
 			return nil
 		}
-		if !slices.Equal(s.def.Key, spec.def.Key) || s.def.Data != spec.def.Data || s.def.Endpoints != spec.def.Endpoints || s.def.Interval != spec.def.Interval {
+		if !slices.Equal(s.def.Key, spec.def.Key) || s.def.Data != spec.def.Data || s.def.Endpoints != spec.def.Endpoints || s.def.ByService != spec.def.ByService || s.def.Interval != spec.def.Interval {
 			return fmt.Errorf("set %q exists with a different type or flags", name)
 		}
 		for _, e := range spec.elems {
@@ -701,9 +729,35 @@ func parseElements(c *cursor, s *set, add bool, at origin) ([]*element, error) {
 	}
 }
 
-// parseEndpointElem reads "INDEX : ADDR . PORT" (the data in deletions
-// too, as kproxy writes them).
+// parseEndpointElem reads "INDEX : ADDR . PORT", or "ADDR . PORT . INDEX
+// : ADDR . PORT" in a map keyed by service (the data in deletions too, as
+// kproxy writes them).
 func parseEndpointElem(c *cursor, s *set, e *element) error {
+	if s.def.ByService {
+		aw, err := c.word("service address")
+		if err != nil {
+			return err
+		}
+		a, err := netip.ParseAddr(aw)
+		if err != nil || a.Is4() != (s.family == nft.IPv4) || a.Zone() != "" {
+			return fmt.Errorf("element of %q: bad service address %q", s.def.Name, aw)
+		}
+		if _, err := c.expect("."); err != nil {
+			return err
+		}
+		pw, err := c.word("service port")
+		if err != nil {
+			return err
+		}
+		port, err := parsePort(pw)
+		if err != nil {
+			return err
+		}
+		if _, err := c.expect("."); err != nil {
+			return err
+		}
+		e.key = []nft.Value{{Addr: a}, {Port: port}}
+	}
 	w, err := c.word("element key")
 	if err != nil {
 		return err

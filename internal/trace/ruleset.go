@@ -62,7 +62,8 @@ type set struct {
 type element struct {
 	key []nft.Value
 	// index and to, when to is valid, are the key and data of an
-	// endpoint map element (key is nil).
+	// endpoint map element (key is nil, or the service's address and
+	// port in a map keyed by service).
 	index   uint32
 	to      netip.AddrPort
 	verdict *nft.Verdict
@@ -75,9 +76,19 @@ type element struct {
 // endpoint map.
 func (e *element) id() string {
 	if e.to.IsValid() {
-		return "#" + strconv.FormatUint(uint64(e.index), 10)
+		return endpointID(e.key, e.index)
 	}
 	return keyString(e.key)
+}
+
+// endpointID is the id of an endpoint map element: "#INDEX", after the
+// service's "ADDR . PORT " in a map keyed by service.
+func endpointID(svc []nft.Value, index uint32) string {
+	id := "#" + strconv.FormatUint(uint64(index), 10)
+	if len(svc) > 0 {
+		return keyString(svc) + " " + id
+	}
+	return id
 }
 
 // keyString is the canonical text of a key, as text.go prints it.
@@ -223,6 +234,8 @@ func stmtRefs(s nft.Stmt) (chains, sets []string) {
 		sets = append(sets, s.Set)
 	case nft.DNATMap:
 		sets = append(sets, s.Map)
+	case nft.DNATByService:
+		sets = append(sets, s.Map)
 	}
 	return chains, sets
 }
@@ -341,8 +354,16 @@ func (t *table) validate() *ParseError {
 					if m == nil {
 						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
 					}
-					if m.def.Endpoints != st.Proto {
+					if m.def.Endpoints != st.Proto || m.def.ByService {
 						return fail(origin{r.line, r.gen}, "%q is not a map of %s endpoints", st.Map, nft.ProtoName(st.Proto))
+					}
+				case nft.DNATByService:
+					m := t.sets[st.Map]
+					if m == nil {
+						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
+					}
+					if m.def.Endpoints != st.Proto || !m.def.ByService {
+						return fail(origin{r.line, r.gen}, "%q is not a map of %s endpoints keyed by service", st.Map, nft.ProtoName(st.Proto))
 					}
 				}
 			}

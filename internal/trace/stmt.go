@@ -152,6 +152,11 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 			return nil, fmt.Errorf("only fib ... type local is supported: %w", err)
 		}
 		return nft.MatchFibLocal{Source: dir == "saddr"}, nil
+	case "dnat":
+		// nft lists "meta l4proto tcp dnat ip to ip daddr . th dport .
+		// numgen ..." as "dnat ip to ip daddr . tcp dport . numgen ...":
+		// the protocol is that of the port.
+		return parseListedDNATByService(c, f)
 	case "masquerade":
 		// text.go always writes fully-random; a bare masquerade has the
 		// same effect on where the packet goes.
@@ -405,6 +410,9 @@ func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
 	if c.accept("numgen") {
 		return parseDNATMap(c, proto)
 	}
+	if c.accept(addrKeyword(f)) {
+		return parseDNATByService(c, proto)
+	}
 	w, err := c.word("address:port")
 	if err != nil {
 		return nil, err
@@ -460,6 +468,65 @@ func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 		return nil, fmt.Errorf("expected @map, found %q", m)
 	}
 	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m[1:]}, nil
+}
+
+// parseDNATByService reads the rest of "dnat ip to ip daddr . th dport .
+// numgen random mod N map @MAP" after the second "ip".
+func parseDNATByService(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+	for _, w := range []string{"daddr", ".", "th", "dport", ".", "numgen", "random", "mod"} {
+		if _, err := c.expect(w); err != nil {
+			return nil, err
+		}
+	}
+	return parseModMap(c, proto)
+}
+
+// parseModMap reads "N map @MAP" after "numgen random mod" of a dnat to
+// an endpoint map keyed by service.
+func parseModMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+	w, err := c.word("mod")
+	if err != nil {
+		return nil, err
+	}
+	mod, err := strconv.ParseUint(w, 10, 32)
+	if err != nil || mod == 0 {
+		return nil, fmt.Errorf("invalid numgen mod %q", w)
+	}
+	if _, err := c.expect("map"); err != nil {
+		return nil, err
+	}
+	m, err := c.word("@map")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(m, "@") || len(m) == 1 {
+		return nil, fmt.Errorf("expected @map, found %q", m)
+	}
+	return nft.DNATByService{Proto: proto, Mod: uint32(mod), Map: m[1:]}, nil
+}
+
+// parseListedDNATByService reads the rest of "dnat ip to ip daddr . tcp
+// dport . numgen random mod N map @MAP", nft's listing of DNATByService.
+func parseListedDNATByService(c *cursor, f nft.Family) (nft.Stmt, error) {
+	for _, w := range []string{addrKeyword(f), "to", addrKeyword(f), "daddr", "."} {
+		if _, err := c.expect(w); err != nil {
+			return nil, fmt.Errorf("only dnat to an endpoint map keyed by service is supported here: %w", err)
+		}
+	}
+	pw, err := c.word("protocol")
+	if err != nil {
+		return nil, err
+	}
+	proto, err := parseProto(pw)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range []string{"dport", ".", "numgen", "random", "mod"} {
+		if _, err := c.expect(w); err != nil {
+			return nil, err
+		}
+	}
+	return parseModMap(c, proto)
 }
 
 // parseUpdate reads the rest of "update @SET { ip saddr }".

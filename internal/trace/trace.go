@@ -492,6 +492,47 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				}
 			}
 			return true, nil
+		case nft.DNATByService:
+			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
+				return true, err
+			}
+			if s.pkt.Proto != st.Proto {
+				return false, nil
+			}
+			// Fork as for DNATMap; the key is the packet's destination
+			// address and port with numgen's value.
+			// The draws the map lacks fail the rule alike: one branch
+			// of their summed probability goes on with the next rule
+			// (a later rule drawing again forks it once more).
+			m := t.sets[st.Map]
+			svc := []nft.Value{{Addr: s.pkt.Dst}, {Port: s.pkt.DstPort}}
+			n := float64(st.Mod)
+			var missing []string
+			for i := range st.Mod {
+				mi, ok := m.index[endpointID(svc, i)]
+				if !ok {
+					missing = append(missing, strconv.FormatUint(uint64(i), 10))
+					continue
+				}
+				br := s.clone()
+				br.prob = s.prob / n
+				to := m.elems[mi].to
+				br.dnat, br.dstNATDone = &to, true
+				br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
+				br.step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.def.Name, text(), keyString(svc), i, st.Mod, to)
+				if _, err := w.endBase(br); err != nil {
+					return true, err
+				}
+				if err := w.run(br); err != nil {
+					return true, err
+				}
+			}
+			if len(missing) == 0 {
+				return true, nil
+			}
+			s.prob = s.prob * float64(len(missing)) / n
+			s.step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.def.Name, text(), keyString(svc), strings.Join(missing, ","), len(missing), st.Mod)
+			return false, nil
 		case nft.Reject:
 			s.step("%s: %s -> reject", c.def.Name, text())
 			return true, w.finish(s, VerdictReject)

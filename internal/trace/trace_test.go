@@ -487,6 +487,31 @@ func TestTraceSemantics(t *testing.T) {
 			"add rule ip t n drop\n",
 		pkt:  pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
 		want: []string{out("accept", "10.1.0.1:8080", false, 0.5), out("drop", "", false, 0.5)},
+	}, {
+		name: "dnat to a map keyed by service: the packet's address and port pick the service's keys, 1/N each",
+		rules: tHead + "add chain ip t n { type nat hook prerouting priority -100 ; }\n" +
+			"add map ip t ceps { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\n" +
+			"add element ip t ceps { 10.0.0.10 . 80 . 0 : 10.1.0.1 . 8080, 10.0.0.10 . 80 . 1 : 10.1.0.2 . 8081 }\n" +
+			// Same index, other service or other port: not used.
+			"add element ip t ceps { 10.0.0.11 . 80 . 0 : 10.1.0.9 . 9, 10.0.0.10 . 81 . 0 : 10.1.0.9 . 9, 10.0.0.10 . 80 . 2 : 10.1.0.9 . 9 }\n" +
+			"add map ip t uceps { typeof ip daddr . udp dport . numgen random mod 1 : ip daddr . udp dport ; }\n" +
+			"add element ip t uceps { 10.0.0.10 . 80 . 0 : 10.1.0.9 . 9 }\n" +
+			"add rule ip t n meta l4proto udp dnat ip to ip daddr . th dport . numgen random mod 1 map @uceps\n" +
+			"add rule ip t n meta l4proto tcp dnat ip to ip daddr . th dport . numgen random mod 2 map @ceps\n",
+		pkt:     pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
+		want:    []string{out("accept", "10.1.0.1:8080", false, 0.5), out("accept", "10.1.0.2:8081", false, 0.5)},
+		pathHas: []string{"n: meta l4proto tcp dnat ip to ip daddr . th dport . numgen random mod 2 map @ceps -> 10.0.0.10 . 80 . 0 (p=1/2): dnat to 10.1.0.1:8080, accept"},
+	}, {
+		name: "dnat to a map keyed by service: a missing key fails the rule, deleted keys are gone",
+		rules: tHead + "add chain ip t n { type nat hook prerouting priority -100 ; }\n" +
+			"add map ip t ceps { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\n" +
+			"add element ip t ceps { 10.0.0.10 . 80 . 0 : 10.1.0.1 . 8080 }\n" +
+			"add element ip t ceps { 10.0.0.10 . 80 . 1 : 10.1.0.2 . 8080 }\n" +
+			"delete element ip t ceps { 10.0.0.10 . 80 . 1 : 10.1.0.2 . 8080 }\n" +
+			"add rule ip t n meta l4proto tcp dnat ip to ip daddr . th dport . numgen random mod 2 map @ceps\n" +
+			"add rule ip t n drop\n",
+		pkt:  pkt(tcp, "203.0.113.5:1000", "10.0.0.10:80", "eth0"),
+		want: []string{out("accept", "10.1.0.1:8080", false, 0.5), out("drop", "", false, 0.5)},
 	}}.withRulesAndHost("", node4))
 }
 

@@ -49,9 +49,9 @@ func parseMaps(jsonText string) ([]nftMap, error) {
 			continue
 		}
 		m := nftMap{Family: o.Map.Family, Table: o.Map.Table, Name: o.Map.Name}
-		if strings.HasPrefix(m.Name, "endpoints-") {
-			// Endpoint maps (numgen index -> endpoint) are no
-			// service addresses; their keys are plain numbers.
+		if strings.HasPrefix(m.Name, "endpoints-") || strings.HasPrefix(m.Name, "cluster-endpoints-") {
+			// Endpoint maps (numgen index, or service address . port
+			// . numgen index -> endpoint) are no service addresses.
 			maps = append(maps, m)
 			continue
 		}
@@ -139,6 +139,12 @@ func TestParseMaps(t *testing.T) {
 			name:    "a key of unknown shape is an error, not an empty key",
 			json:    `{"nftables": [{"map": {"elem": [[{"prefix": {"addr": "10.0.0.0", "len": 8}}, {"accept": null}]]}}]}`,
 			wantErr: true,
+		},
+		{
+			name: "endpoint maps keyed by service are skipped",
+			json: `{"nftables": [{"map": {"family": "ip", "table": "kube-proxy-s0", "name": "cluster-endpoints-tcp", "elem": [
+				[{"concat": ["198.19.0.10", 80, 0]}, {"concat": ["198.18.129.10", 8080]}]]}}]}`,
+			want: []nftMap{{Family: "ip", Table: "kube-proxy-s0", Name: "cluster-endpoints-tcp"}},
 		},
 		{name: "not JSON", json: `table ip kube-proxy {`, wantErr: true},
 	}

@@ -101,8 +101,10 @@ func nftTables(ns string) ([]nftTable, error) {
 	return out, nil
 }
 
-// nftCaptured reads the service-ips and service-nodeports maps of every
-// table of kproxy's.
+// nftCaptured reads the service-ips, cluster-services (plain ClusterIP
+// ports, which have no element in service-ips) and service-nodeports maps
+// of every table of kproxy's. (cluster-services-new only repeats keys of
+// cluster-services, with newer verdicts.)
 func nftCaptured(ns string) ([]string, error) {
 	text, err := nft(ns, "-j", "list", "maps")
 	if err != nil {
@@ -118,7 +120,7 @@ func nftCaptured(ns string) ([]string, error) {
 			continue
 		}
 		switch m.Name {
-		case "service-ips":
+		case "service-ips", "cluster-services":
 			out = append(out, m.Keys...)
 		case "service-nodeports":
 			for _, k := range m.Keys {

@@ -180,6 +180,45 @@ var nftablesMode = proxyMode{
 				eps[m[1]+" "+m[2]+" "+m[3]] = m[4]
 			}
 		}
+		// A plain ClusterIP port (no chain of its own) has an element
+		// "ADDR . PROTO . PORT comment NAME : goto cluster/PROTO/N" in
+		// its shard's cluster-services map, and after partial syncs in
+		// cluster-services-new or -newer (looked up first), and keys
+		// "ADDR . PORT . 0" … "ADDR . PORT . N-1" in the matching
+		// cluster-endpoints[-new|-newer]-PROTO map.
+		if parts := strings.Split(servicePort, "/"); len(parts) == 4 {
+			name := parts[0] + "/" + parts[1] + ":" + parts[3] + "/" + strings.ToUpper(parts[2])
+			if parts[3] == "" {
+				name = parts[0] + "/" + parts[1] + "/" + strings.ToUpper(parts[2])
+			}
+			svcRE := regexp.MustCompile(`^add element ip6? (\S+) cluster-services(-new|-newer)? \{ (\S+) \. \S+ \. (\d+) comment "` + regexp.QuoteMeta(name) + `" : goto cluster/\S+/(\d+) \}$`)
+			type plainElem struct{ table, vip, port, n string }
+			found := map[string]*plainElem{}
+			for _, l := range flat {
+				if m := svcRE.FindStringSubmatch(l); m != nil {
+					found[m[2]] = &plainElem{m[1], m[3], m[4], m[5]}
+				}
+			}
+			tier := ""
+			for _, t := range []string{"-new", "-newer"} {
+				if found[t] != nil {
+					tier = t
+				}
+			}
+			if e := found[tier]; e != nil {
+				m := "cluster-endpoints" + tier + "-" + parts[2]
+				keyRE := regexp.MustCompile(`^add element ip6? ` + regexp.QuoteMeta(e.table+" "+m) + ` \{ ` + regexp.QuoteMeta(e.vip+" . "+e.port) + ` \. (\d+) : (\S+) \. \d+ \}$`)
+				n, _ := strconv.Atoi(e.n)
+				for _, l := range flat {
+					if k := keyRE.FindStringSubmatch(l); k != nil {
+						if i, _ := strconv.Atoi(k[1]); i < n && k[2] == endpoint.String() {
+							return true
+						}
+					}
+				}
+				return false
+			}
+		}
 		chainRE := regexp.MustCompile(`^add rule ip6? (\S+) ((service|local)-[A-Z0-9]+-` + regexp.QuoteMeta(servicePort) + `) (.*)$`)
 		returned := map[string]bool{}
 		for _, l := range flat {

@@ -328,6 +328,22 @@ func everyThing(a famAddrs) *Transaction {
 		&Element{Set: "endpoints-1", Index: 4294967293, To: netip.AddrPortFrom(a.pod1, 1)},
 		&Element{Set: "endpoints-1", Index: 4294967294, To: netip.AddrPortFrom(a.pod1, 9)},
 	)
+	// Endpoint maps keyed by service, and the chains sharing them, after
+	// everything else for the same reason.
+	tx.Add(&Chain{Name: "cluster-tcp-2"}, &Chain{Name: "cluster-udp-1"},
+		&Set{Name: "cluster-endpoints-tcp", Endpoints: v1.ProtocolTCP, ByService: true},
+		&Set{Name: "cluster-endpoints-udp", Endpoints: v1.ProtocolUDP, ByService: true},
+		&Set{Name: "cluster-endpoints-sctp", Endpoints: v1.ProtocolSCTP, ByService: true})
+	tx.Add(
+		&Rule{Chain: "cluster-tcp-2", Stmts: []Stmt{MatchAddr{Source: true, Negate: true, Prefixes: []netip.Prefix{a.podNet}}, SetMarkOr{Mask: 0x4000}}},
+		&Rule{Chain: "cluster-tcp-2", Stmts: []Stmt{DNATByService{Proto: v1.ProtocolTCP, Mod: 2, Map: "cluster-endpoints-tcp"}}},
+		&Rule{Chain: "cluster-udp-1", Stmts: []Stmt{DNATByService{Proto: v1.ProtocolUDP, Mod: 1, Map: "cluster-endpoints-udp"}}, Comment: "1 endpoint"},
+		&Element{Set: "service-ips", Key: []Value{{Addr: a.svc1}, {Proto: v1.ProtocolTCP}, {Port: 8080}}, Verdict: &Verdict{Kind: Goto, Chain: "cluster-tcp-2"}},
+		&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 0, To: netip.AddrPortFrom(a.pod1, 80)},
+		&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(a.pod2, 65535)},
+		&Element{Set: "cluster-endpoints-udp", Key: []Value{{Addr: a.svc2}, {Port: 53}}, Index: 0, To: netip.AddrPortFrom(a.pod2, 5353)},
+		&Element{Set: "cluster-endpoints-sctp", Key: []Value{{Addr: a.svc2}, {Port: 65535}}, Index: 4294967295, To: netip.AddrPortFrom(a.pod1, 1)},
+	)
 	return tx
 }
 
@@ -379,6 +395,17 @@ func TestKernelNetlinkMatchesNft(t *testing.T) {
 					tx.Add(&Element{Set: "endpoints-2", Index: 0, To: netip.AddrPortFrom(addrs.pod1, 53)})
 					tx.Add(&Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(addrs.pod2, 53)})
 					tx.Delete(&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(addrs.pod2, 80)})
+					// An endpoint of a service sharing cluster-tcp-2
+					// changes, and a service moves to another count.
+					tx.Delete(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: addrs.svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(addrs.pod2, 65535)})
+					tx.Add(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: addrs.svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(addrs.pod1, 8081)})
+					tx.Add(&Chain{Name: "cluster-tcp-3"})
+					tx.Add(&Rule{Chain: "cluster-tcp-3", Stmts: []Stmt{DNATByService{Proto: v1.ProtocolTCP, Mod: 3, Map: "cluster-endpoints-tcp"}}})
+					tx.Delete(&Element{Set: "service-ips", Key: []Value{{Addr: addrs.svc1}, {Proto: v1.ProtocolTCP}, {Port: 8080}}})
+					tx.Add(&Element{Set: "service-ips", Key: []Value{{Addr: addrs.svc1}, {Proto: v1.ProtocolTCP}, {Port: 8080}}, Verdict: &Verdict{Kind: Goto, Chain: "cluster-tcp-3"}})
+					tx.Add(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: addrs.svc1}, {Port: 8080}}, Index: 2, To: netip.AddrPortFrom(addrs.pod2, 8082)})
+					tx.Flush(&Chain{Name: "cluster-udp-1"})
+					tx.Delete(&Chain{Name: "cluster-udp-1"})
 					return tx
 				}},
 				{"refill and recreate", func() *Transaction {
@@ -631,7 +658,7 @@ func TestKernelListings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantChains := []string{"endpoint-1", "endpoint-2", "filter-forward", "filter-input", "firewall-1", "mark-for-masquerade",
+			wantChains := []string{"cluster-tcp-2", "cluster-udp-1", "endpoint-1", "endpoint-2", "filter-forward", "filter-input", "firewall-1", "mark-for-masquerade",
 				"masquerading", "misc", "nat-output", "nat-postrouting", "nat-prerouting", "reject-chain", "service-1", "service-2", "services"}
 			if d := cmp.Diff(wantChains, chains); d != "" {
 				t.Errorf("ListChains (-want +got):\n%s", d)
@@ -640,7 +667,7 @@ func TestKernelListings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantSets := []string{"affinity-1", "by-addr", "cluster-ips", "endpoints-0", "endpoints-1", "endpoints-2", "firewall-ips", "hairpin", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
+			wantSets := []string{"affinity-1", "by-addr", "cluster-endpoints-sctp", "cluster-endpoints-tcp", "cluster-endpoints-udp", "cluster-ips", "endpoints-0", "endpoints-1", "endpoints-2", "firewall-ips", "hairpin", "no-endpoint-nodeports", "no-endpoint-services", "nodeport-ips",
 				"ports", "protos", "service-ips", "service-nodeports", "triples", "zero-ips"}
 			if d := cmp.Diff(wantSets, sets); d != "" {
 				t.Errorf("ListSets (-want +got):\n%s", d)

@@ -76,6 +76,7 @@ const (
 	exprTypeVerdict = 1
 	exprTypePayload = 7
 	exprTypeConcat  = 13
+	exprTypeNumgen  = 23
 	// Payload description ids: protocol (proto.h) and field.
 	protoDescIP  = 12
 	protoDescIP6 = 13
@@ -83,6 +84,7 @@ const (
 	ipHdrDaddr   = 12
 	ip6HdrSaddr  = 8
 	ip6HdrDaddr  = 9
+	thDport      = 2 // transport header field "dport" (tcp, udp, sctp)
 
 	udComment = 0 // table, chain, rule and element comments
 
@@ -514,6 +516,33 @@ func endpointMapUdata(fam uint8, proto uint8) []byte {
 	return u
 }
 
+// serviceEndpointMapUdata is the user data nft 1.0.6 writes for "typeof
+// ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport" (ip6
+// daddr; udp, sctp), as captured with `nft --debug=mnl`: both byte
+// orders unset (the key is a concatenation), the key a concatenation of
+// two payload expressions and numgen, the data a concatenation of two
+// payload expressions, and the data interval flag.
+func serviceEndpointMapUdata(fam uint8, proto uint8) []byte {
+	pdesc, daddr := byte(protoDescIP), byte(ipHdrDaddr)
+	if fam == unix.NFPROTO_IPV6 {
+		pdesc, daddr = protoDescIP6, ip6HdrDaddr
+	}
+	payload := func(desc, field byte) udata {
+		return udata(nil).u32(udTypeofExpr, exprTypePayload).
+			nest(udTypeofData, udata(nil).u32(0, uint32(desc)).u32(1, uint32(field)))
+	}
+	addr := payload(pdesc, daddr)
+	port := payload(endpointProtoDesc[proto], thDport)
+	numgen := udata(nil).u32(udTypeofExpr, exprTypeNumgen).
+		nest(udTypeofData, udata(nil).u32(0, unix.NFT_NG_RANDOM).u32(1, 1).u32(2, 0))
+	key := udata(nil).u32(udTypeofExpr, exprTypeConcat).
+		nest(udTypeofData, udata(nil).nest(0, addr).nest(1, port).nest(2, numgen))
+	data := udata(nil).u32(udTypeofExpr, exprTypeConcat).
+		nest(udTypeofData, udata(nil).nest(0, addr).nest(1, port))
+	return udata(nil).u32(udSetKeyByteorder, byteorderInvalid).u32(udSetDataByteorder, byteorderInvalid).
+		nest(udSetKeyTypeof, key).nest(udSetDataTypeof, data).u32(udSetDataInterval, 0)
+}
+
 // endpointProtoDesc is nft's protocol description id (proto_tcp, ...) of
 // a transport protocol number.
 var endpointProtoDesc = map[uint8]byte{unix.IPPROTO_TCP: 0x08, unix.IPPROTO_UDP: 0x06, unix.IPPROTO_SCTP: 0x0a}
@@ -547,18 +576,26 @@ func (l *lowerer) lowerEndpointMap(i int, s *Set) error {
 	if l.fam == unix.NFPROTO_IPV6 {
 		alen, at = 16, dtIPv6Addr
 	}
+	ktype, klen := uint32(dtInteger), 4
+	ud := endpointMapUdata(l.fam, p)
+	if s.ByService {
+		// ADDR . PORT . INTEGER, each in whole 4-byte registers.
+		ktype = (at<<dtBitsConcat|dtInetService)<<dtBitsConcat | dtInteger
+		klen = alen + 4 + 4
+		ud = serviceEndpointMapUdata(l.fam, p)
+	}
 	l.nextID++
 	id := l.nextID
 	var a attrs
 	a.str(unix.NFTA_SET_TABLE, l.cur)
 	a.str(unix.NFTA_SET_NAME, s.Name)
 	a.u32(unix.NFTA_SET_FLAGS, setMap)
-	a.u32(unix.NFTA_SET_KEY_TYPE, dtInteger)
-	a.u32(unix.NFTA_SET_KEY_LEN, 4)
+	a.u32(unix.NFTA_SET_KEY_TYPE, ktype)
+	a.u32(unix.NFTA_SET_KEY_LEN, uint32(klen))
 	a.u32(unix.NFTA_SET_DATA_TYPE, at<<dtBitsConcat|dtInetService)
 	a.u32(unix.NFTA_SET_DATA_LEN, uint32(alen+4))
 	a.u32(unix.NFTA_SET_ID, id)
-	a.put(unix.NFTA_SET_USERDATA, endpointMapUdata(l.fam, p))
+	a.put(unix.NFTA_SET_USERDATA, ud)
 	l.add(nlMsg{typ: unix.NFT_MSG_NEWSET, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
 	if si, ok := l.sets[l.ref(s.Name)]; ok {
 		si.def, si.id = s, id
@@ -830,7 +867,11 @@ func (l *lowerer) lowerElements(from, to int) error {
 			var key []byte
 			if e := ops[i].Element; e.IsEndpoint() {
 				// An endpoint map of an earlier transaction.
-				ea := elemAttr{key: native32(e.Index)}
+				k, err := endpointKey(e)
+				if err != nil {
+					return opErr(i, err)
+				}
+				ea := elemAttr{key: k}
 				if kind == OpAdd {
 					ea.data = endpointData(e.To)
 				}
@@ -860,14 +901,26 @@ func (l *lowerer) lowerElements(from, to int) error {
 		if err := CheckComment(e.Comment); err != nil {
 			return opErr(i, err)
 		}
-		if (def.Endpoints != "") != e.IsEndpoint() || (e.IsEndpoint() && (len(e.Key) > 0 || e.Verdict != nil)) {
+		if (def.Endpoints != "") != e.IsEndpoint() || (e.IsEndpoint() && ((len(e.Key) > 0) != def.ByService || e.Verdict != nil)) {
+			if def.ByService {
+				return opErr(i, invalidf("an endpoint map keyed by service holds exactly the elements ADDR . PORT . INDEX : ADDR . PORT"))
+			}
 			return opErr(i, invalidf("an endpoint map holds exactly the elements INDEX : ADDR . PORT"))
 		}
 		if def.Endpoints != "" {
 			if err := l.checkFamily(e.To.Addr()); err != nil {
 				return opErr(i, err)
 			}
-			ea := elemAttr{key: native32(e.Index)}
+			k, err := endpointKey(e)
+			if err != nil {
+				return opErr(i, err)
+			}
+			if len(e.Key) > 0 {
+				if err := l.checkFamily(e.Key[0].Addr); err != nil {
+					return opErr(i, err)
+				}
+			}
+			ea := elemAttr{key: k}
 			if kind == OpAdd {
 				ea.data = endpointData(e.To)
 			}
@@ -960,6 +1013,27 @@ func (l *lowerer) lowerElements(from, to int) error {
 	}
 	l.elementMsgs(elemMsgType(kind), name, si.id, elems, owners)
 	return nil
+}
+
+// endpointKey is the key of an endpoint map element: the index in host
+// byte order (numgen's), after the service's address and port (each in
+// whole 4-byte registers) in a map keyed by service.
+func endpointKey(e *Element) ([]byte, error) {
+	if len(e.Key) == 0 {
+		return native32(e.Index), nil
+	}
+	if len(e.Key) != 2 || !e.Key[0].Addr.IsValid() || e.Key[1].Addr.IsValid() || e.Key[1].Prefix.IsValid() || e.Key[1].Proto != "" {
+		return nil, invalidf("an endpoint map key is ADDR . PORT . INDEX")
+	}
+	t := TypeIPv4Addr
+	if e.Key[0].Addr.Is6() {
+		t = TypeIPv6Addr
+	}
+	b, err := appendKeyBytes(nil, []DataType{t, TypeInetService}, e.Key)
+	if err != nil {
+		return nil, err
+	}
+	return binary.NativeEndian.AppendUint32(b, e.Index), nil
 }
 
 // guessType is the data type a key component would have in a set of
@@ -1322,7 +1396,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			return invalidf("numgen mod %d offset %d", s.Mod, s.Offset)
 		}
 		// nft refuses a rule whose protocol differs from the map's.
-		if si, ok := l.sets[l.ref(s.Map)]; ok && si.def.Endpoints != s.Proto {
+		if si, ok := l.sets[l.ref(s.Map)]; ok && (si.def.Endpoints != s.Proto || si.def.ByService) {
 			return invalidf("%s is not an endpoint map of %s", s.Map, s.Proto)
 		}
 		rb.matchL4Proto(p)
@@ -1334,6 +1408,29 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		if l.fam == unix.NFPROTO_IPV6 {
 			slot = 4
 		}
+		rb.next().dnat(uint32(l.fam), reg1, concatReg(slot))
+	case DNATByService:
+		p, ok := ProtoNumber(s.Proto)
+		if !ok {
+			return invalidf("unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 {
+			return invalidf("numgen mod 0")
+		}
+		if si, ok := l.sets[l.ref(s.Map)]; ok && (si.def.Endpoints != s.Proto || !si.def.ByService) {
+			return invalidf("%s is not an endpoint map of %s keyed by service", s.Map, s.Proto)
+		}
+		// The key is a concatenation: the address from slot 0, the port
+		// and numgen's value in the 4-byte slots after it, as nft
+		// allocates them; the port of the data lands in the same slot
+		// as the port of the key.
+		rb.matchL4Proto(p)
+		off, n := addrField(l.fam, false)
+		slot := int(n) / 4
+		rb.next().payloadLoad(reg1, unix.NFT_PAYLOAD_NETWORK_HEADER, off, n)
+		rb.next().payloadLoad(concatReg(slot), unix.NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)
+		rb.next().numgenRandom(concatReg(slot+1), s.Mod)
+		rb.next().lookup(reg1, reg1, false, s.Map, l.batchID(s.Map))
 		rb.next().dnat(uint32(l.fam), reg1, concatReg(slot))
 	case UpdateSaddr:
 		l.loadAddr(rb, true, reg1)

@@ -334,3 +334,17 @@ func TestQuotesAsIs(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceEndpointMapUdata pins the user data of an endpoint map keyed
+// by service to the bytes nft 1.0.6 sent for "add map ip kp m { typeof ip
+// daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }"
+// (captured with nft --debug=mnl): nft needs it to list the map and to
+// accept rules using it, and decodeSet recognizes the map by it.
+func TestServiceEndpointMapUdata(t *testing.T) {
+	const captured = "000400000000010400000000035000040d00000001480014000407000000010c00040c00000001040c0000000114000407000000010c000408000000010402000000021a0004170000000112000401000000010401000000020400000000043400040d000000012c00140004070000" +
+		"00010c00040c00000001040c0000000114000407000000010c000408000000010402000000060400000000"
+	got := hex.EncodeToString(serviceEndpointMapUdata(unix.NFPROTO_IPV4, unix.IPPROTO_TCP))
+	if got != captured {
+		t.Errorf("user data\n got %s\nwant %s", got, captured)
+	}
+}

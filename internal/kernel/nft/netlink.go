@@ -3,6 +3,7 @@ package nft
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -259,7 +260,8 @@ func decodeSet(b []byte) (*Set, error) {
 			s.Timeout = time.Duration(binary.BigEndian.Uint64(data)) * time.Millisecond
 		}
 	})
-	if flags&setMap != 0 && ktype == dtInteger && (dtype == dtIPv4Addr<<dtBitsConcat|dtInetService || dtype == dtIPv6Addr<<dtBitsConcat|dtInetService) {
+	addrPort := dtype == dtIPv4Addr<<dtBitsConcat|dtInetService || dtype == dtIPv6Addr<<dtBitsConcat|dtInetService
+	if flags&setMap != 0 && addrPort && ktype == dtInteger {
 		// An endpoint map: its protocol is in the typeof user data.
 		for _, p := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
 			n, _ := ProtoNumber(p)
@@ -269,6 +271,22 @@ func decodeSet(b []byte) (*Set, error) {
 			}
 		}
 		return nil, fmt.Errorf("set %s is a map from integers whose type kproxy does not know", s.Name)
+	}
+	if flags&setMap != 0 && addrPort && ktype == dtype<<dtBitsConcat|dtInteger {
+		// An endpoint map keyed by service: the user data is what
+		// kproxy writes for one of the protocols.
+		for _, p := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
+			n, _ := ProtoNumber(p)
+			fam := uint8(unix.NFPROTO_IPV4)
+			if dtype>>dtBitsConcat == dtIPv6Addr {
+				fam = unix.NFPROTO_IPV6
+			}
+			if bytes.Equal(udata, serviceEndpointMapUdata(fam, n)) {
+				s.Endpoints, s.ByService = p, true
+				return s, nil
+			}
+		}
+		return nil, fmt.Errorf("set %s is a map from service and integer whose type kproxy does not know", s.Name)
 	}
 	for id := ktype; id != 0; id >>= dtBitsConcat {
 		var t DataType

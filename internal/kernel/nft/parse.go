@@ -264,12 +264,30 @@ func (p *tokens) set(fam Family, kind OpKind, isMap bool) (*Set, error) {
 	err = p.block(func(key string) error {
 		switch key {
 		case "typeof":
+			if p.peek() == addrKeyword(fam) {
+				// "typeof ip daddr . PROTO dport . numgen ...": keyed by service.
+				p.next()
+				if err := p.expect("daddr", "."); err != nil {
+					return err
+				}
+				proto, err := parseProto(p.next())
+				if err != nil {
+					return err
+				}
+				if err := p.expect("dport", "."); err != nil {
+					return err
+				}
+				s.Endpoints, s.ByService = proto, true
+			}
 			if err := p.expect("numgen", "random", "mod", "1", ":", addrKeyword(fam), "daddr", "."); err != nil {
 				return fmt.Errorf("only endpoint maps are declared by typeof: %w", err)
 			}
 			proto, err := parseProto(p.next())
 			if err != nil {
 				return err
+			}
+			if s.ByService && proto != s.Endpoints {
+				return fmt.Errorf("endpoint map keyed by %s ports maps to %s ports", s.Endpoints, proto)
 			}
 			s.Endpoints = proto
 			return p.expect("dport")
@@ -369,9 +387,27 @@ func (p *tokens) element(kind OpKind) (*Element, error) {
 	if err := p.expect("{"); err != nil {
 		return nil, err
 	}
-	if p.peekAt(1) == ":" {
-		if a, err := netip.ParseAddr(p.peekAt(2)); err == nil {
-			// An endpoint map element: "INDEX : ADDR . PORT".
+	// An endpoint map element: "[ADDR . PORT . ]INDEX : ADDR . PORT".
+	keyed := p.peekAt(5) == ":" && p.peekAt(1) == "." && p.peekAt(3) == "."
+	if p.peekAt(1) == ":" || keyed {
+		at := 2
+		if keyed {
+			at = 6
+		}
+		if a, err := netip.ParseAddr(p.peekAt(at)); err == nil {
+			if keyed {
+				svc, err := netip.ParseAddr(p.next())
+				if err != nil {
+					return nil, fmt.Errorf("endpoint map key: %w", err)
+				}
+				p.next()
+				port, err := strconv.ParseUint(p.next(), 10, 16)
+				if err != nil {
+					return nil, fmt.Errorf("endpoint map key: %w", err)
+				}
+				p.next()
+				e.Key = []Value{{Addr: svc}, {Port: uint16(port)}}
+			}
 			idx, err := strconv.ParseUint(p.next(), 10, 32)
 			if err != nil {
 				return nil, fmt.Errorf("endpoint map key: %w", err)
@@ -570,6 +606,25 @@ func (p *tokens) stmt(fam Family) (Stmt, error) {
 			if p.peek() == addrKeyword(fam) {
 				// "dnat ip to numgen random mod N offset O map @M"
 				p.next()
+				if p.peekAt(1) == addrKeyword(fam) {
+					// "dnat ip to ip daddr . th dport . numgen random mod N map @M"
+					p.next()
+					if err := p.expect(addrKeyword(fam), "daddr", ".", "th", "dport", ".", "numgen", "random", "mod"); err != nil {
+						return nil, err
+					}
+					mod, err := strconv.ParseUint(p.next(), 10, 32)
+					if err != nil {
+						return nil, err
+					}
+					if err := p.expect("map"); err != nil {
+						return nil, err
+					}
+					m := p.next()
+					if !strings.HasPrefix(m, "@") {
+						return nil, fmt.Errorf("expected @map, found %q", m)
+					}
+					return DNATByService{Proto: proto, Mod: uint32(mod), Map: m[1:]}, nil
+				}
 				if err := p.expect("to", "numgen", "random", "mod"); err != nil {
 					return nil, err
 				}

@@ -25,6 +25,7 @@ func TestParseRoundTrip(t *testing.T) {
 	small.Delete(&Set{Name: "m", Data: TypeVerdict})
 	small.Delete(&Element{Set: "m", Key: []Value{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}, {Port: 80}}})
 	small.Delete(&Element{Set: "e", Index: 4000000000, To: netip.MustParseAddrPort("10.0.0.2:8080")})
+	small.Delete(&Element{Set: "k", Key: []Value{{Addr: netip.MustParseAddr("10.0.0.1")}, {Port: 80}}, Index: 4000000000, To: netip.MustParseAddrPort("10.0.0.2:8080")})
 	small.Add(&Set{Name: "d", Key: []DataType{TypeIPv4Addr}, Dynamic: true, Timeout: 90 * time.Minute})
 	small.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchIifname{Name: `we"ird`}, Verdict{Kind: Accept}}, Comment: `a "quoted", comment`})
 	small.Delete(&Table{})

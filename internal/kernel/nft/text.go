@@ -83,7 +83,14 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 		b.WriteByte(' ')
 		b.WriteString(s.Name)
 		if op.Kind == OpAdd && s.Endpoints != "" {
-			b.WriteString(" { typeof numgen random mod 1 : ")
+			b.WriteString(" { typeof ")
+			if s.ByService {
+				b.WriteString(addrKeyword(t.Family))
+				b.WriteString(" daddr . ")
+				b.WriteString(ProtoName(s.Endpoints))
+				b.WriteString(" dport . ")
+			}
+			b.WriteString("numgen random mod 1 : ")
 			b.WriteString(addrKeyword(t.Family))
 			b.WriteString(" daddr . ")
 			b.WriteString(ProtoName(s.Endpoints))
@@ -163,10 +170,14 @@ func (t *Transaction) writeOp(b *strings.Builder, op *Op) {
 	}
 }
 
-// writeEndpointElem writes "INDEX : ADDR . PORT", the data in deletions
-// too (see Element.To).
+// writeEndpointElem writes "[KEY . ]INDEX : ADDR . PORT", the data in
+// deletions too (see Element.To).
 func writeEndpointElem(b *strings.Builder, e *Element) {
 	var buf [64]byte
+	if len(e.Key) > 0 {
+		writeKey(b, e.Key)
+		b.WriteString(" . ")
+	}
 	b.Write(strconv.AppendUint(buf[:0], uint64(e.Index), 10))
 	b.WriteString(" : ")
 	b.Write(e.To.Addr().AppendTo(buf[:0]))
@@ -346,6 +357,18 @@ func writeStmt(b *strings.Builder, f Family, s Stmt) {
 		b.Write(strconv.AppendUint(buf[:0], uint64(s.Mod), 10))
 		b.WriteString(" offset ")
 		b.Write(strconv.AppendUint(buf[:0], uint64(s.Offset), 10))
+		b.WriteString(" map @")
+		b.WriteString(s.Map)
+	case DNATByService:
+		var buf [24]byte
+		b.WriteString("meta l4proto ")
+		b.WriteString(ProtoName(s.Proto))
+		b.WriteString(" dnat ")
+		b.WriteString(addrKeyword(f))
+		b.WriteString(" to ")
+		b.WriteString(addrKeyword(f))
+		b.WriteString(" daddr . th dport . numgen random mod ")
+		b.Write(strconv.AppendUint(buf[:0], uint64(s.Mod), 10))
 		b.WriteString(" map @")
 		b.WriteString(s.Map)
 	case UpdateSaddr:

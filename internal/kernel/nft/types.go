@@ -113,6 +113,15 @@ type Set struct {
 	// rule using it ("conflicting protocols specified: tcp vs. th"); a
 	// map typed "tcp dport" works with "meta l4proto tcp" rules.
 	Endpoints v1.Protocol
+	// ByService, with Endpoints, keys the endpoint map by service too:
+	// "typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr .
+	// tcp dport", elements SERVICE-IP . PORT . INDEX : ADDR . PORT (see
+	// DNATByService). One such map serves every service of a protocol,
+	// so that the rule picking among a service's endpoints needs nothing
+	// of the service but its endpoint count: services with equal counts
+	// share one chain. (typeof again: nft refuses "type ipv4_addr .
+	// inet_service . mark" for numgen's integer.)
+	ByService bool
 }
 
 // IsMap reports whether the set is a map.
@@ -135,7 +144,9 @@ type Element struct {
 	Verdict *Verdict
 	Comment string
 	// To, when valid, makes this an element of an endpoint map (see
-	// Set.Endpoints): Index : To.Addr . To.Port, and Key is empty.
+	// Set.Endpoints): Index : To.Addr . To.Port, and Key is empty; in a
+	// map keyed by service (Set.ByService) Key is the service's address
+	// and port: Key[0] . Key[1] . Index : To.Addr . To.Port.
 	// Deletions carry To as well; nft accepts the data in "delete
 	// element" and it keeps the text form unambiguous.
 	Index uint32
@@ -248,6 +259,20 @@ type DNATMap struct {
 	Map         string
 }
 
+// DNATByService is "meta l4proto PROTO dnat ip to ip daddr . th dport .
+// numgen random mod MOD map @MAP" (ip6 daddr, dnat ip6 in ip6 tables):
+// the destination is the element DADDR . DPORT . r of an endpoint map
+// keyed by service (Set.ByService), r uniform in [0, MOD). The rule names
+// nothing of a service but its endpoint count, so one chain per count
+// serves every service with that count, and an endpoint change is only
+// element operations: the kernel's commit walks every chain of the
+// netns, so the number of chains is what a small transaction costs.
+type DNATByService struct {
+	Proto v1.Protocol
+	Mod   uint32
+	Map   string
+}
+
 // UpdateSaddr is "update @SET { ip saddr }": adds or refreshes the packet's
 // source address in a dynamic set (session affinity).
 type UpdateSaddr struct{ Set string }
@@ -305,6 +330,7 @@ func (SetMarkXor) stmt()      {}
 func (Masquerade) stmt()      {}
 func (DNAT) stmt()            {}
 func (DNATMap) stmt()         {}
+func (DNATByService) stmt()   {}
 func (UpdateSaddr) stmt()     {}
 func (VmapLookup) stmt()      {}
 func (NumgenVmap) stmt()      {}

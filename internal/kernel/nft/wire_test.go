@@ -53,10 +53,14 @@ func TestLowerWire(t *testing.T) {
 			second.Insert(&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolTCP, Mod: 1, Offset: 7, Map: "endpoints-0"}}})
 			second.Add(&Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(a.pod2, 53)})
 			second.Delete(&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(a.pod2, 80)})
+			second.Add(&Rule{Chain: "cluster-tcp-2", Stmts: []Stmt{DNATByService{Proto: v1.ProtocolTCP, Mod: 7, Map: "cluster-endpoints-tcp"}}})
+			second.Delete(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(a.pod2, 65535)})
+			second.Add(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 6, To: netip.AddrPortFrom(a.pod1, 8081)})
 			view := fakeView{
-				testTable + " nodeport-ips": {Name: "nodeport-ips", Key: []DataType{AddrType(fam)}, Interval: true},
-				testTable + " service-ips":  {Name: "service-ips", Key: []DataType{AddrType(fam), TypeInetProto, TypeInetService}, Data: TypeVerdict},
-				testTable + " endpoints-0":  {Name: "endpoints-0", Endpoints: v1.ProtocolTCP},
+				testTable + " nodeport-ips":          {Name: "nodeport-ips", Key: []DataType{AddrType(fam)}, Interval: true},
+				testTable + " service-ips":           {Name: "service-ips", Key: []DataType{AddrType(fam), TypeInetProto, TypeInetService}, Data: TypeVerdict},
+				testTable + " endpoints-0":           {Name: "endpoints-0", Endpoints: v1.ProtocolTCP},
+				testTable + " cluster-endpoints-tcp": {Name: "cluster-endpoints-tcp", Endpoints: v1.ProtocolTCP, ByService: true},
 			}
 			var got strings.Builder
 			for i, c := range []struct {

@@ -17,11 +17,14 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 )
 
+// TestEndpointMapKeys follows the keys of a service port with chains of its
+// own (a NodePort service; plain ClusterIP ports have no chain, see
+// plain_test.go).
 func TestEndpointMapKeys(t *testing.T) {
 	c := loadExample(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
-	web := spName("web-clusterip", "http", model.TCP)
+	web := spName("web-nodeport", "http", model.TCP)
 	shard, m := s.shardOf(web), endpointMapName(web)
 	chain := serviceChainName(prefixServiceChain, web)
 	mapRule := func(off string) string {
@@ -86,7 +89,7 @@ func TestEndpointMapKeys(t *testing.T) {
 	check("endpoint moved", mapRule("2"), "{ 0 : 198.18.129.10 . 8080 }", "{ 1 : 198.18.130.10 . 8080 }",
 		"{ 2 : 198.18.129.10 . 8080 }", "{ 3 : 198.18.130.11 . 8080 }")
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
-		{name: "the fresh keys", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
+		{name: "the fresh keys", src: localPod, iif: podIIF, dst: "198.19.0.11:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
 	})
 	s.now = s.now.Add(500 * time.Millisecond)
 	third := *eps[1]
@@ -118,7 +121,7 @@ func TestEndpointMapKeys(t *testing.T) {
 	s.full()
 	check("full sync", mapRule("0"), "{ 0 : 198.18.129.10 . 8080 }", "{ 1 : 198.18.130.12 . 8080 }")
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
-		{name: "renumbered", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.12:8080"},
+		{name: "renumbered", src: localPod, iif: podIIF, dst: "198.19.0.11:80", output: "198.18.129.10:8080, 198.18.130.12:8080"},
 	})
 
 	// Down to one endpoint: a plain DNAT rule, and the map, which no

@@ -55,7 +55,15 @@ const (
 	// setHairpin holds "ep . ep" for every endpoint address: a packet DNATed
 	// back to the pod that sent it has source == destination in
 	// postrouting, which nft can only test through such a set.
-	setHairpin          = "hairpin-endpoints"
+	setHairpin = "hairpin-endpoints"
+	// mapClusterServices sends the packets of plain ClusterIP service
+	// ports (see plainService) to the chain of their protocol and
+	// endpoint count; the "-new" and "-newer" maps (clusterServicesMap),
+	// looked up first, hold those partial syncs changed until a clean-up
+	// folds them into the first (see plainApplied). All are in every
+	// shard table, with the endpoint maps of each protocol
+	// (clusterEndpointsMap).
+	mapClusterServices  = "cluster-services"
 	prefixServiceChain  = "service-"
 	prefixExternalChain = "external-"
 	prefixLocalChain    = "local-"
@@ -65,7 +73,11 @@ const (
 	// prefixEndpointMap names the endpoint maps of a shard,
 	// "endpoints-tcp/7": one per protocol and group of service ports
 	// (see endpointGroups). The "/" makes isOurs recognize them.
-	prefixEndpointMap        = "endpoints-"
+	prefixEndpointMap = "endpoints-"
+	// prefixSharedChain names the chains plain ClusterIP services share,
+	// one per protocol and endpoint count: "cluster/tcp/3" (see
+	// sharedChainName). The "/" makes isOurs recognize them.
+	prefixSharedChain        = "cluster/"
 	maxNameLength            = 255 // NFT_NAME_MAXLEN - 1 for the NUL
 	tableComment             = "rules for kube-proxy"
 	clusterIPsComment        = "Active ClusterIPs"
@@ -76,6 +88,7 @@ const (
 	noEndpointNodePortsComnt = "vmap to drop or reject packets to service nodeports with no endpoints"
 	firewallIPsComment       = "destinations that are subject to LoadBalancerSourceRanges"
 	hairpinComment           = "endpoint . endpoint: traffic a service sent back to its source"
+	clusterServicesComment   = "ClusterIP traffic of services without a chain of their own"
 )
 
 // isOurs reports whether a chain or set name is one of the per-service
@@ -87,7 +100,7 @@ func isOurs(name string) bool {
 	if !strings.Contains(name, "/") {
 		return false
 	}
-	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet, prefixEndpointMap} {
+	for _, p := range []string{prefixServiceChain, prefixExternalChain, prefixLocalChain, prefixFirewallChain, prefixEndpointChain, prefixAffinitySet, prefixEndpointMap, prefixSharedChain} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -316,4 +329,32 @@ func chooseShards(n, cur, perShard int) int {
 		k *= 2
 	}
 	return k
+}
+
+// plainProtocols are the protocols plain service ports may have: each
+// shard table has the endpoint maps of every one.
+var plainProtocols = []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}
+
+// plainTiers is the number of versions of a plain port's elements the
+// kernel may hold at once (see plainApplied): tier 0 in cluster-services
+// and cluster-endpoints-PROTO, tiers 1 and 2 in the "-new" and "-newer"
+// maps, the higher looked up first.
+const plainTiers = 3
+
+var tierSuffix = [plainTiers]string{"", "-new", "-newer"}
+
+// clusterServicesMap is the verdict map of a tier.
+func clusterServicesMap(tier int) string { return mapClusterServices + tierSuffix[tier] }
+
+// clusterEndpointsMap is the endpoint map (CLUSTER-IP . PORT . INDEX :
+// ENDPOINT . PORT) of plain service ports of a protocol and a tier:
+// cluster-endpoints-tcp, cluster-endpoints-new-tcp, ...
+func clusterEndpointsMap(p v1.Protocol, tier int) string {
+	return "cluster-endpoints" + tierSuffix[tier] + "-" + nft.ProtoName(p)
+}
+
+// sharedChainName is the chain shared by the plain service ports of a
+// protocol with n endpoints.
+func sharedChainName(p v1.Protocol, n int) string {
+	return prefixSharedChain + nft.ProtoName(p) + "/" + strconv.Itoa(n)
 }

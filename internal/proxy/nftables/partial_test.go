@@ -290,13 +290,16 @@ func servicesMentioned(op string) sets.Set[string] {
 	return out
 }
 
+// TestPartialSyncOneEndpointChange follows an endpoint change of a
+// service port with chains of its own (a NodePort service); plain
+// ClusterIP ports are in plain_test.go.
 func TestPartialSyncOneEndpointChange(t *testing.T) {
 	c := loadExample(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
 	s.checkLikeFull("full")
 
-	web := spName("web-clusterip", "http", model.TCP)
+	web := spName("web-nodeport", "http", model.TCP)
 	old := s.state.Endpoints[web]
 	if len(old) != 2 || old[1].IP != netip.MustParseAddr("198.18.130.10") {
 		t.Fatalf("unexpected endpoints of %s in the example: %v", web, old)
@@ -320,8 +323,8 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 		if slices.Contains(newKeys, op) {
 			continue
 		}
-		if m := servicesMentioned(op); !m.Equal(sets.New("web-clusterip")) {
-			t.Errorf("operation names %v, want only web-clusterip: %s", sets.List(m), op)
+		if m := servicesMentioned(op); !m.Equal(sets.New("web-nodeport")) {
+			t.Errorf("operation names %v, want only web-nodeport: %s", sets.List(m), op)
 		}
 	}
 	// The rules written are those a full render writes for the service
@@ -348,7 +351,19 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	for i := len(svcRules) - 1; i >= 0; i-- {
 		want = append(want, "insert"+strings.Replace(strings.TrimPrefix(svcRules[i], "add"), " offset 0 ", " offset 2 ", 1))
 	}
-	want = append(want, `add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 comment "demo/web-clusterip:http/TCP" }`)
+	// The external chain (NodePort traffic) is rewritten the same way.
+	ext := serviceChainName(prefixExternalChain, web)
+	want = append(want, "insert rule ip "+shard+" "+ext+" return")
+	var extRules []string
+	for _, op := range fresh {
+		if strings.HasPrefix(op, "add rule ip "+shard+" "+ext+" ") {
+			extRules = append(extRules, op)
+		}
+	}
+	for i := len(extRules) - 1; i >= 0; i-- {
+		want = append(want, "insert"+strings.TrimPrefix(extRules[i], "add"))
+	}
+	want = append(want, `add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 comment "demo/web-nodeport:http/TCP" }`)
 	want = append(want, newKeys...)
 	if diff := cmp.Diff(want, ops); diff != "" {
 		t.Errorf("transaction (-want +got):\n%s", diff)
@@ -363,7 +378,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	}
 	s.checkLikeFull("endpoint moved")
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
-		{name: "new endpoint in use", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
+		{name: "new endpoint in use", src: localPod, iif: podIIF, dst: "198.19.0.11:80", output: "198.18.129.10:8080, 198.18.130.11:8080"},
 	})
 
 	// The first sync a second later sends nothing in its sync transaction;
@@ -438,7 +453,9 @@ func TestPartialSyncNothingChanged(t *testing.T) {
 
 func TestPartialSyncRemoveAndRevive(t *testing.T) {
 	c := loadExample(t, example.NodeA)
-	web := spName("web-clusterip", "http", model.TCP)
+	// Service ports with chains of their own (plain ClusterIP ports have
+	// none; see plain_test.go).
+	itp := spName("itp-local", "http", model.TCP)
 	aff := spName("affinity", "http", model.TCP)
 	for _, tc := range []struct {
 		name string
@@ -446,7 +463,7 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 		// chains and sets the service owns.
 		chains, sets int
 	}{
-		{"web-clusterip", web, 1, 0},
+		{"itp-local", itp, 1, 0},
 		{"affinity (with sets)", aff, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -770,7 +787,9 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 // scheduling them for deletion, and turns leftovers into stale objects.
 func TestFullSyncOverExistingTable(t *testing.T) {
 	c := loadExample(t, example.NodeA)
-	gone := spName("web-clusterip", "http", model.TCP)
+	// A service port with chains of its own (see plain_test.go for the
+	// chains plain ports share).
+	gone := spName("web-nodeport", "http", model.TCP)
 	for _, tc := range []struct {
 		name    string
 		restart bool
@@ -781,7 +800,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSyncer(t, c, model.IPv4)
 			s.full()
-			leftovers := []string{serviceChainName(prefixServiceChain, gone)}
+			leftovers := []string{serviceChainName(prefixServiceChain, gone), serviceChainName(prefixExternalChain, gone)}
 			// The service goes away while no sync runs (a restart, or
 			// a change folded into the periodic full sync).
 			delete(s.state.Services, gone)
@@ -820,7 +839,7 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 			s.checkLikeFull("full sync over the old table")
 			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 				{name: "source ranges still enforced", src: outsideDenied, iif: lanIIF, dst: "198.19.200.1:443", output: "DROP"},
-				{name: "removed service gone", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: "ACCEPT"},
+				{name: "removed service gone", src: localPod, iif: podIIF, dst: "198.19.0.11:80", output: "ACCEPT"},
 			})
 			// The next full sync, one second later, deletes exactly the
 			// leftovers in its clean-up transaction, and it loads (nothing

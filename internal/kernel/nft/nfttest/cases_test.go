@@ -111,6 +111,14 @@ func epElem(set string, idx uint32, to netip.AddrPort) *nft.Element {
 	return &nft.Element{Set: set, Index: idx, To: to}
 }
 
+func svcEpMap(name string, p v1.Protocol) *nft.Set {
+	return &nft.Set{Name: name, Endpoints: p, ByService: true}
+}
+
+func svcEpElem(set string, svc netip.Addr, port uint16, idx uint32, to netip.AddrPort) *nft.Element {
+	return &nft.Element{Set: set, Key: []nft.Value{{Addr: svc}, {Port: port}}, Index: idx, To: to}
+}
+
 var fakeCases = []fakeCase{
 	// Endpoint maps.
 	{name: "endpoint map, its rule and elements", build: func(tx *nft.Transaction) {
@@ -141,6 +149,53 @@ var fakeCases = []fakeCase{
 	{name: "dnat map rule of another protocol", errno: unix.EINVAL, build: func(tx *nft.Transaction) {
 		tx.Add(epMap("eps", v1.ProtocolTCP))
 		tx.Add(rule("svc", nft.DNATMap{Proto: v1.ProtocolUDP, Mod: 2, Map: "eps"}))
+	}},
+	// Endpoint maps keyed by service.
+	{name: "endpoint map keyed by service, its rule and elements", build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolTCP), &nft.Chain{Name: "cluster-tcp-2"})
+		tx.Add(rule("cluster-tcp-2", nft.DNATByService{Proto: v1.ProtocolTCP, Mod: 2, Map: "ceps"}))
+		tx.Add(svcEpElem("ceps", svc1, 80, 0, netip.AddrPortFrom(pod1, 80)), svcEpElem("ceps", svc1, 80, 1, netip.AddrPortFrom(pod1, 81)))
+		// Same index, another service: another key.
+		tx.Add(svcEpElem("ceps", svc2, 80, 1, netip.AddrPortFrom(pod1, 82)))
+		tx.Delete(svcEpElem("ceps", svc1, 80, 1, netip.AddrPortFrom(pod1, 81)))
+		tx.Add(svcEpElem("ceps", svc1, 80, 1, netip.AddrPortFrom(pod1, 83)))
+		tx.Add(rule("services", nft.Verdict{Kind: nft.Goto, Chain: "cluster-tcp-2"}))
+	}},
+	{name: "keyed endpoint map key taken with other data", errno: unix.EEXIST, index: 2, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolUDP))
+		tx.Add(svcEpElem("ceps", svc1, 53, 0, netip.AddrPortFrom(pod1, 53)), svcEpElem("ceps", svc1, 53, 0, netip.AddrPortFrom(pod1, 54)))
+	}},
+	{name: "delete a missing keyed endpoint map element", errno: unix.ENOENT, index: 2, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolUDP))
+		tx.Add(svcEpElem("ceps", svc1, 53, 0, netip.AddrPortFrom(pod1, 53)))
+		tx.Delete(svcEpElem("ceps", svc1, 54, 0, netip.AddrPortFrom(pod1, 53)))
+	}},
+	{name: "unkeyed element in a keyed endpoint map", errno: unix.EINVAL, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolUDP))
+		tx.Add(epElem("ceps", 0, netip.AddrPortFrom(pod1, 53)))
+	}},
+	{name: "keyed element in an endpoint map", errno: unix.EINVAL, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolUDP))
+		tx.Add(svcEpElem("eps", svc1, 53, 0, netip.AddrPortFrom(pod1, 53)))
+	}},
+	{name: "keyed element of the wrong family", errno: unix.EINVAL, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolUDP))
+		tx.Add(svcEpElem("ceps", v6, 53, 0, netip.AddrPortFrom(pod1, 53)))
+	}},
+	{name: "service dnat rule on an unkeyed endpoint map", errno: unix.EINVAL, build: func(tx *nft.Transaction) {
+		tx.Add(epMap("eps", v1.ProtocolTCP))
+		tx.Add(rule("svc", nft.DNATByService{Proto: v1.ProtocolTCP, Mod: 2, Map: "eps"}))
+	}},
+	{name: "dnat map rule on a keyed endpoint map", errno: unix.EINVAL, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolTCP))
+		tx.Add(rule("svc", nft.DNATMap{Proto: v1.ProtocolTCP, Mod: 2, Map: "ceps"}))
+	}},
+	{name: "service dnat rule of another protocol", errno: unix.EINVAL, build: func(tx *nft.Transaction) {
+		tx.Add(svcEpMap("ceps", v1.ProtocolTCP))
+		tx.Add(rule("svc", nft.DNATByService{Proto: v1.ProtocolSCTP, Mod: 2, Map: "ceps"}))
+	}},
+	{name: "service dnat rule on a missing map", errno: unix.ENOENT, build: func(tx *nft.Transaction) {
+		tx.Add(rule("svc", nft.DNATByService{Proto: v1.ProtocolTCP, Mod: 2, Map: "nope"}))
 	}},
 	// Elements.
 	{name: "add a new element", build: func(tx *nft.Transaction) {

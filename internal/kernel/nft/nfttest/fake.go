@@ -393,6 +393,8 @@ func ruleSets(r nft.Rule) []string {
 			out = append(out, s.Set)
 		case nft.DNATMap:
 			out = append(out, s.Map)
+		case nft.DNATByService:
+			out = append(out, s.Map)
 		}
 	}
 	return out
@@ -431,7 +433,7 @@ var keyTypes = map[nft.DataType]bool{nft.TypeIPv4Addr: true, nft.TypeIPv6Addr: t
 // existing set: key, data and flags. (The timeout may change.)
 func sameSetFlags(a, b *nft.Set) bool {
 	timeoutFlag := func(s *nft.Set) bool { return s.Dynamic || s.Timeout > 0 }
-	return slices.Equal(a.Key, b.Key) && a.Data == b.Data && a.Endpoints == b.Endpoints && a.Interval == b.Interval &&
+	return slices.Equal(a.Key, b.Key) && a.Data == b.Data && a.Endpoints == b.Endpoints && a.ByService == b.ByService && a.Interval == b.Interval &&
 		a.Dynamic == b.Dynamic && timeoutFlag(a) == timeoutFlag(b)
 }
 
@@ -694,13 +696,25 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 // endpointElementOp adds or deletes "INDEX : ADDR . PORT" in an endpoint
 // map, keyed by INDEX.
 func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) error {
-	if s.def.Endpoints == "" || !e.IsEndpoint() || len(e.Key) > 0 || e.Verdict != nil {
+	if s.def.Endpoints == "" || !e.IsEndpoint() || e.Verdict != nil || (len(e.Key) > 0) != s.def.ByService {
+		if s.def.ByService {
+			return kerr(unix.EINVAL, "an endpoint map keyed by service holds exactly the elements ADDR . PORT . INDEX : ADDR . PORT (set %s)", e.Set)
+		}
 		return kerr(unix.EINVAL, "an endpoint map holds exactly the elements INDEX : ADDR . PORT (set %s)", e.Set)
 	}
 	if err := a.addrFamily(e.To.Addr()); err != nil {
 		return err
 	}
 	k := strconv.FormatUint(uint64(e.Index), 10)
+	if s.def.ByService {
+		if len(e.Key) != 2 || !e.Key[0].Addr.IsValid() || e.Key[1].Addr.IsValid() || e.Key[1].Prefix.IsValid() || e.Key[1].Proto != "" {
+			return kerr(unix.EINVAL, "an endpoint map key is ADDR . PORT . INDEX (set %s)", e.Set)
+		}
+		if err := a.addrFamily(e.Key[0].Addr); err != nil {
+			return err
+		}
+		k = elemKey(e.Key) + " . " + k
+	}
 	old := s.elems[k]
 	switch kind {
 	case nft.OpAdd:
@@ -834,6 +848,11 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
+		if m.def.ByService {
+			// The kernel refuses the lookup: numgen's 4 bytes are not
+			// the map's key length.
+			return kerr(unix.EINVAL, "%s is an endpoint map keyed by service", s.Map)
+		}
 		if m.def.Endpoints == "" {
 			// The kernel's lookup finds no data of the right kind
 			// in a verdict map.
@@ -844,6 +863,27 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		// nft refuses a rule whose protocol differs from the map's
 		// ("conflicting protocols specified").
+		if m.def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
+		}
+		*l4 = p
+	case nft.DNATByService:
+		p, ok := nft.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 {
+			return kerr(unix.EINVAL, "numgen mod 0")
+		}
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		// The kernel checks the key length of the concatenation, nft
+		// the types and the protocol.
+		if m.def.Endpoints == "" || !m.def.ByService {
+			return kerr(unix.EINVAL, "%s is not an endpoint map keyed by service", s.Map)
+		}
 		if m.def.Endpoints != s.Proto {
 			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
 		}
@@ -984,7 +1024,7 @@ func (a *applier) walk(base, c *chain, stack []string) error {
 			switch st.(type) {
 			case nft.Masquerade:
 				what = "masquerade"
-			case nft.DNAT, nft.DNATMap:
+			case nft.DNAT, nft.DNATMap, nft.DNATByService:
 				what = "dnat"
 			case nft.Reject:
 				what = "reject"
