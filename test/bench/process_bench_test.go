@@ -122,7 +122,8 @@ func BenchmarkKproxyProcess(b *testing.B) {
 				}
 				synced := time.Duration(0)
 				for time.Since(start) < 4*time.Minute {
-					out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "get", "element", "ip", lastTable, "service-ips", "{", last, "}").CombinedOutput()
+					// A plain ClusterIP port is dispatched from cluster-services.
+					out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "get", "element", "ip", lastTable, "cluster-services", "{", last, "}").CombinedOutput()
 					if strings.Contains(string(out), "goto") {
 						synced = time.Since(start)
 						break

@@ -47,7 +47,9 @@ func BenchmarkAPIServerScale(b *testing.B) {
 			b.Logf("created %d services and %d endpoint slices in %s", n, n, time.Since(created).Round(time.Second))
 
 			// The last service's dispatch element is in its shard table: its
-			// presence means the first sync programmed every service.
+			// presence means the first sync programmed every service. The
+			// services are plain ClusterIP ports: their elements are in
+			// cluster-services.
 			last := model.ServicePortName{NamespacedName: types.NamespacedName{Namespace: kns, Name: scaleName(n - 1)}, Port: "http", Protocol: corev1.ProtocolTCP}
 			table := nftables.ShardTable(nftables.DefaultTableName, nftables.ShardOf(last, scaleShards(n)))
 			elem := scaleClusterIP(n-1).String() + " . tcp . 80"
@@ -61,7 +63,8 @@ func BenchmarkAPIServerScale(b *testing.B) {
 				p := framework.StartProcess(b, ns, b.TempDir(), "kproxy", argv...)
 				synced := time.Duration(0)
 				for ctx.Err() == nil {
-					out, _ := framework.RunIn(ctx, ns, "nft", "get", "element", "ip", table, "service-ips", "{", elem, "}")
+					// A plain ClusterIP port is dispatched from cluster-services.
+					out, _ := framework.RunIn(ctx, ns, "nft", "get", "element", "ip", table, "cluster-services", "{", elem, "}")
 					if strings.Contains(out, "goto") {
 						synced = time.Since(start)
 						break
