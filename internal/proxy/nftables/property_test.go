@@ -257,7 +257,9 @@ func TestPartialSyncRandomized(t *testing.T) {
 // TestPartialSyncRandomizedRegressions replays sequences that once broke:
 // a clean-up deleted a stale chain or set still used by shadowed rules of
 // its service (IPv6 seeds 11, 14, 20 and IPv4 seed 24 at 40 steps; IPv6
-// seed 3 at 60).
+// seed 3 at 60); a shared chain of plain ports, flushed by a clean-up,
+// then marked stale afresh by a restart's full sync, came back without
+// its rules (IPv6 seed 347 at 100 steps: the service was rejected).
 func TestPartialSyncRandomizedRegressions(t *testing.T) {
 	c := loadExample(t, example.NodeA)
 	for _, tc := range []struct {
@@ -267,6 +269,7 @@ func TestPartialSyncRandomizedRegressions(t *testing.T) {
 	}{
 		{model.IPv6, 11, 40}, {model.IPv6, 14, 40}, {model.IPv6, 20, 40}, {model.IPv6, 22, 40},
 		{model.IPv6, 23, 40}, {model.IPv6, 35, 40}, {model.IPv6, 37, 40}, {model.IPv4, 24, 40}, {model.IPv6, 3, 60},
+		{model.IPv6, 347, 100},
 	} {
 		t.Run(fmt.Sprintf("%s/seed-%d/steps-%d", tc.f, tc.seed, tc.steps), func(t *testing.T) {
 			randomizedSyncs(t, c, tc.f, tc.seed, tc.steps)

@@ -156,9 +156,6 @@ type Applied struct {
 	// 0, since their first change: a clean-up at least staleDelay later
 	// folds them into tier 0 (see plainApplied).
 	settle map[model.ServicePortName]time.Time
-	// staleFlushed are stale chains a clean-up has flushed: a shared
-	// chain used again before its deletion needs its rules back.
-	staleFlushed sets.Set[objRef]
 }
 
 type garbageElem struct {
@@ -313,7 +310,6 @@ func NewApplied() *Applied {
 		epUsers:        map[objRef]int{},
 		sharedUsers:    map[objRef]int{},
 		settle:         map[model.ServicePortName]time.Time{},
-		staleFlushed:   sets.New[objRef](),
 	}
 }
 
@@ -354,25 +350,17 @@ type Plan struct {
 	settle      map[model.ServicePortName]time.Time
 	settled     []settledPlain
 	now         time.Time
-	// flushed are the stale chains the clean-up flushes.
-	flushed  []objRef
-	full     bool
-	shards   int
-	services map[model.ServicePortName]*svcApplied // nil value: gone
-	owners   map[elemKey][]*ownedElem
-	stale    map[objRef]*staleObj // nil value: no longer stale
+	full        bool
+	shards      int
+	services    map[model.ServicePortName]*svcApplied // nil value: gone
+	owners      map[elemKey][]*ownedElem
+	stale       map[objRef]*staleObj // nil value: no longer stale
 }
 
 // CommitCleanup records that Cleanup was applied.
 func (p *Plan) CommitCleanup(a *Applied) {
-	for _, n := range p.flushed {
-		if _, ok := a.stale[n]; ok {
-			a.staleFlushed.Insert(n)
-		}
-	}
 	for _, n := range p.cleaned {
 		delete(a.stale, n)
-		a.staleFlushed.Delete(n)
 		// A deleted endpoint map must be declared again before use.
 		delete(a.epNext, n)
 	}
@@ -505,7 +493,6 @@ func (p *Plan) Commit(a *Applied) {
 	for n, s := range p.stale {
 		if s == nil {
 			delete(a.stale, n)
-			a.staleFlushed.Delete(n)
 		} else {
 			a.stale[n] = *s
 		}
@@ -1256,7 +1243,6 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 	for _, ref := range flush {
 		tx.In(ref.table).Flush(&nft.Chain{Name: ref.name})
 	}
-	r.plan.flushed = flush
 	for _, isSet := range []bool{false, true} {
 		for _, ref := range names {
 			if r.last.stale[ref].isSet != isSet {
@@ -2306,11 +2292,13 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 		}
 		w.AddRules(r.sharedRules(ref.name, proto, n)...)
 	case stale:
-		// Its rules depend on the configuration alone (a change of
-		// which means a full sync): intact unless a clean-up emptied it.
-		if r.last.staleFlushed.Has(ref) {
-			w.AddRules(r.sharedRules(ref.name, proto, n)...)
-		}
+		// A clean-up may have emptied it (it flushes every stale chain
+		// before deleting any), and after a restart nothing says whether
+		// one did: write its rules again over a flush. That costs this
+		// sync a deletion, but only when a count comes back within the
+		// stale delay.
+		w.Flush(ch)
+		w.AddRules(r.sharedRules(ref.name, proto, n)...)
 	case r.sharedUsersOf(ref) == 0:
 		w.Add(ch)
 		w.AddRules(r.sharedRules(ref.name, proto, n)...)
