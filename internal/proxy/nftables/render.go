@@ -2271,7 +2271,7 @@ func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Ru
 
 // declareShared makes sure the shared chain of a count exists with its
 // rules: created when no plain port used it, rewritten in a full sync,
-// revived when stale (its rules written again if a clean-up flushed it).
+// revived when stale (flushed and its rules written again).
 func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef {
 	ref := objRef{table, sharedChainName(proto, n)}
 	if r.sharedDeclared.Has(ref) {
