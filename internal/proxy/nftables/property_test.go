@@ -259,7 +259,10 @@ func TestPartialSyncRandomized(t *testing.T) {
 // its service (IPv6 seeds 11, 14, 20 and IPv4 seed 24 at 40 steps; IPv6
 // seed 3 at 60); a shared chain of plain ports, flushed by a clean-up,
 // then marked stale afresh by a restart's full sync, came back without
-// its rules (IPv6 seed 347 at 100 steps: the service was rejected).
+// its rules (IPv6 seed 347 at 100 steps: the service was rejected); a
+// leftover chain a full sync left with its rules came back under a
+// service's new ones, still using an affinity set the clean-up then
+// deleted (IPv6 seed 372 at 100 steps: the clean-up was refused).
 func TestPartialSyncRandomizedRegressions(t *testing.T) {
 	c := loadExample(t, example.NodeA)
 	for _, tc := range []struct {
@@ -269,7 +272,7 @@ func TestPartialSyncRandomizedRegressions(t *testing.T) {
 	}{
 		{model.IPv6, 11, 40}, {model.IPv6, 14, 40}, {model.IPv6, 20, 40}, {model.IPv6, 22, 40},
 		{model.IPv6, 23, 40}, {model.IPv6, 35, 40}, {model.IPv6, 37, 40}, {model.IPv4, 24, 40}, {model.IPv6, 3, 60},
-		{model.IPv6, 347, 100},
+		{model.IPv6, 347, 100}, {model.IPv6, 372, 100},
 	} {
 		t.Run(fmt.Sprintf("%s/seed-%d/steps-%d", tc.f, tc.seed, tc.steps), func(t *testing.T) {
 			randomizedSyncs(t, c, tc.f, tc.seed, tc.steps)

@@ -156,6 +156,9 @@ type Applied struct {
 	// 0, since their first change: a clean-up at least staleDelay later
 	// folds them into tier 0 (see plainApplied).
 	settle map[model.ServicePortName]time.Time
+	// staleFlushed are stale chains a clean-up has flushed: a shared
+	// chain used again before its deletion needs its rules back.
+	staleFlushed sets.Set[objRef]
 }
 
 type garbageElem struct {
@@ -310,6 +313,7 @@ func NewApplied() *Applied {
 		epUsers:        map[objRef]int{},
 		sharedUsers:    map[objRef]int{},
 		settle:         map[model.ServicePortName]time.Time{},
+		staleFlushed:   sets.New[objRef](),
 	}
 }
 
@@ -350,17 +354,27 @@ type Plan struct {
 	settle      map[model.ServicePortName]time.Time
 	settled     []settledPlain
 	now         time.Time
-	full        bool
-	shards      int
-	services    map[model.ServicePortName]*svcApplied // nil value: gone
-	owners      map[elemKey][]*ownedElem
-	stale       map[objRef]*staleObj // nil value: no longer stale
+	// flushed are the stale chains the clean-up flushes; flushedInSync
+	// those the sync's own transaction flushes (leftovers of a full sync).
+	flushed       []objRef
+	flushedInSync []objRef
+	full          bool
+	shards        int
+	services      map[model.ServicePortName]*svcApplied // nil value: gone
+	owners        map[elemKey][]*ownedElem
+	stale         map[objRef]*staleObj // nil value: no longer stale
 }
 
 // CommitCleanup records that Cleanup was applied.
 func (p *Plan) CommitCleanup(a *Applied) {
+	for _, n := range p.flushed {
+		if _, ok := a.stale[n]; ok {
+			a.staleFlushed.Insert(n)
+		}
+	}
 	for _, n := range p.cleaned {
 		delete(a.stale, n)
+		a.staleFlushed.Delete(n)
 		// A deleted endpoint map must be declared again before use.
 		delete(a.epNext, n)
 	}
@@ -493,8 +507,14 @@ func (p *Plan) Commit(a *Applied) {
 	for n, s := range p.stale {
 		if s == nil {
 			delete(a.stale, n)
+			a.staleFlushed.Delete(n)
 		} else {
 			a.stale[n] = *s
+		}
+	}
+	for _, n := range p.flushedInSync {
+		if _, ok := a.stale[n]; ok {
+			a.staleFlushed.Insert(n)
 		}
 	}
 }
@@ -965,6 +985,15 @@ func (r *renderer) renderFull() {
 		}
 		for _, c := range r.in.Existing[t].Chains {
 			if ref := (objRef{t, c}); isOurs(c) && !active.Has(ref) {
+				// Emptied now, in a transaction that deletes anyway: nothing
+				// live refers to it after this full sync. A service that
+				// uses it again before the clean-up must not find old rules
+				// under its own (they would keep using sets marked stale
+				// here with no owner to wait for: randomized IPv6 seed
+				// 372), and a shared chain used again gets its rules back
+				// (staleFlushed), also after a restart (seed 347).
+				r.tx.In(t).Flush(&nft.Chain{Name: c})
+				r.plan.flushedInSync = append(r.plan.flushedInSync, ref)
 				r.markStale(ref, false, nil)
 				if since, ok := garbage[ref]; ok && r.plan.stale[ref] != nil {
 					r.plan.stale[ref].since = since
@@ -1243,6 +1272,7 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 	for _, ref := range flush {
 		tx.In(ref.table).Flush(&nft.Chain{Name: ref.name})
 	}
+	r.plan.flushed = flush
 	for _, isSet := range []bool{false, true} {
 		for _, ref := range names {
 			if r.last.stale[ref].isSet != isSet {
@@ -2271,7 +2301,8 @@ func (r *renderer) sharedRules(chain string, proto v1.Protocol, n int) []*nft.Ru
 
 // declareShared makes sure the shared chain of a count exists with its
 // rules: created when no plain port used it, rewritten in a full sync,
-// revived when stale (flushed and its rules written again).
+// revived when stale (its rules written again if a clean-up or a full
+// sync flushed it).
 func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef {
 	ref := objRef{table, sharedChainName(proto, n)}
 	if r.sharedDeclared.Has(ref) {
@@ -2292,13 +2323,11 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 		}
 		w.AddRules(r.sharedRules(ref.name, proto, n)...)
 	case stale:
-		// A clean-up may have emptied it (it flushes every stale chain
-		// before deleting any), and after a restart nothing says whether
-		// one did: write its rules again over a flush. That costs this
-		// sync a deletion, but only when a count comes back within the
-		// stale delay.
-		w.Flush(ch)
-		w.AddRules(r.sharedRules(ref.name, proto, n)...)
+		// Its rules depend on the configuration alone (a change of
+		// which means a full sync): intact unless a clean-up emptied it.
+		if r.last.staleFlushed.Has(ref) {
+			w.AddRules(r.sharedRules(ref.name, proto, n)...)
+		}
 	case r.sharedUsersOf(ref) == 0:
 		w.Add(ch)
 		w.AddRules(r.sharedRules(ref.name, proto, n)...)
