@@ -734,29 +734,14 @@ func parseElements(c *cursor, s *set, add bool, at origin) ([]*element, error) {
 // kproxy writes them).
 func parseEndpointElem(c *cursor, s *set, e *element) error {
 	if s.def.ByService {
-		aw, err := c.word("service address")
-		if err != nil {
-			return err
-		}
-		a, err := netip.ParseAddr(aw)
-		if err != nil || a.Is4() != (s.family == nft.IPv4) || a.Zone() != "" {
-			return fmt.Errorf("element of %q: bad service address %q", s.def.Name, aw)
-		}
-		if _, err := c.expect("."); err != nil {
-			return err
-		}
-		pw, err := c.word("service port")
-		if err != nil {
-			return err
-		}
-		port, err := parsePort(pw)
+		svc, err := parseAddrPort(c, s, "service address")
 		if err != nil {
 			return err
 		}
 		if _, err := c.expect("."); err != nil {
 			return err
 		}
-		e.key = []nft.Value{{Addr: a}, {Port: port}}
+		e.key = []nft.Value{{Addr: svc.Addr()}, {Port: svc.Port()}}
 	}
 	w, err := c.word("element key")
 	if err != nil {
@@ -769,27 +754,37 @@ func parseEndpointElem(c *cursor, s *set, e *element) error {
 	if _, err := c.expect(":"); err != nil {
 		return err
 	}
-	aw, err := c.word("address")
+	to, err := parseAddrPort(c, s, "address")
 	if err != nil {
 		return err
+	}
+	e.index, e.to = uint32(idx), to
+	return nil
+}
+
+// parseAddrPort reads "ADDR . PORT" of an element of s, ADDR of s's
+// family; what names the address in errors.
+func parseAddrPort(c *cursor, s *set, what string) (netip.AddrPort, error) {
+	aw, err := c.word(what)
+	if err != nil {
+		return netip.AddrPort{}, err
 	}
 	a, err := netip.ParseAddr(aw)
 	if err != nil || a.Is4() != (s.family == nft.IPv4) || a.Zone() != "" {
-		return fmt.Errorf("element of %q: bad address %q", s.def.Name, aw)
+		return netip.AddrPort{}, fmt.Errorf("element of %q: bad %s %q", s.def.Name, what, aw)
 	}
 	if _, err := c.expect("."); err != nil {
-		return err
+		return netip.AddrPort{}, err
 	}
 	pw, err := c.word("port")
 	if err != nil {
-		return err
+		return netip.AddrPort{}, err
 	}
 	port, err := parsePort(pw)
 	if err != nil {
-		return err
+		return netip.AddrPort{}, err
 	}
-	e.index, e.to = uint32(idx), netip.AddrPortFrom(a, port)
-	return nil
+	return netip.AddrPortFrom(a, port), nil
 }
 
 // parseValue reads one key component of data type dt.

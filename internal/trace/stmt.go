@@ -457,17 +457,26 @@ func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 	if nums[0] == 0 || nums[0]+nums[1] > 1<<32 {
 		return nil, fmt.Errorf("numgen mod %d offset %d out of range", nums[0], nums[1])
 	}
-	if _, err := c.expect("map"); err != nil {
-		return nil, err
-	}
-	m, err := c.word("@map")
+	m, err := parseMapRef(c)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(m, "@") || len(m) == 1 {
-		return nil, fmt.Errorf("expected @map, found %q", m)
+	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m}, nil
+}
+
+// parseMapRef reads "map @MAP" and returns MAP.
+func parseMapRef(c *cursor) (string, error) {
+	if _, err := c.expect("map"); err != nil {
+		return "", err
 	}
-	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m[1:]}, nil
+	m, err := c.word("@map")
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(m, "@") || len(m) == 1 {
+		return "", fmt.Errorf("expected @map, found %q", m)
+	}
+	return m[1:], nil
 }
 
 // parseDNATByService reads the rest of "dnat ip to ip daddr . th dport .
@@ -492,17 +501,11 @@ func parseModMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 	if err != nil || mod == 0 {
 		return nil, fmt.Errorf("invalid numgen mod %q", w)
 	}
-	if _, err := c.expect("map"); err != nil {
-		return nil, err
-	}
-	m, err := c.word("@map")
+	m, err := parseMapRef(c)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(m, "@") || len(m) == 1 {
-		return nil, fmt.Errorf("expected @map, found %q", m)
-	}
-	return nft.DNATByService{Proto: proto, Mod: uint32(mod), Map: m[1:]}, nil
+	return nft.DNATByService{Proto: proto, Mod: uint32(mod), Map: m}, nil
 }
 
 // parseListedDNATByService reads the rest of "dnat ip to ip daddr . tcp
