@@ -127,6 +127,13 @@ type Applied struct {
 	// cleaned up by a later sync's clean-up transaction.
 	rewrite        map[model.ServicePortName]time.Time
 	hairpinGarbage map[elemKey]garbageElem
+	// hairpin counts, per endpoint address, the service ports whose
+	// reachable endpoints include it: the hairpin set holds "ep . ep"
+	// while the count is above zero. Counts rather than owned elements:
+	// most elements of a cluster are these pairs (one per endpoint), and
+	// keeping each as an element with its owners was most of the
+	// renderer's memory.
+	hairpin map[netip.Addr]int32
 	// epNext is, per endpoint map in the kernel, the first key no
 	// service port has had: a partial sync gives a changed policy chain
 	// fresh keys from there (its old keys become garbage, deleted by a
@@ -309,6 +316,7 @@ func NewApplied() *Applied {
 		healthChecked:  map[model.ServicePortName]ServiceStats{},
 		rewrite:        map[model.ServicePortName]time.Time{},
 		hairpinGarbage: map[elemKey]garbageElem{},
+		hairpin:        map[netip.Addr]int32{},
 		epNext:         map[objRef]uint32{},
 		epUsers:        map[objRef]int{},
 		sharedUsers:    map[objRef]int{},
@@ -362,7 +370,10 @@ type Plan struct {
 	shards        int
 	services      map[model.ServicePortName]*svcApplied // nil value: gone
 	owners        map[elemKey][]*ownedElem
-	stale         map[objRef]*staleObj // nil value: no longer stale
+	// hairpin are the new counts of the addresses whose count this plan
+	// changed (a full sync: all of them); zero removes.
+	hairpin map[netip.Addr]int32
+	stale   map[objRef]*staleObj // nil value: no longer stale
 }
 
 // CommitCleanup records that Cleanup was applied.
@@ -446,6 +457,7 @@ func (p *Plan) Commit(a *Applied) {
 		a.settle = map[model.ServicePortName]time.Time{}
 		a.services = map[model.ServicePortName]*svcApplied{}
 		a.owners = map[elemKey][]*ownedElem{}
+		a.hairpin = make(map[netip.Addr]int32, len(p.hairpin))
 		a.healthChecked = map[model.ServicePortName]ServiceStats{}
 		a.noLocalInt, a.noLocalExt = 0, 0
 	}
@@ -465,6 +477,13 @@ func (p *Plan) Commit(a *Applied) {
 			delete(a.owners, k)
 		} else {
 			a.owners[k] = o
+		}
+	}
+	for ip, c := range p.hairpin {
+		if c <= 0 {
+			delete(a.hairpin, ip)
+		} else {
+			a.hairpin[ip] = c
 		}
 	}
 	for n, t := range p.rewrite {
@@ -616,6 +635,7 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 			full:        in.Full,
 			services:    map[model.ServicePortName]*svcApplied{},
 			owners:      map[elemKey][]*ownedElem{},
+			hairpin:     map[netip.Addr]int32{},
 			stale:       map[objRef]*staleObj{},
 			rewrite:     map[model.ServicePortName]time.Time{},
 			garbage:     map[elemKey]garbageElem{},
@@ -1114,7 +1134,8 @@ func (r *renderer) renderPartialCleanup() {
 	}
 	var keys []elemKey
 	for k, g := range r.last.hairpinGarbage {
-		if r.in.Now.Sub(g.since) >= staleDelay && len(r.ownersOf(k)) == 0 {
+		// Not if this sync's own transaction wants the pair again.
+		if r.in.Now.Sub(g.since) >= staleDelay && r.hairpinCount(g.elem.Key[0].Addr) <= 0 {
 			keys = append(keys, k)
 		}
 	}
@@ -1302,6 +1323,7 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 	for _, e := range old.elems {
 		r.releaseElem(e)
 	}
+	r.useHairpin(old.reachable, nil)
 	for _, c := range old.chains {
 		r.markStale(c, false, &n)
 	}
@@ -1397,6 +1419,92 @@ func (r *renderer) claimElemFull(e *ownedElem) {
 	r.noteConflict(owners, e)
 }
 
+// hairpinCount is an address's hairpin count as this plan leaves it.
+func (r *renderer) hairpinCount(ip netip.Addr) int32 {
+	if c, ok := r.plan.hairpin[ip]; ok {
+		return c
+	}
+	if r.in.Full {
+		return 0
+	}
+	return r.last.hairpin[ip]
+}
+
+// useHairpin moves one service port's count from the addresses of was to
+// those of is (an address listed twice, with two ports, counts once).
+func (r *renderer) useHairpin(was, is []*model.Endpoint) {
+	wasIPs, isIPs := distinctIPs(was), distinctIPs(is)
+	for _, ip := range isIPs.ips {
+		if !hasIP(wasIPs, ip) {
+			r.plan.hairpin[ip] = r.hairpinCount(ip) + 1
+		}
+	}
+	for _, ip := range wasIPs.ips {
+		if !hasIP(isIPs, ip) {
+			r.plan.hairpin[ip] = r.hairpinCount(ip) - 1
+		}
+	}
+}
+
+// ipList is a service port's distinct endpoint addresses, with a set for
+// lookups once there are many.
+type ipList struct {
+	ips []netip.Addr
+	set sets.Set[netip.Addr]
+}
+
+// smallIPList is how many addresses are looked up by scanning.
+const smallIPList = 16
+
+func distinctIPs(eps []*model.Endpoint) ipList {
+	var l ipList
+	if len(eps) > smallIPList {
+		l.set = sets.New[netip.Addr]()
+	}
+	for _, e := range eps {
+		if !hasIP(l, e.IP) {
+			l.ips = append(l.ips, e.IP)
+			if l.set != nil {
+				l.set.Insert(e.IP)
+			}
+		}
+	}
+	return l
+}
+
+func hasIP(l ipList, ip netip.Addr) bool {
+	if l.set != nil {
+		return l.set.Has(ip)
+	}
+	return slices.Contains(l.ips, ip)
+}
+
+// hairpinChanges gives, for every address whose count this plan changed,
+// the element the kernel held before (counted, or garbage not yet deleted
+// is not counted here) and the one it should hold after (nil: none).
+func (r *renderer) hairpinChanges() map[elemKey][2]*ownedElem {
+	out := make(map[elemKey][2]*ownedElem, len(r.plan.hairpin))
+	table := r.cfg.table()
+	var buf []byte
+	for ip, c := range r.plan.hairpin {
+		before := !r.in.Full && r.last.hairpin[ip] > 0
+		after := c > 0
+		if before == after {
+			continue
+		}
+		key := []nft.Value{{Addr: ip}, {Addr: ip}}
+		buf = appendKey(buf[:0], key)
+		e := &ownedElem{key: elemKey{set: setHairpin, key: string(buf)}, table: table,
+			elem: &nft.Element{Set: setHairpin, Key: key}}
+		if before {
+			out[e.key] = [2]*ownedElem{e, nil}
+		} else {
+			out[e.key] = [2]*ownedElem{nil, e}
+		}
+	}
+	return out
+}
+
 // noteConflict records a verdict map key wanted by two services; set
 // elements may be shared (ports of a service share their cluster IP,
 // services share endpoints in the hairpin set).
@@ -1413,7 +1521,8 @@ func (r *renderer) flushElements() {
 	if r.in.Full {
 		touched = len(r.plan.owners)
 	}
-	keys := make([]elemKey, 0, touched)
+	hairpin := r.hairpinChanges()
+	keys := make([]elemKey, 0, touched+len(hairpin))
 	if r.in.Full {
 		for k := range r.plan.owners {
 			keys = append(keys, k)
@@ -1422,6 +1531,9 @@ func (r *renderer) flushElements() {
 		for k := range r.before {
 			keys = append(keys, k)
 		}
+	}
+	for k := range hairpin {
+		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b elemKey) int {
 		if c := strings.Compare(a.set, b.set); c != 0 {
@@ -1440,6 +1552,9 @@ func (r *renderer) flushElements() {
 		var after *ownedElem
 		if o := r.ownersOf(k); len(o) > 0 {
 			after = o[0]
+		}
+		if h, ok := hairpin[k]; ok {
+			before, after = h[0], h[1]
 		}
 		if after != nil && k.set == setHairpin {
 			// Wanted again: no longer garbage.
@@ -1563,10 +1678,10 @@ type serviceRender struct {
 func newServiceRender(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	ext := len(sp.ExternalIPs) + len(sp.LoadBalancerIngress)
 	eps := len(sel.Cluster) + len(sel.Local)
-	// Cluster IP (1 + 3 values), hairpin pairs (2 values each), up to
-	// three map elements per external address and two per NodePort.
-	elems := 2 + len(sel.AllReachable) + 3*ext
-	vals := 4 + 2*len(sel.AllReachable) + 9*ext
+	// Cluster IP (1 + 3 values), up to three map elements per external
+	// address and two per NodePort.
+	elems := 2 + 3*ext
+	vals := 4 + 9*ext
 	// One rule per endpoint and chain (numgen + DNAT) with session
 	// affinity, else one per chain (the endpoint map rule); the
 	// masquerade rule, the external chain's and the firewall's.
@@ -1699,6 +1814,16 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	s := r.describe(sp, sel, table, prev)
 
 	applied := &svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable, eps: s.eps}
+	// Hairpin: a pod reaching itself through its service must be
+	// masqueraded or it would answer itself directly. After DNAT such a
+	// packet has equal source and destination; postrouting marks it
+	// through the hairpin set of "ep . ep" pairs, one per reachable
+	// endpoint address of any service port.
+	var wasReachable []*model.Endpoint
+	if prev != nil {
+		wasReachable = prev.reachable
+	}
+	r.useHairpin(wasReachable, sel.AllReachable)
 	applied.plain = r.renderPlain(n, sp, table, prev.plainOrNil(), s.plain)
 	for i := range s.eps {
 		r.declareMap(s.eps[i].m, sp.Protocol)
@@ -2082,13 +2207,8 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	if usesLocal {
 		r.endpointDispatch(s, sp, localChain, sel.Local, affinity)
 	}
-	// Hairpin: a pod reaching itself through its service must be
-	// masqueraded or it would answer itself directly. After DNAT such a
-	// packet has equal source and destination; postrouting marks it
-	// through the hairpin set of "ep . ep" pairs.
-	for _, e := range sel.AllReachable {
-		s.elem(setHairpin, nil, nft.Value{Addr: e.IP}, nft.Value{Addr: e.IP})
-	}
+	// Hairpin pairs (setHairpin) are counted per address by
+	// renderService (useHairpin), not owned.
 	s.finishKeys()
 	// The buffers serve the next service port.
 	r.keyText, r.keyEnds = s.keyText, s.keyEnds
