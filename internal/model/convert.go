@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -270,151 +271,229 @@ func TriggerTime(s *discovery.EndpointSlice) (time.Time, bool) {
 
 // ConvertEndpointSlices merges all slices of one Service into endpoints per
 // family and service port. Endpoints are deduplicated by address and port
-// (see betterDuplicate) and sorted. hostname is this node's name.
+// (see betterDuplicate) and sorted. hostname is this node's name. It is
+// convertSlice of each slice, in order of name, then mergeSlices: what the
+// Tracker does, one slice at a time.
 func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname string, families []v1.IPFamily) (map[v1.IPFamily]map[ServicePortName][]*Endpoint, []*InvalidError) {
 	var errs []*InvalidError
 	// Deterministic order: a duplicate is resolved the same way every time.
 	sorted := slices.Clone(slicesOfService)
 	slices.SortFunc(sorted, func(a, b *discovery.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
-
-	type bucket struct {
-		byAddr map[netip.AddrPort]*Endpoint
-	}
-	buckets := map[v1.IPFamily]map[ServicePortName]*bucket{}
+	conv := make([]*convertedSlice, 0, len(sorted))
 	for _, s := range sorted {
-		obj := s.Namespace + "/" + s.Name
-		bad := func(field, format string, args ...any) {
-			errs = append(errs, invalid("EndpointSlice", obj, field, format, args...))
-		}
-		svcKey, ok := ServiceKeyOfSlice(s)
-		if !ok {
-			bad("metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)
-			continue
-		}
-		var fam v1.IPFamily
-		switch s.AddressType {
-		case discovery.AddressTypeIPv4:
-			fam = IPv4
-		case discovery.AddressTypeIPv6:
-			fam = IPv6
-		case discovery.AddressTypeFQDN:
-			continue // not proxied, as upstream
-		default:
-			bad("addressType", "unknown address type %q, slice skipped", s.AddressType)
-			continue
-		}
-		if !slices.Contains(families, fam) {
-			continue
-		}
-		type portOf struct {
-			name ServicePortName
-			port int32
-		}
-		var ports []portOf
-		for i, p := range s.Ports {
-			pf := "ports[" + strconv.Itoa(i) + "]"
-			// The API allows a nil name; upstream skips such a port (an
-			// unnamed port has the name "").
-			if p.Name == nil {
-				bad(pf+".name", "missing, port skipped")
-				continue
-			}
-			if p.Port == nil {
-				bad(pf+".port", "missing, port skipped")
-				continue
-			}
-			if *p.Port < 1 || *p.Port > 65535 {
-				bad(pf+".port", "%d is out of range 1..65535, port skipped", *p.Port)
-				continue
-			}
-			proto := v1.ProtocolTCP
-			if p.Protocol != nil {
-				proto = *p.Protocol
-			}
-			if proto != TCP && proto != UDP && proto != SCTP {
-				bad(pf+".protocol", "unknown protocol %q, port skipped", proto)
-				continue
-			}
-			ports = append(ports, portOf{ServicePortName{NamespacedName: svcKey, Port: *p.Name, Protocol: proto}, *p.Port})
-		}
-		for i, ep := range s.Endpoints {
-			ef := "endpoints[" + strconv.Itoa(i) + "]"
-			if len(ep.Addresses) == 0 {
-				bad(ef+".addresses", "empty, endpoint skipped")
-				continue
-			}
-			// Like upstream, only the first address is used.
-			a, err := parseAddr(ep.Addresses[0])
-			if err != nil {
-				bad(ef+".addresses[0]", "invalid IP %q, endpoint skipped", ep.Addresses[0])
-				continue
-			}
-			if FamilyOf(a) != fam {
-				bad(ef+".addresses[0]", "%s address %s in a slice of type %s, endpoint skipped", FamilyOf(a), a, s.AddressType)
-				continue
-			}
-			// The API says nil ready and nil serving both mean true; upstream
-			// reads them so (serving does not follow an explicit ready=false).
-			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
-			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
-			var node, zone string
-			if ep.NodeName != nil {
-				node = *ep.NodeName
-			}
-			if ep.Zone != nil {
-				zone = *ep.Zone
-			}
-			var zoneHints, nodeHints sets.Set[string]
-			if ep.Hints != nil {
-				for _, z := range ep.Hints.ForZones {
-					if zoneHints == nil {
-						zoneHints = sets.New[string]()
-					}
-					zoneHints.Insert(z.Name)
-				}
-				for _, n := range ep.Hints.ForNodes {
-					if nodeHints == nil {
-						nodeHints = sets.New[string]()
-					}
-					nodeHints.Insert(n.Name)
-				}
-			}
-			for _, p := range ports {
-				e := &Endpoint{
-					IP: a, Port: p.port,
-					Ready: ready, Serving: serving, Terminating: terminating,
-					NodeName: node, Zone: zone, Local: node != "" && node == hostname,
-					ZoneHints: zoneHints, NodeHints: nodeHints,
-				}
-				if buckets[fam] == nil {
-					buckets[fam] = map[ServicePortName]*bucket{}
-				}
-				b := buckets[fam][p.name]
-				if b == nil {
-					b = &bucket{byAddr: map[netip.AddrPort]*Endpoint{}}
-					buckets[fam][p.name] = b
-				}
-				if old, dup := b.byAddr[e.AddrPort()]; dup && !betterDuplicate(e, old) {
-					continue
-				}
-				b.byAddr[e.AddrPort()] = e
-			}
-		}
+		c, cerrs := convertSlice(s, hostname, families)
+		errs = append(errs, cerrs...)
+		conv = append(conv, c)
 	}
 	out := map[v1.IPFamily]map[ServicePortName][]*Endpoint{}
-	for fam, byName := range buckets {
-		out[fam] = map[ServicePortName][]*Endpoint{}
-		for name, b := range byName {
-			list := make([]*Endpoint, 0, len(b.byAddr))
-			for _, e := range b.byAddr {
-				list = append(list, e)
-			}
-			slices.SortFunc(list, func(x, y *Endpoint) int { return x.AddrPort().Compare(y.AddrPort()) })
-			out[fam][name] = list
+	for _, p := range mergeSlices(conv) {
+		if out[p.family] == nil {
+			out[p.family] = map[ServicePortName][]*Endpoint{}
 		}
+		out[p.family][p.name] = p.eps
 	}
 	return out, errs
+}
+
+// convertedSlice is one EndpointSlice as the proxy needs it: its endpoints
+// per family and service port, deduplicated and sorted.
+type convertedSlice struct {
+	name  string
+	ports []slicePort
+}
+
+// slicePort is the endpoints of one service port in one family.
+type slicePort struct {
+	family v1.IPFamily
+	name   ServicePortName
+	eps    []*Endpoint
+}
+
+type slicePortKey struct {
+	family v1.IPFamily
+	name   ServicePortName
+}
+
+// endpointMerge deduplicates endpoints by service port, address and port.
+type endpointMerge struct {
+	byPort map[slicePortKey]map[netip.AddrPort]*Endpoint
+}
+
+// add keeps e unless an endpoint added before for the same address and port
+// is at least as good (see betterDuplicate).
+func (m *endpointMerge) add(k slicePortKey, e *Endpoint) {
+	if m.byPort == nil {
+		m.byPort = map[slicePortKey]map[netip.AddrPort]*Endpoint{}
+	}
+	b := m.byPort[k]
+	if b == nil {
+		b = map[netip.AddrPort]*Endpoint{}
+		m.byPort[k] = b
+	}
+	if old, dup := b[e.AddrPort()]; dup && !betterDuplicate(e, old) {
+		return
+	}
+	b[e.AddrPort()] = e
+}
+
+// ports returns what was added, sorted by family, service port and
+// endpoint.
+func (m *endpointMerge) ports() []slicePort {
+	out := make([]slicePort, 0, len(m.byPort))
+	for k, b := range m.byPort {
+		list := make([]*Endpoint, 0, len(b))
+		for _, e := range b {
+			list = append(list, e)
+		}
+		slices.SortFunc(list, func(x, y *Endpoint) int { return x.AddrPort().Compare(y.AddrPort()) })
+		out = append(out, slicePort{family: k.family, name: k.name, eps: list})
+	}
+	slices.SortFunc(out, func(a, b slicePort) int {
+		if c := cmp.Compare(a.family, b.family); c != 0 {
+			return c
+		}
+		return a.name.Compare(b.name)
+	})
+	return out
+}
+
+// mergeSlices merges a service's converted slices, given in order of name:
+// of endpoints with the same address and port the better one is kept, the
+// earlier slice's when neither is. A single slice is returned as it is.
+func mergeSlices(list []*convertedSlice) []slicePort {
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0].ports
+	}
+	var m endpointMerge
+	for _, c := range list {
+		for _, p := range c.ports {
+			for _, e := range p.eps {
+				m.add(slicePortKey{p.family, p.name}, e)
+			}
+		}
+	}
+	return m.ports()
+}
+
+// convertSlice converts one EndpointSlice (without ports when none of it is
+// usable).
+func convertSlice(s *discovery.EndpointSlice, hostname string, families []v1.IPFamily) (*convertedSlice, []*InvalidError) {
+	var errs []*InvalidError
+	var m endpointMerge
+	obj := s.Namespace + "/" + s.Name
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, invalid("EndpointSlice", obj, field, format, args...))
+	}
+	svcKey, ok := ServiceKeyOfSlice(s)
+	if !ok {
+		bad("metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)
+		return &convertedSlice{name: s.Name}, errs
+	}
+	var fam v1.IPFamily
+	switch s.AddressType {
+	case discovery.AddressTypeIPv4:
+		fam = IPv4
+	case discovery.AddressTypeIPv6:
+		fam = IPv6
+	case discovery.AddressTypeFQDN:
+		return &convertedSlice{name: s.Name}, errs // not proxied, as upstream
+	default:
+		bad("addressType", "unknown address type %q, slice skipped", s.AddressType)
+		return &convertedSlice{name: s.Name}, errs
+	}
+	if !slices.Contains(families, fam) {
+		return &convertedSlice{name: s.Name}, errs
+	}
+	type portOf struct {
+		name ServicePortName
+		port int32
+	}
+	var ports []portOf
+	for i, p := range s.Ports {
+		pf := "ports[" + strconv.Itoa(i) + "]"
+		// The API allows a nil name; upstream skips such a port (an
+		// unnamed port has the name "").
+		if p.Name == nil {
+			bad(pf+".name", "missing, port skipped")
+			continue
+		}
+		if p.Port == nil {
+			bad(pf+".port", "missing, port skipped")
+			continue
+		}
+		if *p.Port < 1 || *p.Port > 65535 {
+			bad(pf+".port", "%d is out of range 1..65535, port skipped", *p.Port)
+			continue
+		}
+		proto := v1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		if proto != TCP && proto != UDP && proto != SCTP {
+			bad(pf+".protocol", "unknown protocol %q, port skipped", proto)
+			continue
+		}
+		ports = append(ports, portOf{ServicePortName{NamespacedName: svcKey, Port: *p.Name, Protocol: proto}, *p.Port})
+	}
+	for i, ep := range s.Endpoints {
+		ef := "endpoints[" + strconv.Itoa(i) + "]"
+		if len(ep.Addresses) == 0 {
+			bad(ef+".addresses", "empty, endpoint skipped")
+			continue
+		}
+		// Like upstream, only the first address is used.
+		a, err := parseAddr(ep.Addresses[0])
+		if err != nil {
+			bad(ef+".addresses[0]", "invalid IP %q, endpoint skipped", ep.Addresses[0])
+			continue
+		}
+		if FamilyOf(a) != fam {
+			bad(ef+".addresses[0]", "%s address %s in a slice of type %s, endpoint skipped", FamilyOf(a), a, s.AddressType)
+			continue
+		}
+		// The API says nil ready and nil serving both mean true; upstream
+		// reads them so (serving does not follow an explicit ready=false).
+		ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+		serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
+		terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
+		var node, zone string
+		if ep.NodeName != nil {
+			// Interned: a cluster has few node names and zones, and a
+			// decoded slice has a copy of each per endpoint.
+			node = unique.Make(*ep.NodeName).Value()
+		}
+		if ep.Zone != nil {
+			zone = unique.Make(*ep.Zone).Value()
+		}
+		var zoneHints, nodeHints sets.Set[string]
+		if ep.Hints != nil {
+			for _, z := range ep.Hints.ForZones {
+				if zoneHints == nil {
+					zoneHints = sets.New[string]()
+				}
+				zoneHints.Insert(z.Name)
+			}
+			for _, n := range ep.Hints.ForNodes {
+				if nodeHints == nil {
+					nodeHints = sets.New[string]()
+				}
+				nodeHints.Insert(n.Name)
+			}
+		}
+		for _, p := range ports {
+			e := &Endpoint{
+				IP: a, Port: p.port,
+				Ready: ready, Serving: serving, Terminating: terminating,
+				NodeName: node, Zone: zone, Local: node != "" && node == hostname,
+				ZoneHints: zoneHints, NodeHints: nodeHints,
+			}
+			m.add(slicePortKey{fam, p.name}, e)
+		}
+	}
+	return &convertedSlice{name: s.Name, ports: m.ports()}, errs
 }
 
 // betterDuplicate tells whether e should replace old, an endpoint with the

@@ -2,6 +2,7 @@ package model
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,18 +85,21 @@ type Tracker struct {
 	synced bool
 	// Converted service ports by service, and the names the consumer was
 	// last given (to emit deletions).
-	services     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort
-	sentServices map[types.NamespacedName][]sentPort
-	slices       map[types.NamespacedName]map[string]*discovery.EndpointSlice
-	sentEps      map[types.NamespacedName][]sentPort
-	dirtySvcs    sets.Set[types.NamespacedName]
-	dirtyEps     sets.Set[types.NamespacedName]
-	node         *Node
-	nodeDirty    bool
-	nodeDeleted  bool
-	svcEvents    int
-	epEvents     int
-	triggers     map[types.NamespacedName]time.Time
+	services     map[types.NamespacedName][]*ServicePort
+	sentServices map[types.NamespacedName][]*ServicePort
+	// slices are each service's EndpointSlices, converted when their
+	// event arrives: the API objects are not kept (in file mode nothing
+	// else would hold them, and they were a fifth of the process's heap).
+	slices      map[types.NamespacedName][]*convertedSlice
+	sentEps     map[types.NamespacedName][]slicePort
+	dirtySvcs   sets.Set[types.NamespacedName]
+	dirtyEps    sets.Set[types.NamespacedName]
+	node        *Node
+	nodeDirty   bool
+	nodeDeleted bool
+	svcEvents   int
+	epEvents    int
+	triggers    map[types.NamespacedName]time.Time
 	// start is when the tracker was made: older trigger times describe
 	// changes made before the proxy ran and are not measured (as upstream),
 	// or the first sync would report hours of latency.
@@ -111,10 +115,10 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	}
 	return &Tracker{
 		opts:         opts,
-		services:     map[types.NamespacedName]map[v1.IPFamily]map[ServicePortName]*ServicePort{},
-		sentServices: map[types.NamespacedName][]sentPort{},
-		slices:       map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
-		sentEps:      map[types.NamespacedName][]sentPort{},
+		services:     map[types.NamespacedName][]*ServicePort{},
+		sentServices: map[types.NamespacedName][]*ServicePort{},
+		slices:       map[types.NamespacedName][]*convertedSlice{},
+		sentEps:      map[types.NamespacedName][]slicePort{},
 		dirtySvcs:    sets.New[types.NamespacedName](),
 		dirtyEps:     sets.New[types.NamespacedName](),
 		triggers:     map[types.NamespacedName]time.Time{},
@@ -152,7 +156,7 @@ func (t *Tracker) ServiceUpdated(svc *v1.Service) {
 	if ports == nil {
 		delete(t.services, key)
 	} else {
-		t.services[key] = ports
+		t.services[key] = flattenPorts(ports)
 	}
 	t.dirtySvcs.Insert(key)
 	t.svcEvents++
@@ -181,11 +185,18 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 		t.report([]*InvalidError{invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)})
 		return
 	}
+	var conv *convertedSlice
+	var errs []*InvalidError
+	if skipSlice(s) == "" {
+		conv, errs = convertSlice(s, t.opts.Hostname, t.opts.Families)
+	}
+	// Reported without the lock, so that OnInvalid may call the tracker.
+	t.report(errs)
 	t.mu.Lock()
 	if why := skipSlice(s); why != "" {
 		// Upstream's informers list only slices without these labels: to
 		// them a slice that gains one is deleted.
-		if _, known := t.slices[key][s.Name]; !known {
+		if t.sliceIndex(key, s.Name) < 0 {
 			t.mu.Unlock()
 			klog.V(4).InfoS("EndpointSlice not proxied", "endpointSlice", klog.KObj(s), "reason", why)
 			return
@@ -195,10 +206,15 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 		t.changed()
 		return
 	}
-	if t.slices[key] == nil {
-		t.slices[key] = map[string]*discovery.EndpointSlice{}
+	if i := t.sliceIndex(key, s.Name); i >= 0 {
+		t.slices[key][i] = conv
+	} else {
+		// Kept sorted by name, the order a duplicate endpoint is
+		// resolved in (see mergeSlices).
+		list := t.slices[key]
+		i, _ := slices.BinarySearchFunc(list, s.Name, func(c *convertedSlice, name string) int { return strings.Compare(c.name, name) })
+		t.slices[key] = slices.Insert(list, i, conv)
 	}
-	t.slices[key][s.Name] = s
 	t.dirtyEps.Insert(key)
 	t.epEvents++
 	if tt, ok := TriggerTime(s); ok && tt.After(t.start) {
@@ -225,8 +241,15 @@ func (t *Tracker) EndpointSliceDeleted(s *discovery.EndpointSlice) {
 	t.changed()
 }
 
+// sliceIndex is the index of a service's slice in t.slices, or -1.
+func (t *Tracker) sliceIndex(key types.NamespacedName, name string) int {
+	return slices.IndexFunc(t.slices[key], func(c *convertedSlice) bool { return c.name == name })
+}
+
 func (t *Tracker) deleteSliceLocked(key types.NamespacedName, name string) {
-	delete(t.slices[key], name)
+	if i := t.sliceIndex(key, name); i >= 0 {
+		t.slices[key] = slices.Delete(t.slices[key], i, i+1)
+	}
 	if len(t.slices[key]) == 0 {
 		delete(t.slices, key)
 	}
@@ -309,21 +332,33 @@ func (t *Tracker) Pending() (services, endpoints int) {
 	return t.svcEvents, t.epEvents
 }
 
-// sentPort is one service port the consumer was given, to emit its
-// deletion later. A slice of these per service (usually one or two
-// entries) costs a fraction of per-service maps of sets at 10k services.
-type sentPort struct {
-	family v1.IPFamily
-	name   ServicePortName
+// flattenPorts lists a service's ports of every family, sorted: a slice
+// per service costs a fraction of maps per family and port at 10k
+// services.
+func flattenPorts(ports map[v1.IPFamily]map[ServicePortName]*ServicePort) []*ServicePort {
+	var out []*ServicePort
+	for _, byName := range ports {
+		for _, sp := range byName {
+			out = append(out, sp)
+		}
+	}
+	slices.SortFunc(out, func(a, b *ServicePort) int {
+		if c := strings.Compare(string(a.Family), string(b.Family)); c != 0 {
+			return c
+		}
+		return a.Name.Compare(b.Name)
+	})
+	return slices.Clip(out)
 }
 
-// remember records what was sent for a service, or forgets it when empty.
-func (t *Tracker) remember(m map[types.NamespacedName][]sentPort, key types.NamespacedName, sent []sentPort) {
+// remember records what was sent for a service (the consumer holds the
+// same slices), or forgets it when empty.
+func remember[T any](m map[types.NamespacedName][]T, key types.NamespacedName, sent []T) {
 	if len(sent) == 0 {
 		delete(m, key)
 		return
 	}
-	m[key] = slices.Clip(sent)
+	m[key] = sent
 }
 
 // Take returns everything that changed since the last Take and resets.
@@ -350,41 +385,26 @@ func (t *Tracker) take() (*Update, []*InvalidError) {
 	for key := range t.dirtySvcs {
 		cur := t.services[key]
 		for _, p := range t.sentServices[key] {
-			if _, ok := cur[p.family][p.name]; !ok {
-				u.Families[p.family].Services[p.name] = nil
+			if !slices.ContainsFunc(cur, func(c *ServicePort) bool { return c.Family == p.Family && c.Name == p.Name }) {
+				u.Families[p.Family].Services[p.Name] = nil
 			}
 		}
-		var sent []sentPort
-		for _, f := range t.opts.Families {
-			d := u.Families[f]
-			for name, sp := range cur[f] {
-				d.Services[name] = sp
-				sent = append(sent, sentPort{family: f, name: name})
-			}
+		for _, sp := range cur {
+			u.Families[sp.Family].Services[sp.Name] = sp
 		}
-		t.remember(t.sentServices, key, sent)
+		remember(t.sentServices, key, cur)
 	}
 	for key := range t.dirtyEps {
-		var list []*discovery.EndpointSlice
-		for _, s := range t.slices[key] {
-			list = append(list, s)
-		}
-		cur, cerrs := ConvertEndpointSlices(list, t.opts.Hostname, t.opts.Families)
-		errs = append(errs, cerrs...)
+		cur := mergeSlices(t.slices[key])
 		for _, p := range t.sentEps[key] {
-			if _, ok := cur[p.family][p.name]; !ok {
+			if !slices.ContainsFunc(cur, func(c slicePort) bool { return c.family == p.family && c.name == p.name }) {
 				u.Families[p.family].Endpoints[p.name] = nil
 			}
 		}
-		var sent []sentPort
-		for _, f := range t.opts.Families {
-			d := u.Families[f]
-			for name, eps := range cur[f] {
-				d.Endpoints[name] = eps
-				sent = append(sent, sentPort{family: f, name: name})
-			}
+		for _, c := range cur {
+			u.Families[c.family].Endpoints[c.name] = c.eps
 		}
-		t.remember(t.sentEps, key, sent)
+		remember(t.sentEps, key, cur)
 	}
 	if t.nodeDirty {
 		u.Node, u.NodeDeleted = t.node, t.nodeDeleted
