@@ -475,7 +475,8 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		c.state.nodes[key] = e
 	case *discovery.EndpointSlice:
 		c.objs.EndpointSlices = append(c.objs.EndpointSlices, o)
-		e.addressType, e.labels = o.AddressType, o.Labels
+		e.addressType = o.AddressType
+		e.service, e.hasService = o.Labels[discovery.LabelServiceName]
 		c.state.slices[key] = e
 	}
 }

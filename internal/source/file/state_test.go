@@ -161,8 +161,10 @@ func TestRereadUnchanged(t *testing.T) {
 	})
 	t.Run("the deletion stub survives rereads", func(t *testing.T) {
 		next := loadFiles(t, cur, file{"a.yaml", docs(web, api, slice)})
-		if e := next.state.slices[sliceKey]; e.addressType != discovery.AddressTypeIPv4 || e.labels[discovery.LabelServiceName] != "web" {
-			t.Errorf("entry of %s after a reread: addressType %q labels %v", sliceKey, e.addressType, e.labels)
+		e := next.state.slices[sliceKey]
+		stub := sliceStub(sliceKey, e)
+		if stub.AddressType != discovery.AddressTypeIPv4 || stub.Labels[discovery.LabelServiceName] != "web" || stub.Name != "web-1" || stub.Namespace != "demo" {
+			t.Errorf("deletion stub of %s after a reread: %s/%s addressType %q labels %v", sliceKey, stub.Namespace, stub.Name, stub.AddressType, stub.Labels)
 		}
 	})
 	t.Run("a duplicate of an unchanged object is still reported", func(t *testing.T) {
@@ -208,7 +210,8 @@ func TestDeletedSliceStub(t *testing.T) {
 	if s.Namespace != "demo" || s.Name != "web-v6" || s.AddressType != discovery.AddressTypeIPv6 {
 		t.Errorf("stub is %s/%s addressType %q, want demo/web-v6 IPv6", s.Namespace, s.Name, s.AddressType)
 	}
-	if diff := cmp.Diff(map[string]string{discovery.LabelServiceName: "web", "team": "blue"}, s.Labels); diff != "" {
+	// Only the label that names the Service: the others are not kept.
+	if diff := cmp.Diff(map[string]string{discovery.LabelServiceName: "web"}, s.Labels); diff != "" {
 		t.Errorf("stub labels (-want +got):\n%s", diff)
 	}
 }

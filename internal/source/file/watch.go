@@ -94,11 +94,12 @@ type entry struct {
 	sum  [sha256.Size]byte
 	file string // where it was read from
 	// Only for EndpointSlices: what the model.Tracker reads of a deleted
-	// slice besides its namespace and name (its Service is the service-name
-	// label). The labels map is shared with the object given to the handler,
-	// which usually keeps it anyway.
+	// slice besides its namespace and name: its address type and its
+	// Service (the service-name label; the tracker keeps no object, so
+	// the whole label map would be kept here alone).
 	addressType discovery.AddressType
-	labels      map[string]string
+	service     string
+	hasService  bool
 }
 
 func newState() *state {
@@ -125,7 +126,11 @@ func serviceStub(k objectKey, _ entry) *v1.Service {
 }
 
 func sliceStub(k objectKey, e entry) *discovery.EndpointSlice {
-	return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name, Labels: e.labels}, AddressType: e.addressType}
+	var labels map[string]string
+	if e.hasService {
+		labels = map[string]string{discovery.LabelServiceName: e.service}
+	}
+	return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name, Labels: labels}, AddressType: e.addressType}
 }
 
 func nodeStub(k objectKey, _ entry) *v1.Node {
