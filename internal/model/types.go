@@ -185,11 +185,13 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
+	// Local is true when NodeName is this node. (Next to the other flags:
+	// 80 bytes an endpoint instead of 88, which the allocator rounded to
+	// 96, at 100k endpoints.)
+	Local bool
 
 	NodeName string
 	Zone     string
-	// Local is true when NodeName is this node.
-	Local bool
 
 	ZoneHints sets.Set[string]
 	NodeHints sets.Set[string]
