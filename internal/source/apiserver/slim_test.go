@@ -33,6 +33,25 @@ func TestSlim(t *testing.T) {
 		t.Errorf("slice annotations: %v", sl.Annotations)
 	}
 
+	// Decoding leaves spare room in the endpoint list (protobuf appends
+	// one by one): slim keeps only what is used.
+	sl = &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e"}}
+	for range 10 {
+		sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{"198.18.129.10"}})
+	}
+	data, err := sl.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := &discovery.EndpointSlice{}
+	if err := decoded.Unmarshal(data); err != nil {
+		t.Fatal(err)
+	}
+	slim(decoded)
+	if len(decoded.Endpoints) != 10 || cap(decoded.Endpoints) > 10 || decoded.Endpoints[9].Addresses[0] != "198.18.129.10" {
+		t.Errorf("slice endpoints after slim: len %d cap %d", len(decoded.Endpoints), cap(decoded.Endpoints))
+	}
+
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: big, Labels: map[string]string{v1.LabelTopologyZone: "z"}},
 		Spec:   v1.NodeSpec{PodCIDRs: []string{"198.18.129.0/24"}, Taints: []v1.Taint{{Key: model.TaintToBeDeleted}}},
 		Status: v1.NodeStatus{Images: []v1.ContainerImage{{Names: []string{"x"}}}, Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.10"}}}}
