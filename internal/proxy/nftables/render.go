@@ -200,6 +200,8 @@ type svcApplied struct {
 	// plain is what the shared maps hold for a plain service port (nil:
 	// the service port has chains of its own).
 	plain *plainApplied
+	// keyText holds the keys of elems (each key is a part of it).
+	keyText string
 }
 
 // plainSide is one version of a plain service port's endpoints: the
@@ -603,6 +605,56 @@ type renderer struct {
 	// sharedDeclared the shared chains.
 	declared       sets.Set[objRef]
 	sharedDeclared sets.Set[objRef]
+	// slab is where a full sync carves what it keeps per service port
+	// (nil in partial syncs).
+	slab *slabs
+}
+
+// slabs hand out, in a full sync, the parts of each service port's state
+// that outlive the sync (its svcApplied, owned elements and their key
+// values, a plain port's endpoints) from large chunks. A periodic full
+// sync replaces all of them at once: allocated one by one, among the
+// sync's short-lived objects, the new generation was scattered over
+// spans the old one's death left part-used, and the heap in use grew by
+// a third (20 MB at 10k) with the same live data. Partial syncs allocate
+// per service port, so that a replaced port's memory goes with it.
+type slabs struct {
+	// chunk is how many items a chunk holds (values and endpoints four
+	// times as many): up to 1024, fewer in a small cluster.
+	chunk   int
+	elems   []ownedElement
+	vals    []nft.Value
+	ptrs    []*ownedElem
+	applied []svcApplied
+	plains  []plainApplied
+	sides   []plainSide
+	addrs   []netip.AddrPort
+}
+
+// maxSlabChunk is the most items a slab chunk holds.
+const maxSlabChunk = 1024
+
+func (r *renderer) newApplied() *svcApplied {
+	if r.slab == nil {
+		return &svcApplied{}
+	}
+	return &take(&r.slab.applied, 1, r.slab.chunk)[0]
+}
+
+func (r *renderer) newPlainApplied() *plainApplied {
+	if r.slab == nil {
+		return &plainApplied{}
+	}
+	return &take(&r.slab.plains, 1, r.slab.chunk)[0]
+}
+
+func (r *renderer) newPlainSide(n int) *plainSide {
+	if r.slab == nil {
+		return &plainSide{to: make([]netip.AddrPort, n)}
+	}
+	p := &take(&r.slab.sides, 1, r.slab.chunk)[0]
+	p.to = take(&r.slab.addrs, n, 4*r.slab.chunk)
+	return p
 }
 
 // shardTable is the name of shard i, built once per render.
@@ -664,7 +716,9 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 		// dozens of copies (a 50k-service transaction has ~700k ops).
 		r.tx.Ops = make([]nft.Op, 0, fullSyncOpsEstimate(in.State))
 		r.plan.services = make(map[model.ServicePortName]*svcApplied, len(in.State.Services))
+		r.slab = &slabs{chunk: min(maxSlabChunk, max(16, len(in.State.Services)))}
 		r.renderFull()
+		r.slab = nil
 	} else {
 		r.renderPartial()
 	}
@@ -1660,6 +1714,12 @@ type serviceRender struct {
 	valBuf  []nft.Value
 	ruleBuf []nft.Rule
 	stmtBuf []nft.Stmt
+	// elemChunk and valChunk are the sizes of new chunks of elemBuf and
+	// valBuf (large when lent by a full sync's slabs).
+	elemChunk, valChunk int
+	// reuseKeys is the key text of the port as applied; keyString the
+	// text finishKeys cut the keys from.
+	reuseKeys, keyString string
 	// keyText holds the elements' key texts, keyEnds where each ends,
 	// until finishKeys (buffers lent by the renderer).
 	keyText []byte
@@ -1675,7 +1735,7 @@ type serviceRender struct {
 // newServiceRender sizes the chunks for what describe writes for sp: a
 // close guess, since every item guessed but not used is memory allocated
 // for nothing; take adds a chunk when short.
-func newServiceRender(sp *model.ServicePort, sel model.Selection) *serviceRender {
+func (r *renderer) newServiceRender(sp *model.ServicePort, sel model.Selection) *serviceRender {
 	ext := len(sp.ExternalIPs) + len(sp.LoadBalancerIngress)
 	eps := len(sel.Cluster) + len(sel.Local)
 	// Cluster IP (1 + 3 values), up to three map elements per external
@@ -1700,15 +1760,32 @@ func newServiceRender(sp *model.ServicePort, sel model.Selection) *serviceRender
 	if sp.SessionAffinity() {
 		rules, stmts = rules+eps, stmts+4*eps
 	}
-	return &serviceRender{
-		name:    sp.Name,
-		comment: sp.Name.String(),
-		elems:   make([]*ownedElem, 0, elems),
-		elemBuf: make([]ownedElement, 0, elems),
-		valBuf:  make([]nft.Value, 0, vals),
-		ruleBuf: make([]nft.Rule, 0, rules),
-		stmtBuf: make([]nft.Stmt, 0, stmts),
+	s := &serviceRender{
+		name:      sp.Name,
+		ruleBuf:   make([]nft.Rule, 0, rules),
+		stmtBuf:   make([]nft.Stmt, 0, stmts),
+		elemChunk: 4,
+		valChunk:  8,
 	}
+	// The comment (the port's name) and key text of what was applied, to
+	// use again where they are the same: a full sync then makes no new
+	// strings for unchanged ports.
+	if last := r.last.services[sp.Name]; last != nil && len(last.elems) > 0 {
+		s.comment, s.reuseKeys = last.elems[0].elem.Comment, last.keyText
+	} else {
+		s.comment = sp.Name.String()
+	}
+	if r.slab != nil {
+		// Lent by the slabs, given back by describe.
+		s.elems = take(&r.slab.ptrs, elems, 4*r.slab.chunk)[:0]
+		s.elemBuf, s.valBuf = r.slab.elems, r.slab.vals
+		s.elemChunk, s.valChunk = r.slab.chunk, 4*r.slab.chunk
+	} else {
+		s.elems = make([]*ownedElem, 0, elems)
+		s.elemBuf = make([]ownedElement, 0, elems)
+		s.valBuf = make([]nft.Value, 0, vals)
+	}
+	return s
 }
 
 // take hands out the next n zero items of *buf, capacity-limited so that
@@ -1736,9 +1813,9 @@ type ownedElement struct {
 }
 
 func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value) {
-	k := take(&s.valBuf, len(key), 8)
+	k := take(&s.valBuf, len(key), s.valChunk)
 	copy(k, key)
-	o := &take(&s.elemBuf, 1, 4)[0]
+	o := &take(&s.elemBuf, 1, s.elemChunk)[0]
 	table := s.main
 	if shardSet(set) {
 		table = s.table
@@ -1756,7 +1833,11 @@ func (s *serviceRender) elem(set string, verdict *nft.Verdict, key ...nft.Value)
 // finishKeys gives every element its key text: all of them are cut from
 // one string, one allocation per service port instead of one per element.
 func (s *serviceRender) finishKeys() {
-	text := string(s.keyText)
+	text := s.reuseKeys
+	if text != string(s.keyText) {
+		text = string(s.keyText)
+	}
+	s.keyString = text
 	start := 0
 	for i, e := range s.elems {
 		e.key.key = text[start:s.keyEnds[i]]
@@ -1813,7 +1894,8 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	}
 	s := r.describe(sp, sel, table, prev)
 
-	applied := &svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable, eps: s.eps}
+	applied := r.newApplied()
+	*applied = svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable, eps: s.eps, keyText: s.keyString}
 	// Hairpin: a pod reaching itself through its service must be
 	// masqueraded or it would answer itself directly. After DNAT such a
 	// packet has equal source and destination; postrouting marks it
@@ -2007,7 +2089,7 @@ func (r *renderer) isStale(ref objRef) bool {
 // policy chain whose endpoints are the same keeps its endpoint map keys.
 func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table string, prev *svcApplied) *serviceRender {
 	n := sp.Name
-	s := newServiceRender(sp, sel)
+	s := r.newServiceRender(sp, sel)
 	s.prev = prev
 	s.table, s.main = table, r.cfg.table()
 	s.keyText, s.keyEnds = r.keyText[:0], r.keyEnds[:0]
@@ -2046,11 +2128,10 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	usesExternalChain := hasEndpoints && externallyAccessible
 	plain := r.plainService(sp, sel)
 	if plain {
-		to := make([]netip.AddrPort, len(sel.Cluster))
+		s.plain = r.newPlainSide(len(sel.Cluster))
 		for i, e := range sel.Cluster {
-			to[i] = e.AddrPort()
+			s.plain.to[i] = e.AddrPort()
 		}
-		s.plain = &plainSide{to: to}
 		usesCluster = false // no chain of its own
 	}
 
@@ -2213,6 +2294,9 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	// The buffers serve the next service port.
 	r.keyText, r.keyEnds = s.keyText, s.keyEnds
 	s.keyText, s.keyEnds = nil, nil
+	if r.slab != nil {
+		r.slab.elems, r.slab.vals = s.elemBuf, s.valBuf
+	}
 	return s
 }
 
@@ -2554,7 +2638,8 @@ func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, t
 	proto := sp.Protocol
 	var pa *plainApplied
 	if want != nil {
-		pa = &plainApplied{svc: sp.ClusterIP, port: uint16(sp.Port)}
+		pa = r.newPlainApplied()
+		*pa = plainApplied{svc: sp.ClusterIP, port: uint16(sp.Port)}
 	}
 	if old != nil && (pa == nil || old.svc != pa.svc || old.port != pa.port) {
 		// No longer plain, or another key: its elements go now (the
