@@ -185,15 +185,16 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 		t.report([]*InvalidError{invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)})
 		return
 	}
+	why := skipSlice(s)
 	var conv *convertedSlice
-	var errs []*InvalidError
-	if skipSlice(s) == "" {
+	if why == "" {
+		var errs []*InvalidError
 		conv, errs = convertSlice(s, t.opts.Hostname, t.opts.Families)
+		// Reported without the lock, so that OnInvalid may call the tracker.
+		t.report(errs)
 	}
-	// Reported without the lock, so that OnInvalid may call the tracker.
-	t.report(errs)
 	t.mu.Lock()
-	if why := skipSlice(s); why != "" {
+	if why != "" {
 		// Upstream's informers list only slices without these labels: to
 		// them a slice that gains one is deleted.
 		if t.sliceIndex(key, s.Name) < 0 {
@@ -362,17 +363,10 @@ func remember[T any](m map[types.NamespacedName][]T, key types.NamespacedName, s
 }
 
 // Take returns everything that changed since the last Take and resets.
+// Invalid objects were reported when their events arrived.
 func (t *Tracker) Take() *Update {
-	u, errs := t.take()
-	// Reported without the lock, so that OnInvalid may call the tracker.
-	t.report(errs)
-	return u
-}
-
-func (t *Tracker) take() (*Update, []*InvalidError) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var errs []*InvalidError
 	u := &Update{
 		Families:        map[v1.IPFamily]*FamilyDelta{},
 		ServiceChanges:  t.svcEvents,
@@ -414,5 +408,5 @@ func (t *Tracker) take() (*Update, []*InvalidError) {
 	t.nodeDirty, t.nodeDeleted = false, false
 	t.svcEvents, t.epEvents = 0, 0
 	t.triggers = map[types.NamespacedName]time.Time{}
-	return u, errs
+	return u
 }
