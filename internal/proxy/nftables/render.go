@@ -127,8 +127,8 @@ type Applied struct {
 	// cleaned up by a later sync's clean-up transaction.
 	rewrite        map[model.ServicePortName]time.Time
 	hairpinGarbage map[elemKey]garbageElem
-	// hairpin counts, per endpoint address, the service ports whose
-	// reachable endpoints include it: the hairpin set holds "ep . ep"
+	// hairpin counts, per endpoint address, the reachable endpoints of
+	// service ports with that address: the hairpin set holds "ep . ep"
 	// while the count is above zero. Counts rather than owned elements:
 	// most elements of a cluster are these pairs (one per endpoint), and
 	// keeping each as an element with its owners was most of the
@@ -1484,58 +1484,22 @@ func (r *renderer) hairpinCount(ip netip.Addr) int32 {
 	return r.last.hairpin[ip]
 }
 
-// useHairpin moves one service port's count from the addresses of was to
-// those of is (an address listed twice, with two ports, counts once).
+// useHairpin moves one service port's references from the endpoints of
+// was to those of is. Every reachable endpoint counts (an address with two
+// ports twice): was is always the list counted before (svcApplied's
+// reachable), so counts stay balanced without deduplicating.
 func (r *renderer) useHairpin(was, is []*model.Endpoint) {
-	wasIPs, isIPs := distinctIPs(was), distinctIPs(is)
-	for _, ip := range isIPs.ips {
-		if !hasIP(wasIPs, ip) {
-			r.plan.hairpin[ip] = r.hairpinCount(ip) + 1
-		}
+	for _, e := range is {
+		r.plan.hairpin[e.IP] = r.hairpinCount(e.IP) + 1
 	}
-	for _, ip := range wasIPs.ips {
-		if !hasIP(isIPs, ip) {
-			r.plan.hairpin[ip] = r.hairpinCount(ip) - 1
-		}
+	for _, e := range was {
+		r.plan.hairpin[e.IP] = r.hairpinCount(e.IP) - 1
 	}
 }
 
-// ipList is a service port's distinct endpoint addresses, with a set for
-// lookups once there are many.
-type ipList struct {
-	ips []netip.Addr
-	set sets.Set[netip.Addr]
-}
-
-// smallIPList is how many addresses are looked up by scanning.
-const smallIPList = 16
-
-func distinctIPs(eps []*model.Endpoint) ipList {
-	var l ipList
-	if len(eps) > smallIPList {
-		l.set = sets.New[netip.Addr]()
-	}
-	for _, e := range eps {
-		if !hasIP(l, e.IP) {
-			l.ips = append(l.ips, e.IP)
-			if l.set != nil {
-				l.set.Insert(e.IP)
-			}
-		}
-	}
-	return l
-}
-
-func hasIP(l ipList, ip netip.Addr) bool {
-	if l.set != nil {
-		return l.set.Has(ip)
-	}
-	return slices.Contains(l.ips, ip)
-}
-
-// hairpinChanges gives, for every address whose count this plan changed,
-// the element the kernel held before (counted, or garbage not yet deleted
-// is not counted here) and the one it should hold after (nil: none).
+// hairpinChanges gives, for every address whose count this plan took to or
+// from zero, the pair as counted before (nil: none; a garbage pair still in
+// the kernel is not counted) and as wanted after (nil: none).
 func (r *renderer) hairpinChanges() map[elemKey][2]*ownedElem {
 	out := make(map[elemKey][2]*ownedElem, len(r.plan.hairpin))
 	table := r.cfg.table()
