@@ -294,6 +294,24 @@ var (
 		Help:      "Number of malformed Service, EndpointSlice or Node parts that were skipped",
 	}, []string{LabelKind, LabelReason})
 
+	// RefusedServicePortsTotal counts service ports whose rules the kernel
+	// refused: the sync that failed was repeated without them, so every
+	// other service is programmed (see internal/proxy/isolate.go).
+	RefusedServicePortsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: kproxyNamespace,
+		Name:      "sync_refused_service_ports_total",
+		Help:      "Number of times a service port was left out of a sync because the kernel refused its rules",
+	}, []string{LabelIPFamily})
+
+	// RefusedServicePorts is the number of service ports left out now
+	// because the kernel refused their rules; each is retried when it
+	// changes or after a backoff.
+	RefusedServicePorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "refused_service_ports",
+		Help:      "Number of service ports not programmed because the kernel refused their rules",
+	}, []string{LabelIPFamily})
+
 	// IPTablesOtherBackendChains is the number of kube-proxy chains found
 	// in the iptables backend kproxy does not use (checked at start and at
 	// every full sync). Rules of both backends run on every packet, legacy
@@ -373,6 +391,8 @@ func allCollectors() []prometheus.Collector {
 		IPTablesLocalhostNodePortsAcceptedPackets,
 		NFTablesLocalhostNodePortRejectedPackets,
 		InvalidObjectsTotal,
+		RefusedServicePortsTotal,
+		RefusedServicePorts,
 		IPTablesOtherBackendChains,
 		IPTablesLockWait,
 		IPTablesLockTimeoutsTotal,

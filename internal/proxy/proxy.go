@@ -57,6 +57,8 @@ type Backend interface {
 type HealthReporter interface {
 	QueuedUpdate(v1.IPFamily)
 	Updated(v1.IPFamily)
+	// Failed says a family's sync failed: its rules are not in place.
+	Failed(v1.IPFamily)
 }
 
 // ServiceHealth is the part of the health check node port server the loop drives.
@@ -77,6 +79,10 @@ type Options struct {
 	// Request asks for another sync (the runner's Request); used when a
 	// backend has clean-up pending. Optional.
 	Request func()
+	// OnRefused is called for each service port the kernel refused, which
+	// every later sync leaves out until it changes or is retried (see
+	// isolate.go). Optional.
+	OnRefused func(f v1.IPFamily, name model.ServicePortName, err error)
 }
 
 // Loop is the level-triggered sync: every call of Sync reconciles the
@@ -90,6 +96,11 @@ type Loop struct {
 	needFull map[v1.IPFamily]bool
 	lastFull map[v1.IPFamily]time.Time
 	cleanup  map[v1.IPFamily]bool
+	// refused: per family, the service ports the kernel refused, left out
+	// of the state the backend gets; retrying: those given another try in
+	// the current sync.
+	refused  map[v1.IPFamily]map[model.ServicePortName]refusal
+	retrying map[v1.IPFamily]map[model.ServicePortName]refusal
 	node     *model.Node
 	// triggers: per family, the trigger times of changes not yet applied.
 	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
@@ -107,6 +118,8 @@ func New(opts Options) *Loop {
 		needFull: map[v1.IPFamily]bool{},
 		lastFull: map[v1.IPFamily]time.Time{},
 		cleanup:  map[v1.IPFamily]bool{},
+		refused:  map[v1.IPFamily]map[model.ServicePortName]refusal{},
+		retrying: map[v1.IPFamily]map[model.ServicePortName]refusal{},
 		triggers: map[v1.IPFamily]map[types.NamespacedName]time.Time{},
 	}
 	for f := range opts.Backends {
@@ -114,6 +127,8 @@ func New(opts Options) *Loop {
 		l.pending[f] = sets.New[model.ServicePortName]()
 		l.needFull[f] = true
 		l.triggers[f] = map[types.NamespacedName]time.Time{}
+		l.refused[f] = map[model.ServicePortName]refusal{}
+		l.retrying[f] = map[model.ServicePortName]refusal{}
 	}
 	return l
 }
@@ -181,6 +196,8 @@ func (l *Loop) Sync(ctx context.Context) error {
 	for f, b := range l.opts.Backends {
 		now := l.opts.Clock.Now()
 		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.opts.SyncPeriod
+		view, retried := l.view(f, now)
+		l.pending[f].Insert(retried.UnsortedList()...)
 		if !full && l.pending[f].Len() == 0 && !l.cleanup[f] {
 			if l.opts.Health != nil {
 				l.opts.Health.Updated(f)
@@ -188,9 +205,14 @@ func (l *Loop) Sync(ctx context.Context) error {
 			l.observeTriggers(f)
 			continue
 		}
-		req := &Request{State: l.states[f], Changed: l.pending[f], Node: l.node, Full: full, Now: now}
+		req := &Request{State: view, Changed: l.pending[f], Node: l.node, Full: full, Now: now}
 		start := l.opts.Clock.Now()
 		res, err := b.Sync(ctx, req)
+		if err != nil {
+			res, err = l.isolate(ctx, f, b, req, err)
+		} else {
+			clear(l.retrying[f])
+		}
 		elapsed := l.opts.Clock.Since(start).Seconds()
 		fam := string(f)
 		metrics.SyncProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
@@ -203,6 +225,9 @@ func (l *Loop) Sync(ctx context.Context) error {
 			// Keep the pending set: nothing of it is known to be applied.
 			klog.ErrorS(err, "Sync failed; the next sync will be full", "ipFamily", f, "full", full)
 			l.needFull[f] = true
+			if l.opts.Health != nil {
+				l.opts.Health.Failed(f)
+			}
 			errs = append(errs, fmt.Errorf("%s sync: %w", f, err))
 			continue
 		}

@@ -44,10 +44,11 @@ func (b *recordingBackend) last(t *testing.T) Request {
 	return b.reqs[len(b.reqs)-1]
 }
 
-type recordingHealth struct{ queued, updated map[v1.IPFamily]int }
+type recordingHealth struct{ queued, updated, failed map[v1.IPFamily]int }
 
 func (h *recordingHealth) QueuedUpdate(f v1.IPFamily) { h.queued[f]++ }
 func (h *recordingHealth) Updated(f v1.IPFamily)      { h.updated[f]++ }
+func (h *recordingHealth) Failed(f v1.IPFamily)       { h.failed[f]++ }
 
 type recordingServices struct {
 	ports map[types.NamespacedName]uint16
@@ -91,7 +92,7 @@ func setup(t *testing.T) (*Loop, *model.Tracker, *recordingBackend, *clocktestin
 	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4}})
 	b := &recordingBackend{}
 	clk := clocktesting.NewFakeClock(time.Now())
-	h := &recordingHealth{queued: map[v1.IPFamily]int{}, updated: map[v1.IPFamily]int{}}
+	h := &recordingHealth{queued: map[v1.IPFamily]int{}, updated: map[v1.IPFamily]int{}, failed: map[v1.IPFamily]int{}}
 	s := &recordingServices{}
 	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b}, SyncPeriod: 30 * time.Second, Clock: clk, Health: h, Services: s})
 	return l, tr, b, clk, h, s

@@ -68,7 +68,10 @@ type ProxyHealth struct {
 	// oldestPending is the time of the oldest update queued since the last
 	// successful sync, per IP family.
 	oldestPending map[v1.IPFamily]time.Time
-	nodeEligible  bool
+	// failed holds the families whose last sync failed: their rules are
+	// not (all) in place until a sync succeeds.
+	failed       map[v1.IPFamily]bool
+	nodeEligible bool
 }
 
 // NewProxyHealth returns a ProxyHealth with the given timeout. clk is the
@@ -79,6 +82,7 @@ func NewProxyHealth(healthTimeout time.Duration, clk clock.PassiveClock) *ProxyH
 		healthTimeout: healthTimeout,
 		lastUpdated:   map[v1.IPFamily]time.Time{},
 		oldestPending: map[v1.IPFamily]time.Time{},
+		failed:        map[v1.IPFamily]bool{},
 		// Eligible until a Node event says otherwise: the node is not known
 		// yet while kproxy starts.
 		nodeEligible: true,
@@ -101,7 +105,23 @@ func (h *ProxyHealth) Updated(family v1.IPFamily) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.oldestPending, family)
+	delete(h.failed, family)
 	h.lastUpdated[family] = h.clk.Now()
+}
+
+// Failed records that a sync of family failed: its rules are not in place.
+// /healthz answers 503 at once, naming the family, until a sync succeeds
+// (load balancers should not send traffic to a node whose rules are
+// missing); /livez only once the failure outlasts the health timeout, as
+// any other change not applied, so a liveness probe does not restart a
+// proxy that is about to retry.
+func (h *ProxyHealth) Failed(family v1.IPFamily) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed[family] = true
+	if _, pending := h.oldestPending[family]; !pending {
+		h.oldestPending[family] = h.clk.Now()
+	}
 }
 
 // SyncNode updates node eligibility from this node's Node object. A node
@@ -138,7 +158,11 @@ func (h *ProxyHealth) NodeEligible() bool {
 }
 
 // Health returns the proxy's health, ignoring node eligibility (as /livez).
-func (h *ProxyHealth) Health() HealthStatus {
+func (h *ProxyHealth) Health() HealthStatus { return h.health(false) }
+
+// health computes the status; strict (for /healthz) also counts a family
+// whose last sync failed as unhealthy at once.
+func (h *ProxyHealth) health(strict bool) HealthStatus {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	now := h.clk.Now()
@@ -156,7 +180,25 @@ func (h *ProxyHealth) Health() HealthStatus {
 			healthy = false
 			st.Healthy = false
 		}
+		if strict && h.failed[family] {
+			healthy = false
+			st.Healthy = false
+		}
 		st.Status[family] = ProxierHealth{LastUpdated: last, Healthy: healthy}
+	}
+	// A family that never synced is starting up, unless its sync failed.
+	for family := range h.failed {
+		if _, ok := h.lastUpdated[family]; ok {
+			continue
+		}
+		healthy := !strict
+		if queued, pending := h.oldestPending[family]; pending && now.Sub(queued) >= h.healthTimeout {
+			healthy = false
+		}
+		if !healthy {
+			st.Healthy = false
+			st.Status[family] = ProxierHealth{Healthy: false}
+		}
 	}
 	return st
 }
@@ -170,7 +212,7 @@ func (h *ProxyHealth) IsHealthy() bool {
 // 503. Load balancers for externalTrafficPolicy: Cluster probe this.
 func (h *ProxyHealth) HealthzHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		st := h.Health()
+		st := h.health(true)
 		eligible := h.NodeEligible()
 		st.NodeEligible = &eligible
 		h.write(w, st, st.Healthy && eligible, metrics.ProxyHealthzTotal)

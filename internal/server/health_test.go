@@ -335,3 +335,40 @@ func TestHealthzServerBinding(t *testing.T) {
 		}
 	})
 }
+
+// A failed sync: /healthz says so at once, naming the family, even for a
+// family that never synced; /livez only after the health timeout; a
+// successful sync clears it.
+func TestFailedSync(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		syncedFirst bool
+	}{{"fresh node", false}, {"running node", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(t0)
+			h := NewProxyHealth(healthTimeout, clk)
+			if tc.syncedFirst {
+				h.Updated(v1.IPv4Protocol)
+			}
+			h.Failed(v1.IPv4Protocol)
+			st := h.health(true)
+			if st.Healthy || st.Status[v1.IPv4Protocol].Healthy {
+				t.Fatalf("healthz after a failed sync: %+v", st)
+			}
+			if _, ok := st.Status[v1.IPv4Protocol]; !ok {
+				t.Fatalf("the failed family is missing from the answer: %+v", st)
+			}
+			if !h.Health().Healthy {
+				t.Fatal("livez unhealthy before the health timeout")
+			}
+			clk.Step(healthTimeout)
+			if h.Health().Healthy {
+				t.Fatal("livez healthy although the failure outlasted the health timeout")
+			}
+			h.Updated(v1.IPv4Protocol)
+			if !h.health(true).Healthy || !h.Health().Healthy {
+				t.Fatal("still unhealthy after a successful sync")
+			}
+		})
+	}
+}
