@@ -90,7 +90,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
 		}
 		s.families = append(s.families, f)
-		s.backends[f] = iptables.NewProxier(opts, ipt, conntrack.Netlink{}, localAddrs)
+		s.backends[f] = iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
 	}
 	// The primary family watches the other backend at every full sync.
 	primary := s.families[0]

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	"k8s.io/utils/clock"
@@ -165,7 +168,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 			if err != nil {
 				return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 			}
-			backends[f] = nftables.NewProxier(nftablesOptions(c, f), iface, conntrack.Netlink{}, localAddrs)
+			backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
 		}
 	case config.ModeIPTables:
 		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{compact: compact})
@@ -189,6 +192,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 
 	var loop *proxy.Loop
 	var run *runner.Runner
+	var recorder events.EventRecorder
 	tracker := model.NewTracker(model.TrackerOptions{
 		Hostname: node,
 		Families: fams,
@@ -212,12 +216,28 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 		Health:     health,
 		Services:   svcHealth,
 		Request:    func() { run.Request() },
+		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
+			if recorder == nil {
+				return
+			}
+			ref := &v1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: name.Namespace, Name: name.Name}
+			recorder.Eventf(ref, nil, v1.EventTypeWarning, "FailedToProgram", "SyncProxyRules",
+				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
+		},
 	})
 	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 
-	src, err := newSource(o, fromFile, node)
+	src, client, err := newSource(o, fromFile, node)
 	if err != nil {
 		return err
+	}
+	if client != nil {
+		// Events as upstream records them (component kube-proxy, through
+		// the events.k8s.io API); only refused service ports use them.
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+		broadcaster.StartRecordingToSink(ctx.Done())
+		defer broadcaster.Shutdown()
+		recorder = broadcaster.NewRecorder(scheme.Scheme, "kube-proxy")
 	}
 
 	errc := make(chan error, 3)
@@ -256,16 +276,18 @@ func retryInterval(syncPeriod time.Duration) time.Duration {
 	return min(5*time.Second, syncPeriod)
 }
 
-func newSource(o *config.Options, fromFile, node string) (source.Source, error) {
+// newSource returns where cluster state comes from, and the API client
+// when it is the API server.
+func newSource(o *config.Options, fromFile, node string) (source.Source, kubernetes.Interface, error) {
 	if fromFile != "" {
 		klog.InfoS("Reading cluster state from a file instead of the API server", "path", fromFile)
-		return file.New(fromFile), nil
+		return file.New(fromFile), nil, nil
 	}
 	client, err := apiserver.NewClient(o.Kubeconfig, o.Master, o.Config.ClientConnection)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the API server: %w", err)
+		return nil, nil, fmt.Errorf("connecting to the API server: %w", err)
 	}
-	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), nil
+	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), client, nil
 }
 
 // cleanup removes kproxy's nftables tables in both families, and what

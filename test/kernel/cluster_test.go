@@ -21,6 +21,7 @@ package kernel
 // fd00:18:1:b::200) on node-b.
 
 import (
+	"cmp"
 	"fmt"
 	"github.com/kproxy/kproxy/internal/testutil/vm"
 	"net/netip"
@@ -259,6 +260,8 @@ type kcluster struct {
 	logDir   string
 	kproxy   map[string]*netns.Process
 	servers  map[string][]*netns.EchoServer
+	// bin is the kproxy binary (kproxyBin unless clusterOptions say).
+	bin string
 }
 
 type clusterOptions struct {
@@ -268,6 +271,8 @@ type clusterOptions struct {
 	snapshot *snapshot
 	// kproxyOn lists the nodes that run kproxy; nil means both.
 	kproxyOn []string
+	// bin is the kproxy binary to run; "" means kproxyBin.
+	bin string
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -290,6 +295,7 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		logDir:  t.TempDir(),
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},
+		bin:     cmp.Or(o.bin, kproxyBin),
 	}
 	c.snapPath = filepath.Join(t.TempDir(), "snapshot.yaml")
 	for _, p := range pods {
@@ -339,7 +345,7 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	if len(c.mode.env) > 0 {
 		argv = append([]string{"env"}, c.mode.env...)
 	}
-	return append(append(argv, kproxyBin,
+	return append(append(argv, c.bin,
 		"--proxy-mode", flag,
 		"--hostname-override", node,
 		"--from-file", c.snapPath,

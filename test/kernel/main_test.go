@@ -12,6 +12,10 @@ import (
 // kernel tests cannot run here (they skip, saying why).
 var kproxyBin string
 
+// kproxyFaultBin is kproxy built with the faultinject tag; empty when not
+// built (KPROXY_KERNEL_TEST_BIN given).
+var kproxyFaultBin string
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -36,6 +40,13 @@ func run(m *testing.M) int {
 	kproxyBin, err = netns.BuildBinary("./cmd/kproxy", dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building kproxy for the kernel tests: %v\n", err)
+		return 1
+	}
+	// The same with fault injection (cmd/kproxy/faultinject.go), for the
+	// tests of a kernel that refuses some of kproxy's rules.
+	kproxyFaultBin, err = netns.BuildBinaryTags("./cmd/kproxy", dir, "faultinject")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building kproxy with fault injection for the kernel tests: %v\n", err)
 		return 1
 	}
 	return m.Run()

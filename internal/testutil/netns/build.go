@@ -26,12 +26,23 @@ func ModuleRoot() (string, error) {
 // "./cmd/kproxy") into dir and returns the binary's path. Test binaries call
 // it once, from TestMain.
 func BuildBinary(pkg, dir string) (string, error) {
+	return BuildBinaryTags(pkg, dir, "")
+}
+
+// BuildBinaryTags is BuildBinary with build tags (comma-separated; "" for
+// none); the binary's name gets the tags as a suffix.
+func BuildBinaryTags(pkg, dir, tags string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	args := []string{"build", "-o", out}
+	if tags != "" {
+		out += "-" + strings.ReplaceAll(tags, ",", "-")
+		args = []string{"build", "-tags", tags, "-o", out}
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)

@@ -1,0 +1,68 @@
+//go:build faultinject
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+)
+
+// faultEnv names the text whose operations the kernel is made to refuse:
+// an nftables operation whose nft -f text contains it, or an
+// iptables-restore input with a line that contains it, fails as the
+// kernel or the tool would fail it (EINVAL on that operation, "line N
+// failed"). "*" refuses every operation.
+const faultEnv = "KPROXY_FAULT_REFUSE"
+
+func init() {
+	marker := os.Getenv(faultEnv)
+	if marker == "" {
+		return
+	}
+	klog.InfoS("Fault injection: the kernel refuses operations that mention a text", "text", marker)
+	match := func(s string) bool { return marker == "*" || strings.Contains(s, marker) }
+	wrapNFT = func(i nft.Interface) nft.Interface { return refusingNFT{Interface: i, match: match} }
+	wrapXtables = func(i xtables.Interface) xtables.Interface { return refusingXtables{Interface: i, match: match} }
+}
+
+type refusingNFT struct {
+	nft.Interface
+	match func(string) bool
+}
+
+func (r refusingNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
+	for i := range tx.Ops {
+		if text := tx.OpText(i); r.match(text) {
+			return &nft.OpError{Index: i, Op: text, Message: "refused by fault injection", Err: syscall.EINVAL}
+		}
+	}
+	return r.Interface.Apply(ctx, tx)
+}
+
+type refusingXtables struct {
+	xtables.Interface
+	match func(string) bool
+}
+
+func (r refusingXtables) Restore(ctx context.Context, data []byte, opts xtables.RestoreOptions) error {
+	_, err := r.RestoreWithStats(ctx, data, opts)
+	return err
+}
+
+func (r refusingXtables) RestoreWithStats(ctx context.Context, data []byte, opts xtables.RestoreOptions) (xtables.RestoreStats, error) {
+	for n, line := range strings.Split(string(data), "\n") {
+		if r.match(line) {
+			return xtables.RestoreStats{}, &xtables.RestoreError{Backend: r.Backend(), Family: r.Family(), Line: n + 1,
+				Detail: fmt.Sprintf("line %d failed (refused by fault injection)", n+1), Err: syscall.EINVAL}
+		}
+	}
+	return r.Interface.RestoreWithStats(ctx, data, opts)
+}
