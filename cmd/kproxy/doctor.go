@@ -32,6 +32,9 @@ type hostFacts struct {
 	Missing  map[xtables.Backend]error
 	// KubeChains are kube-proxy's chains per backend ("IPv4 nat/KUBE-SERVICES").
 	KubeChains map[xtables.Backend][]string
+	// ForeignRules are rules in kube-proxy's chains that kube-proxy would
+	// not have written, per backend ("IPv4 nat: -A KUBE-SERVICES ...").
+	ForeignRules map[xtables.Backend][]string
 	// NFTables: nf_tables usable (NFTErr if not), and the nftables mode's
 	// tables by family ("ip kube-proxy", "ip kube-proxy-s0", ...).
 	NFTErr   error
@@ -112,10 +115,11 @@ Exit status 1 when it found an error.`,
 // read is recorded as such, never fatal.
 func gatherFacts(ctx context.Context, iptablesMode, metricsURL string) hostFacts {
 	f := hostFacts{
-		Versions:   map[xtables.Backend]string{},
-		Missing:    map[xtables.Backend]error{},
-		KubeChains: map[xtables.Backend][]string{},
-		Sysctls:    map[string]string{},
+		Versions:     map[xtables.Backend]string{},
+		Missing:      map[xtables.Backend]error{},
+		KubeChains:   map[xtables.Backend][]string{},
+		ForeignRules: map[xtables.Backend][]string{},
+		Sysctls:      map[string]string{},
 	}
 	f.Chosen, f.ChosenWhy, f.ChooseErr = xtables.Select(ctx, iptablesMode)
 	for _, b := range xtables.Backends {
@@ -134,6 +138,13 @@ func gatherFacts(ctx context.Context, iptablesMode, metricsURL string) hostFacts
 			}
 			for _, c := range chains {
 				f.KubeChains[b] = append(f.KubeChains[b], string(fam)+" "+c.String())
+			}
+			foreign, err := xtables.FindForeignRules(ctx, b, fam)
+			if err != nil {
+				continue
+			}
+			for _, r := range foreign {
+				f.ForeignRules[b] = append(f.ForeignRules[b], string(fam)+" "+r.String())
 			}
 		}
 	}
@@ -196,6 +207,11 @@ func diagnose(f hostFacts) []finding {
 
 	if legacy && nftBackend {
 		add(levelError, "kube-proxy rules in BOTH iptables backends (legacy: %d chains, nft: %d): both run on every packet, legacy first; the stale ones misroute service traffic. Stop the proxy, run `kproxy --cleanup`, start one proxy with IPTABLES_MODE set", len(f.KubeChains[xtables.Legacy]), len(f.KubeChains[xtables.NFT]))
+	}
+	for _, b := range xtables.Backends {
+		if rules := f.ForeignRules[b]; len(rules) > 0 {
+			add(levelError, "%d rules in kube-proxy's chains of the %s backend that kube-proxy does not write (another program's, or injected): they can redirect or open service traffic. First: %s. A full sync of the proxy rewrites these chains; find what writes them", len(rules), b, rules[0])
+		}
 	}
 	modes := 0
 	for _, on := range []bool{legacy || nftBackend, nftMode, ipvsLeft} {

@@ -28,6 +28,9 @@ func TestDiagnose(t *testing.T) {
 	}{
 		{name: "fresh node", edit: func(*hostFacts) {}, clean: true,
 			want: []string{"ok: iptables mode would use the nft backend (IPTABLES_MODE=nft)", "ok: no proxy answers"}},
+		{name: "foreign rule in kube-proxy's chains", edit: func(f *hostFacts) {
+			f.ForeignRules = map[xtables.Backend][]string{xtables.NFT: {"IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT --to-destination 198.18.1.99:8080 (rewrites addresses in a dispatch chain)"}}
+		}, want: []string{"error: 1 rules in kube-proxy's chains of the nft backend that kube-proxy does not write"}},
 		{name: "both iptables backends", edit: func(f *hostFacts) {
 			f.KubeChains[xtables.Legacy] = []string{"IPv4 nat/KUBE-SERVICES"}
 			f.KubeChains[xtables.NFT] = []string{"IPv4 nat/KUBE-SERVICES", "IPv4 filter/KUBE-FORWARD"}

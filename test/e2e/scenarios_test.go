@@ -49,6 +49,7 @@ var scenarios = []scenario{
 	{name: "node-deletion", run: scenarioNodeDeletion},
 	{name: "dual-stack", run: scenarioDualStack},
 	{name: "programming-latency", run: scenarioLatency, kproxyArgs: latencyArgs},
+	{name: "api-edge-cases", run: scenarioAPIEdgeCases},
 }
 
 // TestScenarios runs every scenario in every mode. The scenarios of a mode
