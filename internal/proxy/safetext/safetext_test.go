@@ -3,6 +3,8 @@ package safetext
 import (
 	"strings"
 	"testing"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // Names below are hostile on purpose: what a Service may carry when it
@@ -99,5 +101,16 @@ func TestName(t *testing.T) {
 		if got := Name(in); got != want {
 			t.Errorf("Name(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The adapters refuse comments past nft.MaxCommentLen: the limit here must
+// be the same.
+func TestNFTLimitMatchesAdapter(t *testing.T) {
+	if NFTComment != nft.MaxCommentLen {
+		t.Errorf("NFTComment = %d, the nft adapters allow %d", NFTComment, nft.MaxCommentLen)
+	}
+	if err := nft.CheckComment(Comment(strings.Repeat("é\"", 200), NFTComment)); err != nil {
+		t.Errorf("the nft adapters refuse a safe comment: %v", err)
 	}
 }
