@@ -21,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/source/file"
 	"github.com/kproxy/kproxy/internal/view"
 )
@@ -208,7 +209,9 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
 		for _, c := range plan.Conflicts {
-			fmt.Fprintf(out, "# conflict: %s\n", c)
+			// A conflict names services: made safe so that a name cannot
+			// end the comment line and add lines of its own.
+			fmt.Fprintf(out, "# conflict: %s\n", safetext.Comment(c, len(c)+64))
 		}
 		if _, err := io.WriteString(out, plan.Tx.String()); err != nil {
 			return err

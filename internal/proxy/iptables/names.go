@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/safetext"
 )
 
 // Tables kproxy writes.
@@ -86,6 +87,21 @@ func portName(n model.ServicePortName) string {
 		s += ":" + n.Port
 	}
 	return s
+}
+
+// commentArg is the argument of --comment in iptables-restore input for
+// a comment text: the text made safe by safetext.Comment (within
+// xt_comment's 255 bytes, no quote, backslash, newline or other control
+// character that would end the comment or the line and let an object's
+// name write rules of its own), between double quotes when it holds a
+// space. Upstream's comments come out as upstream writes them:
+// "ns/name:port cluster IP" quoted, a bare ns/name:port not.
+func commentArg(text string) string {
+	text = safetext.Comment(text, safetext.IPTablesComment)
+	if text == "" || strings.IndexByte(text, ' ') >= 0 {
+		return `"` + text + `"`
+	}
+	return text
 }
 
 // protoLower is the protocol as iptables writes it ("tcp", "udp", "sctp").

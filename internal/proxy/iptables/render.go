@@ -975,17 +975,17 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	var internalTarget, internalComment, externalTarget, externalComment string
 	if !hasEndpoints {
 		internalTarget, externalTarget = "REJECT", "REJECT"
-		internalComment = `"` + name + ` has no endpoints"`
+		internalComment = commentArg(name + " has no endpoints")
 		externalComment = internalComment
 	} else {
 		if !hasInternal {
 			internalTarget = "DROP"
-			internalComment = `"` + name + ` has no local endpoints"`
+			internalComment = commentArg(name + " has no local endpoints")
 			s.stats.NoLocalInternal = true
 		}
 		if !hasExternal {
 			externalTarget = "DROP"
-			externalComment = `"` + name + ` has no local endpoints"`
+			externalComment = commentArg(name + " has no local endpoints")
 			s.stats.NoLocalExternal = sp.ExternallyAccessible()
 		}
 	}
@@ -995,7 +995,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	}
 	pm := []string{"-m", proto, "-p", proto}
 	clusterIP := sp.ClusterIP.String()
-	clusterComment := `"` + name + ` cluster IP"`
+	clusterComment := commentArg(name + " cluster IP")
 
 	if hasInternal {
 		add(tableNAT, chainServices, "-m", "comment", "--comment", clusterComment, pm[0], pm[1], pm[2], pm[3], "-d", clusterIP, "--dport", port, "-j", internalChain)
@@ -1004,7 +1004,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	}
 	for _, ip := range sp.ExternalIPs {
 		if hasEndpoints {
-			add(tableNAT, chainServices, "-m", "comment", "--comment", `"`+name+` external IP"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", names.ext)
+			add(tableNAT, chainServices, "-m", "comment", "--comment", commentArg(name+" external IP"), pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", names.ext)
 		}
 		if !hasExternal {
 			add(tableFilter, chainExternalServices, "-m", "comment", "--comment", externalComment, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", externalTarget)
@@ -1012,11 +1012,11 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	}
 	for _, ip := range vips {
 		if hasEndpoints {
-			add(tableNAT, chainServices, "-m", "comment", "--comment", `"`+name+` loadbalancer IP"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", lbChain)
+			add(tableNAT, chainServices, "-m", "comment", "--comment", commentArg(name+" loadbalancer IP"), pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", lbChain)
 		}
 		if usesFW {
 			// What the FW chain let through was DNATed; the rest meets this.
-			add(tableFilter, chainProxyFirewall, "-m", "comment", "--comment", `"`+name+` traffic not accepted by `+names.fw+`"`, pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", "DROP")
+			add(tableFilter, chainProxyFirewall, "-m", "comment", "--comment", commentArg(name+" traffic not accepted by "+names.fw), pm[0], pm[1], pm[2], pm[3], "-d", ip.String(), "--dport", port, "-j", "DROP")
 		}
 	}
 	if !hasExternal {
@@ -1028,7 +1028,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		np := strconv.Itoa(int(sp.NodePort))
 		if hasEndpoints {
 			// Node ports are not subject to loadBalancerSourceRanges.
-			add(tableNAT, chainNodePorts, "-m", "comment", "--comment", name, pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", names.ext)
+			add(tableNAT, chainNodePorts, "-m", "comment", "--comment", commentArg(name), pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", names.ext)
 		}
 		if !hasExternal {
 			add(tableFilter, chainExternalServices, "-m", "comment", "--comment", externalComment, "-m", "addrtype", "--dst-type", "LOCAL", pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", externalTarget)
@@ -1037,7 +1037,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	if sp.HealthCheckNodePort != 0 {
 		// Accepted whether or not there are local endpoints: the health
 		// check server answers 503 then.
-		add(tableFilter, chainNodePorts, "-m", "comment", "--comment", `"`+name+` health check node port"`, "-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(sp.HealthCheckNodePort)), "-j", "ACCEPT")
+		add(tableFilter, chainNodePorts, "-m", "comment", "--comment", commentArg(name+" health check node port"), "-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(sp.HealthCheckNodePort)), "-j", "ACCEPT")
 	}
 
 	// Own chains, in upstream's order of creation, each written whole
@@ -1059,18 +1059,18 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		w.begin(names.ext)
 		if !sp.ExternalPolicyLocal {
 			// Endpoints may be on other nodes: masquerade to get replies back.
-			w.add("-m", "comment", "--comment", `"masquerade traffic for `+name+` external destinations"`, "-j", chainMarkMasq)
+			w.add("-m", "comment", "--comment", commentArg("masquerade traffic for "+name+" external destinations"), "-j", chainMarkMasq)
 		} else {
 			if cfg.LocalDetector.Implemented() {
 				// Pod traffic to an external destination is treated as if
 				// it went out to the LB and came back: policy Cluster.
-				a := append([]string{"-m", "comment", "--comment", `"pod traffic for ` + name + ` external destinations"`}, cfg.LocalDetector.IfLocal...)
+				a := append([]string{"-m", "comment", "--comment", commentArg("pod traffic for " + name + " external destinations")}, cfg.LocalDetector.IfLocal...)
 				w.add(append(a, "-j", names.svc)...)
 			}
 			// The node's own traffic: its source is a local address
 			// (often the LB IP itself), masquerade it and use all endpoints.
-			w.add("-m", "comment", "--comment", `"masquerade LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq)
-			w.add("-m", "comment", "--comment", `"route LOCAL traffic for `+name+` external destinations"`, "-m", "addrtype", "--src-type", "LOCAL", "-j", names.svc)
+			w.add("-m", "comment", "--comment", commentArg("masquerade LOCAL traffic for "+name+" external destinations"), "-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq)
+			w.add("-m", "comment", "--comment", commentArg("route LOCAL traffic for "+name+" external destinations"), "-m", "addrtype", "--src-type", "LOCAL", "-j", names.svc)
 		}
 		if hasExternal {
 			w.add("-j", externalPolicyChain)
@@ -1078,7 +1078,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	}
 	if usesFW {
 		w.begin(names.fw)
-		lbComment := `"` + name + ` loadbalancer IP"`
+		lbComment := commentArg(name + " loadbalancer IP")
 		allowFromNode := false
 		for _, p := range sp.LoadBalancerSourceRanges {
 			w.add("-m", "comment", "--comment", lbComment, "-s", p.String(), "-j", names.ext)
@@ -1095,7 +1095,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		}
 		// No target: what gets here is not DNATed, and KUBE-PROXY-FIREWALL
 		// drops it in filter.
-		w.add("-m", "comment", "--comment", `"other traffic to `+name+` will be dropped by KUBE-PROXY-FIREWALL"`)
+		w.add("-m", "comment", "--comment", commentArg("other traffic to "+name+" will be dropped by KUBE-PROXY-FIREWALL"))
 	}
 	epChains := r.epChains[:0]
 	// Endpoint chain names: the chains, or in the compact layout only the
@@ -1133,7 +1133,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		for _, e := range sel.AllReachable {
 			if e.Local {
 				ip := e.IP.String()
-				add(tableNAT, chainPostrouting, "-m", "comment", "--comment", `"`+name+` hairpin"`, "-s", ip, "-d", ip, "-j", chainMarkMasq)
+				add(tableNAT, chainPostrouting, "-m", "comment", "--comment", commentArg(name+" hairpin"), "-s", ip, "-d", ip, "-j", chainMarkMasq)
 			}
 		}
 		epChains = epChains[:0] // no chains to write
@@ -1143,7 +1143,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		w.begin(ec.chain)
 		var comment []string
 		if !r.large {
-			comment = []string{"-m", "comment", "--comment", name}
+			comment = []string{"-m", "comment", "--comment", commentArg(name)}
 		}
 		ip := e.IP.String()
 		// Hairpin: a pod reaching itself through the service must be
@@ -1254,7 +1254,7 @@ func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, 
 		if r.large {
 			return nil
 		}
-		return []string{"-m", "comment", "--comment", `"` + name + ` -> ` + e.String() + `"`}
+		return []string{"-m", "comment", "--comment", commentArg(name + " -> " + e.String())}
 	}
 	// target ends an endpoint's rule: a jump to its KUBE-SEP chain, or in
 	// the compact layout what that chain would do, in the same rule (the

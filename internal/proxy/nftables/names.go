@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/safetext"
 )
 
 // DefaultTableName is upstream's table name in both families, so a node that
@@ -120,8 +121,16 @@ func hashOf(s string) string {
 }
 
 // portBase is "ns/name/proto/port", as upstream writes it in chain names.
+// Names hash it as is; what they show of it is safetext.Name(portBase).
 func portBase(n model.ServicePortName) string {
 	return n.Namespace + "/" + n.Name + "/" + nft.ProtoName(n.Protocol) + "/" + n.Port
+}
+
+// portComment is the comment of a service port's elements: upstream's
+// "ns/name:port/PROTO", cut to what nft accepts and without characters
+// nft cannot read back (see safetext.Comment).
+func portComment(n model.ServicePortName) string {
+	return safetext.Comment(n.String(), safetext.NFTComment)
 }
 
 func limit(s string) string {
@@ -139,9 +148,12 @@ func serviceChainName(prefix string, n model.ServicePortName) string {
 // shares, so that the hash is computed once for its (up to four) chains.
 type portNames struct{ base, hash string }
 
+// The hash is of the name as the object has it, the readable part only
+// what nft can read unquoted: names that differ only in characters
+// safetext.Name replaces, or past the cut, stay apart.
 func newPortNames(n model.ServicePortName) portNames {
 	base := portBase(n)
-	return portNames{base: base, hash: hashOf(base)}
+	return portNames{base: safetext.Name(base), hash: hashOf(base)}
 }
 
 func (p portNames) chain(prefix string) string {
@@ -160,14 +172,14 @@ func endpointBase(n model.ServicePortName, e *model.Endpoint) string {
 // written by upstream; tests use the name to build such tables.
 func endpointChainName(n model.ServicePortName, e *model.Endpoint) string {
 	base := endpointBase(n, e)
-	return limit(prefixEndpointChain + hashOf(base) + "-" + base)
+	return limit(prefixEndpointChain + hashOf(base) + "-" + safetext.Name(base))
 }
 
 // affinitySetName includes the timeout in its hash: the kernel cannot change
 // the timeout of an existing set, so a new timeout means a new set.
 func affinitySetName(n model.ServicePortName, e *model.Endpoint, timeoutSeconds int32) string {
 	base := endpointBase(n, e)
-	return limit(prefixAffinitySet + hashOf(base+"/"+strconv.Itoa(int(timeoutSeconds))) + "-" + base)
+	return limit(prefixAffinitySet + hashOf(base+"/"+strconv.Itoa(int(timeoutSeconds))) + "-" + safetext.Name(base))
 }
 
 // baseChains are declared as data: name, type, hook, priority, and the

@@ -1249,7 +1249,7 @@ func (r *renderer) settlePlain(tx *nft.Transaction) {
 		if p.tiers[0].n() != eff.n() {
 			key := []nft.Value{{Addr: p.svc}, {Proto: proto}, {Port: p.port}}
 			w.Delete(&nft.Element{Set: mapClusterServices, Key: key})
-			w.Add(&nft.Element{Set: mapClusterServices, Key: key, Verdict: &nft.Verdict{Kind: nft.Goto, Chain: chain}, Comment: n.String()})
+			w.Add(&nft.Element{Set: mapClusterServices, Key: key, Verdict: &nft.Verdict{Kind: nft.Goto, Chain: chain}, Comment: portComment(n)})
 		}
 		writePlainKeys(w, proto, 0, p, p.tiers[0], eff)
 		for t := 1; t < plainTiers; t++ {
@@ -1667,7 +1667,7 @@ type serviceRender struct {
 	name model.ServicePortName
 	// table is the service port's shard table, main the main table.
 	table, main string
-	// comment is name.String(), the comment of every element.
+	// comment is portComment(name), the comment of every element.
 	comment string
 	elems   []*ownedElem
 	// chains in the order they are created (one to four of them).
@@ -1737,7 +1737,7 @@ func (r *renderer) newServiceRender(sp *model.ServicePort, sel model.Selection) 
 	if last := r.last.services[sp.Name]; last != nil && len(last.elems) > 0 {
 		s.comment, s.reuseKeys = last.elems[0].elem.Comment, last.keyText
 	} else {
-		s.comment = sp.Name.String()
+		s.comment = portComment(sp.Name)
 	}
 	if r.slab != nil {
 		// Lent by the slabs, given back by describe.
@@ -2584,7 +2584,7 @@ func writePlainKeys(w nft.TableOps, proto v1.Protocol, tier int, p *plainApplied
 // tierElem is a plain port's element in the verdict map of a tier above
 // 0 (tier 0's is an owned element, see describe); side nil: the key only.
 func tierElem(n model.ServicePortName, p *plainApplied, tier int, side *plainSide) *nft.Element {
-	e := &nft.Element{Set: clusterServicesMap(tier), Key: []nft.Value{{Addr: p.svc}, {Proto: n.Protocol}, {Port: p.port}}, Comment: n.String()}
+	e := &nft.Element{Set: clusterServicesMap(tier), Key: []nft.Value{{Addr: p.svc}, {Proto: n.Protocol}, {Port: p.port}}, Comment: portComment(n)}
 	if side != nil {
 		e.Verdict = &nft.Verdict{Kind: nft.Goto, Chain: sharedChainName(n.Protocol, side.n())}
 	}
