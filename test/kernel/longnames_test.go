@@ -98,26 +98,43 @@ items:
 `)
 }
 
-// TestLongNames starts kproxy on a fresh node whose snapshot holds the
-// example and the long-named service: every service carries traffic, the
-// long-named one included, in both families.
+// TestLongNames: a node whose snapshot holds the example and the
+// long-named service, from the start (a fresh node) or added while kproxy
+// runs (a partial sync): every service carries traffic, the long-named one
+// included, in both families.
 func TestLongNames(t *testing.T) { forEachMode(t, testLongNames) }
 
 func testLongNames(t *testing.T, m proxyMode) {
-	snap := exampleSnapshot(t)
-	snap.addList(t, longNamed())
-	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
-	runProbes(t, c, []probe{
-		// The long-named service: cluster IPs and node port.
-		{from: testerA, network: "tcp", dst: "198.19.0.41:80", servers: web, every: true, peer: peerOwn},
-		{from: nodeA, network: "tcp", dst: "198.19.0.41:80", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
-		{from: testerA, network: "tcp", dst: "[fd00:19::41]:80", servers: dual, every: true, peer: peerOwn},
-		{from: client, network: "tcp", dst: "198.18.0.10:30141", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
-		{from: client, network: "tcp", dst: "[fd00:18::10]:30141", servers: dual, every: true, peer: peerMasq, masqBy: nodeA},
-		// Healthy services beside it.
-		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
-		{from: client, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
-		{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
-		{from: testerA, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerOwn},
-	})
+	for _, tc := range []struct {
+		name    string
+		atStart bool
+	}{{"fresh node", true}, {"running node", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := exampleSnapshot(t)
+			if tc.atStart {
+				snap.addList(t, longNamed())
+			}
+			c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
+			if !tc.atStart {
+				snap.addList(t, longNamed())
+				c.apply(snap)
+				c.waitRules(nodeA, "the long-named service", func(d string) bool {
+					return c.mode.captures(d, "198.19.0.41", "tcp", 80)
+				})
+			}
+			runProbes(t, c, []probe{
+				// The long-named service: cluster IPs and node port.
+				{from: testerA, network: "tcp", dst: "198.19.0.41:80", servers: web, every: true, peer: peerOwn},
+				{from: nodeA, network: "tcp", dst: "198.19.0.41:80", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+				{from: testerA, network: "tcp", dst: "[fd00:19::41]:80", servers: dual, every: true, peer: peerOwn},
+				{from: client, network: "tcp", dst: "198.18.0.10:30141", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+				{from: client, network: "tcp", dst: "[fd00:18::10]:30141", servers: dual, every: true, peer: peerMasq, masqBy: nodeA},
+				// Healthy services beside it.
+				{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
+				{from: client, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+				{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn},
+				{from: testerA, network: "tcp", dst: "[fd00:19::17]:80", servers: dual, every: true, peer: peerOwn},
+			})
+		})
+	}
 }
