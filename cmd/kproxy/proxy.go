@@ -215,7 +215,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	})
 	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 
-	src, err := newSource(o, fromFile, node)
+	src, err := newSource(o, fromFile, node, health)
 	if err != nil {
 		return err
 	}
@@ -256,10 +256,12 @@ func retryInterval(syncPeriod time.Duration) time.Duration {
 	return min(5*time.Second, syncPeriod)
 }
 
-func newSource(o *config.Options, fromFile, node string) (source.Source, error) {
+func newSource(o *config.Options, fromFile, node string, health *server.ProxyHealth) (source.Source, error) {
 	if fromFile != "" {
 		klog.InfoS("Reading cluster state from a file instead of the API server", "path", fromFile)
-		return file.New(fromFile), nil
+		// A broken file keeps its last good objects; /healthz turns
+		// 503 when that lasts the health timeout.
+		return file.New(fromFile, file.Options{OnProblem: health.SourceProblem}), nil
 	}
 	client, err := apiserver.NewClient(o.Kubeconfig, o.Master, o.Config.ClientConnection)
 	if err != nil {
