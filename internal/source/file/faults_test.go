@@ -203,8 +203,10 @@ func TestFileFaults(t *testing.T) {
 		breakIt: func(t *testing.T, path string) { mkfifo(t, path) },
 		reasons: []string{ReasonNotRegular},
 	}, {
-		name:    "oversize",
-		breakIt: func(t *testing.T, path string) { writeFile(t, path, dumpList(t, "2")+strings.Repeat("# padding\n", limit/10)) },
+		name: "oversize",
+		breakIt: func(t *testing.T, path string) {
+			writeFile(t, path, dumpList(t, "2")+strings.Repeat("# padding\n", limit/10))
+		},
 		reasons: []string{ReasonTooLarge},
 	}, {
 		name: "unreadable",
