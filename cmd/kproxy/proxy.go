@@ -227,7 +227,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	})
 	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 
-	src, client, err := newSource(o, fromFile, node)
+	src, client, err := newSource(o, fromFile, node, health)
 	if err != nil {
 		return err
 	}
@@ -278,10 +278,12 @@ func retryInterval(syncPeriod time.Duration) time.Duration {
 
 // newSource returns where cluster state comes from, and the API client
 // when it is the API server.
-func newSource(o *config.Options, fromFile, node string) (source.Source, kubernetes.Interface, error) {
+func newSource(o *config.Options, fromFile, node string, health *server.ProxyHealth) (source.Source, kubernetes.Interface, error) {
 	if fromFile != "" {
 		klog.InfoS("Reading cluster state from a file instead of the API server", "path", fromFile)
-		return file.New(fromFile), nil, nil
+		// A broken file keeps its last good objects; /healthz turns
+		// 503 when that lasts the health timeout.
+		return file.New(fromFile, file.Options{OnProblem: health.SourceProblem}), nil, nil
 	}
 	client, err := apiserver.NewClient(o.Kubeconfig, o.Master, o.Config.ClientConnection)
 	if err != nil {

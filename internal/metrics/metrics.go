@@ -341,6 +341,25 @@ var (
 		Help:      "Number of iptables-restore runs that gave up waiting for the xtables lock",
 	}, []string{LabelIPFamily})
 
+	// SourceFileErrorsTotal counts file-level faults of the --from-file
+	// source, once per fault per read: a snapshot file missing, unreadable,
+	// not a regular file, too large, empty, unparsable or cut short, or a
+	// directory with no snapshot file left. The objects such a file gave
+	// before are kept. reason is one of file.Reasons.
+	SourceFileErrorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: kproxyNamespace,
+		Name:      "source_file_errors_total",
+		Help:      "Number of snapshot file faults (the file's last good objects were kept), by reason",
+	}, []string{LabelReason})
+
+	// SourceFileLastGoodTimestamp is the Unix time of the last read of the
+	// --from-file source in which every file was good.
+	SourceFileLastGoodTimestamp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "source_file_last_good_read_timestamp_seconds",
+		Help:      "The last time every snapshot file of the file source was read without a fault",
+	})
+
 	// Info is always 1; its labels say what this kproxy runs. Set it with
 	// SetInfo.
 	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -396,6 +415,8 @@ func allCollectors() []prometheus.Collector {
 		IPTablesOtherBackendChains,
 		IPTablesLockWait,
 		IPTablesLockTimeoutsTotal,
+		SourceFileErrorsTotal,
+		SourceFileLastGoodTimestamp,
 		Info,
 	}
 }

@@ -52,6 +52,8 @@ var want = []struct {
 	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, "Cumulative proxy rules Service changes", nil, true},
 	{"kproxy_info", dto.MetricType_GAUGE, "Information about the running kproxy: proxy mode, backend and version. Always 1.", []string{"backend", "mode", "version"}, false},
 	{"kproxy_invalid_objects_total", dto.MetricType_COUNTER, "Number of malformed Service, EndpointSlice or Node parts that were skipped", []string{"kind", "reason"}, false},
+	{"kproxy_source_file_errors_total", dto.MetricType_COUNTER, "Number of snapshot file faults (the file's last good objects were kept), by reason", []string{"reason"}, false},
+	{"kproxy_source_file_last_good_read_timestamp_seconds", dto.MetricType_GAUGE, "The last time every snapshot file of the file source was read without a fault", nil, false},
 }
 
 // touchAll gives every vector one series and every kernel counter a reader,
@@ -72,6 +74,7 @@ func touchAll() {
 	ProxyHealthzTotal.WithLabelValues("200").Inc()
 	ProxyLivezTotal.WithLabelValues("503").Inc()
 	InvalidObjectsTotal.WithLabelValues("EndpointSlice", "bad_address").Inc()
+	SourceFileErrorsTotal.WithLabelValues("empty").Inc()
 	SetInfo("nftables", "nft", "v0.0.0-test")
 	one := func(lv ...string) PacketCountReader {
 		return func(context.Context) ([]PacketCount, error) {

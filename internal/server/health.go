@@ -48,6 +48,19 @@ type HealthStatus struct {
 	Healthy bool `json:"healthy"`
 	// Status is the health of each IP family that has synced at least once.
 	Status map[v1.IPFamily]ProxierHealth `json:"status,omitempty"`
+	// Source is set while the source of cluster state reports a problem
+	// (kproxy's own field; see ProxyHealth.SourceProblem).
+	Source *SourceHealth `json:"source,omitempty"`
+}
+
+// SourceHealth is what /healthz says of a failing source of cluster state.
+type SourceHealth struct {
+	// Stale is true once the problem has lasted the health timeout: the
+	// rules may no longer follow the cluster, and the proxy is unhealthy.
+	Stale bool `json:"stale"`
+	// Since is when the problem began; Problem says what it is.
+	Since   time.Time `json:"since"`
+	Problem string    `json:"problem"`
 }
 
 // ProxyHealth tracks whether the proxy applies the changes it receives in
@@ -72,6 +85,10 @@ type ProxyHealth struct {
 	// not (all) in place until a sync succeeds.
 	failed       map[v1.IPFamily]bool
 	nodeEligible bool
+	// sourceProblem is the source's current problem ("" when none) and
+	// sourceSince when it began.
+	sourceProblem string
+	sourceSince   time.Time
 }
 
 // NewProxyHealth returns a ProxyHealth with the given timeout. clk is the
@@ -122,6 +139,21 @@ func (h *ProxyHealth) Failed(family v1.IPFamily) {
 	if _, pending := h.oldestPending[family]; !pending {
 		h.oldestPending[family] = h.clk.Now()
 	}
+}
+
+// SourceProblem records the state of the source of cluster state after
+// each of its reads: problem is "" when the read was good, else one line
+// saying what is wrong (the --from-file source keeps the last good objects
+// of a broken file, so the rules stay but stop following changes). When a
+// problem has lasted the health timeout, the proxy is unhealthy and
+// /healthz says the source is stale; a good read makes it healthy again.
+func (h *ProxyHealth) SourceProblem(problem string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if problem != "" && h.sourceProblem == "" {
+		h.sourceSince = h.clk.Now()
+	}
+	h.sourceProblem = problem
 }
 
 // SyncNode updates node eligibility from this node's Node object. A node
@@ -198,6 +230,16 @@ func (h *ProxyHealth) health(strict bool) HealthStatus {
 		if !healthy {
 			st.Healthy = false
 			st.Status[family] = ProxierHealth{Healthy: false}
+		}
+	}
+	// A stale source turns /healthz only: restarting the proxy would not
+	// repair the file, and a kproxy that cannot read it at start refuses
+	// to start, so /livez must not get it restarted.
+	if h.sourceProblem != "" {
+		stale := now.Sub(h.sourceSince) >= h.healthTimeout
+		st.Source = &SourceHealth{Stale: stale, Since: h.sourceSince, Problem: h.sourceProblem}
+		if stale && strict {
+			st.Healthy = false
 		}
 	}
 	return st

@@ -257,9 +257,13 @@ type kcluster struct {
 	// snapPath is the snapshot file kproxy reads; it sits alone in its
 	// directory (kproxy watches the directory).
 	snapPath string
-	logDir   string
-	kproxy   map[string]*netns.Process
-	servers  map[string][]*netns.EchoServer
+	// fromDir makes kproxy read snapPath's directory, not the file.
+	fromDir bool
+	// args are added to kproxy's flags after the mode's.
+	args    []string
+	logDir  string
+	kproxy  map[string]*netns.Process
+	servers map[string][]*netns.EchoServer
 	// bin is the kproxy binary (kproxyBin unless clusterOptions say).
 	bin string
 }
@@ -273,6 +277,10 @@ type clusterOptions struct {
 	kproxyOn []string
 	// bin is the kproxy binary to run; "" means kproxyBin.
 	bin string
+	// fromDir gives kproxy the snapshot's directory (--from-file DIR).
+	fromDir bool
+	// args are more kproxy flags.
+	args []string
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -292,6 +300,8 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		Cluster: netns.NewCluster(t, clusterSpec(pods)),
 		t:       t,
 		mode:    o.mode,
+		fromDir: o.fromDir,
+		args:    o.args,
 		logDir:  t.TempDir(),
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},
@@ -341,6 +351,10 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	if flag == "" {
 		flag = c.mode.name
 	}
+	from := c.snapPath
+	if c.fromDir {
+		from = filepath.Dir(c.snapPath)
+	}
 	var argv []string
 	if len(c.mode.env) > 0 {
 		argv = append([]string{"env"}, c.mode.env...)
@@ -348,12 +362,12 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	return append(append(argv, c.bin,
 		"--proxy-mode", flag,
 		"--hostname-override", node,
-		"--from-file", c.snapPath,
+		"--from-file", from,
 		"--cluster-cidr", clusterCIDR,
 		"--healthz-bind-address", netip.AddrPortFrom(n.Addr(clientIP), 10256).String(),
 		"--metrics-bind-address", "127.0.0.1:10249",
 		"-v", "2",
-	), c.mode.args...)
+	), append(slices.Clone(c.mode.args), c.args...)...)
 }
 
 func (c *kcluster) startKproxy(node string) {

@@ -103,7 +103,7 @@ func (d *discard) Synced()                                       {}
 // it against the current one (which must deliver nothing).
 func BenchmarkReread(b *testing.B) {
 	path := writeSnapshot(b, 10000)
-	cur := initialState(path, &discard{})
+	cur := (&fileSource{path: path}).initialState(fileOptions, &discard{})
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -137,7 +137,7 @@ func BenchmarkStateHeap(b *testing.B) {
 			for range b.N {
 				before := liveHeap()
 				h := tc.handler()
-				st := initialState(path, h)
+				st := (&fileSource{path: path}).initialState(fileOptions, h)
 				after := liveHeap()
 				runtime.KeepAlive(st)
 				runtime.KeepAlive(h)
@@ -157,9 +157,12 @@ func liveHeap() uint64 {
 	return m.HeapInuse
 }
 
+// fileOptions reads a single file as the source does.
+var fileOptions = loadOptions{limit: maxFileSize}
+
 // reread does what Run does on a change of a file that stays readable.
 func reread(cur *state, path string, h model.EventHandler) (*state, []error) {
-	_, errs, res := load(path, cur)
+	_, errs, res := load(path, fileOptions, cur)
 	deliverDiff(cur, res.state, res.objects, h)
 	return res.state, errs
 }

@@ -5,3 +5,5 @@ package file
 import "os"
 
 func inodeOf(os.FileInfo) uint64 { return 0 }
+
+const openNonblock = 0

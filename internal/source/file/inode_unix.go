@@ -15,3 +15,7 @@ func inodeOf(st os.FileInfo) uint64 {
 	}
 	return 0
 }
+
+// openNonblock makes opening a FIFO return at once instead of waiting for
+// a writer (readFile refuses it right after, through the descriptor).
+const openNonblock = syscall.O_NONBLOCK

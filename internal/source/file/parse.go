@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,27 +125,41 @@ var apiVersions = map[string]string{
 func Parse(name string, data []byte) (*Objects, []error) {
 	c := newCollector()
 	c.parse(name, data)
+	c.logErrors()
 	return c.objs, c.errs
 }
 
 // Load reads path: a file, or a directory of which every *.yaml, *.yml and
 // *.json file (not in subdirectories, not hidden: names starting with "."
 // are skipped, as editors and ConfigMap volumes keep their own files there)
-// is read in name order. Errors are as in Parse, plus one for each file
-// that could not be read; an object found twice, in one file or two, is
-// kept the first time and reported the second.
+// is read in name order. Errors are as in Parse, plus a *FileError for each
+// file that cannot be used as a whole (see faults.go): such a file gives
+// no object. An object found twice, in one file or two, is kept the first
+// time and reported the second.
 func Load(path string) (*Objects, []error) {
-	objs, errs, _ := load(path, nil)
+	st, err := os.Stat(path)
+	if err != nil {
+		return &Objects{}, []error{statError(path, err)}
+	}
+	objs, errs, _ := load(path, loadOptions{dir: st.IsDir(), limit: maxFileSize}, nil)
 	return objs, errs
+}
+
+// loadOptions say how to read a path.
+type loadOptions struct {
+	// dir is set when path is read as a directory. The watcher fixes it
+	// when it starts: a directory where the file was is a fault, not a
+	// new kind of source.
+	dir bool
+	// limit is the largest file accepted, in bytes.
+	limit int64
 }
 
 // loadResult says, for a watcher, what load saw besides objects and errors.
 type loadResult struct {
-	// unreadable is set when path or one of its files could not be read:
-	// a file may be in the middle of being replaced.
-	unreadable bool
-	// empty lists the files that were empty (or held only comments).
-	empty []string
+	// faults are the files that could not be used as a whole; what they
+	// gave in prev is in state again, unchanged.
+	faults []*FileError
 	// state has an entry (digest, file, deletion stub) for every object
 	// kept.
 	state *state
@@ -156,57 +171,91 @@ type loadResult struct {
 // it was put in prev (same key, same digest) is not decoded again: its
 // entry is taken from prev, and it is neither in Objects nor in
 // loadResult.objects. prev may be nil.
-func load(path string, prev *state) (*Objects, []error, loadResult) {
+//
+// A file with a fault gives no object; its entries in prev are kept in
+// the result's state as they were (unless another file now has the same
+// object), so that comparing prev with the result deletes nothing of it.
+// A fault of the path itself (missing, not a directory or file as it was,
+// a directory without snapshot files) keeps all of prev.
+func load(path string, o loadOptions, prev *state) (*Objects, []error, loadResult) {
 	c := newCollector()
 	c.prev = prev
 	res := loadResult{state: c.state, objects: c.byKey}
-	files, err := filesOf(path)
-	if err != nil {
-		res.unreadable = true
-		c.fail(err)
+	files, fault := filesOf(path, o.dir)
+	if fault != nil {
+		res.faults = append(res.faults, fault)
+		c.errs = append(c.errs, fault)
+		res.state = keepAll(prev)
 		return c.objs, c.errs, res
 	}
+	bad := map[string]bool{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			res.unreadable = true
-			c.fail(err)
-			continue
+		data, fault := readFile(f, o.limit)
+		if fault == nil {
+			fault = c.parseFile(f, data)
 		}
-		if isBlank(data) {
-			res.empty = append(res.empty, f)
+		if fault != nil {
+			bad[f] = true
+			res.faults = append(res.faults, fault)
+			c.errs = append(c.errs, fault)
 		}
-		c.parse(f, data)
+	}
+	if prev != nil && len(bad) > 0 {
+		for _, kind := range []string{"Node", "Service", "EndpointSlice"} {
+			for k, e := range prev.of(kind) {
+				if _, now := c.state.of(kind)[k]; bad[e.file] && !now {
+					c.state.of(kind)[k] = e
+				}
+			}
+		}
 	}
 	return c.objs, c.errs, res
 }
 
-// filesOf returns path if it is a file, or the files Load reads in it if it
-// is a directory.
-func filesOf(path string) ([]string, error) {
+// keepAll returns a copy of prev (an empty state if nil).
+func keepAll(prev *state) *state {
+	s := newState()
+	if prev != nil {
+		maps.Copy(s.services, prev.services)
+		maps.Copy(s.slices, prev.slices)
+		maps.Copy(s.nodes, prev.nodes)
+	}
+	return s
+}
+
+// filesOf returns the files to read: path itself when dir is false, else
+// the snapshot files (by name: wantedFile) in the directory path, in name
+// order, whatever their type: readFile refuses those that are not regular
+// files, so that a directory or FIFO put where a file was is a fault of
+// that file rather than its removal. A fault of the path itself is
+// returned as such.
+func filesOf(path string, dir bool) ([]string, *FileError) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, statError(path, err)
+	}
+	if !dir {
+		// readFile checks the type.
+		return []string{path}, nil
 	}
 	if !st.IsDir() {
-		return []string{path}, nil
+		return nil, fileError(path, ReasonNotRegular, errors.New("no longer a directory"))
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
-		return nil, err
+		return nil, statError(path, err)
 	}
 	var files []string
 	for _, e := range entries {
-		if !wantedFile(e.Name()) {
-			continue
+		if wantedFile(e.Name()) {
+			files = append(files, filepath.Join(path, e.Name()))
 		}
-		full := filepath.Join(path, e.Name())
-		// Follow symlinks (ConfigMap volumes are made of them), skip
-		// directories and anything that vanished meanwhile.
-		if st, err := os.Stat(full); err != nil || !st.Mode().IsRegular() {
-			continue
-		}
-		files = append(files, full)
+	}
+	if len(files) == 0 {
+		// Removing one file of several removes its objects; removing
+		// them all is far more likely a mistake (or a directory being
+		// replaced) than a wish to drop every service of the node.
+		return nil, fileError(path, ReasonNoFiles, errors.New("no snapshot file (*.yaml, *.yml, *.json) left in the directory"))
 	}
 	return files, nil
 }
@@ -236,27 +285,77 @@ func (k objectKey) String() string {
 
 // collector gathers objects and errors across the files of one load.
 type collector struct {
-	objs  *Objects
-	errs  []error
-	seen  map[objectKey]string // where each object was first found
-	state *state               // an entry for each object kept
-	prev  *state               // objects not to decode again, or nil
-	byKey map[objectKey]any    // the objects kept
+	objs   *Objects
+	errs   []error
+	logged int                  // errs[:logged] are in the log
+	seen   map[objectKey]string // where each object was first found
+	state  *state               // an entry for each object kept
+	prev   *state               // objects not to decode again, or nil
+	byKey  map[objectKey]any    // the objects kept
+
+	// Of the file being parsed: the objects it added (to take them back
+	// when the file turns out to be broken), the documents it has, and
+	// the first problem that makes the whole file unusable.
+	added []objectKey
+	docs  int
+	fatal *FileError
 }
 
 func newCollector() *collector {
 	return &collector{objs: &Objects{}, seen: map[objectKey]string{}, state: newState(), byKey: map[objectKey]any{}}
 }
 
-func (c *collector) fail(err error) {
-	klog.ErrorS(err, "Cannot read object file")
-	c.errs = append(c.errs, err)
+func (c *collector) bad(e *DocumentError) {
+	c.errs = append(c.errs, e)
 }
 
-func (c *collector) bad(e *DocumentError) {
-	klog.ErrorS(e.Err, "Skipping object", "file", e.File, "line", e.Line, "document", e.Document, "item", e.Item,
-		"kind", e.Kind, "namespace", e.Namespace, "name", e.Name)
-	c.errs = append(c.errs, e)
+// badFile reports a document error that makes the whole file unusable
+// (see parseFile) under reason.
+func (c *collector) badFile(reason string, e *DocumentError) {
+	if c.fatal == nil {
+		c.fatal = fileError(e.File, reason, e)
+	}
+	c.bad(e)
+}
+
+// logErrors logs the errors not logged yet.
+func (c *collector) logErrors() {
+	for _, err := range c.errs[c.logged:] {
+		if e, ok := err.(*DocumentError); ok {
+			klog.ErrorS(e.Err, "Skipping object", "file", e.File, "line", e.Line, "document", e.Document, "item", e.Item,
+				"kind", e.Kind, "namespace", e.Namespace, "name", e.Name)
+		}
+	}
+	c.logged = len(c.errs)
+}
+
+// parseFile parses one whole file and returns its fault, if the file as a
+// whole cannot be used: it has no document (empty), a document that is
+// not YAML or JSON, not an object, or names no kind at its top level
+// (kubectl writes a List's kind after its items, so a dump cut short lost
+// it). Then everything it gave is taken back and its document errors are
+// not reported (the fault names the first). Otherwise its objects are
+// kept and the errors of single objects are logged.
+func (c *collector) parseFile(name string, data []byte) *FileError {
+	nServices, nSlices, nNodes, nErrs := len(c.objs.Services), len(c.objs.EndpointSlices), len(c.objs.Nodes), len(c.errs)
+	c.added, c.docs, c.fatal = nil, 0, nil
+	c.parse(name, data)
+	fault := c.fatal
+	if fault == nil && c.docs == 0 {
+		fault = fileError(name, ReasonEmpty, errors.New("empty file: no document"))
+	}
+	if fault == nil {
+		c.logErrors()
+		return nil
+	}
+	for _, k := range c.added {
+		delete(c.seen, k)
+		delete(c.byKey, k)
+		delete(c.state.of(k.Kind), k)
+	}
+	c.objs.Services, c.objs.EndpointSlices, c.objs.Nodes = c.objs.Services[:nServices], c.objs.EndpointSlices[:nSlices], c.objs.Nodes[:nNodes]
+	c.errs, c.logged = c.errs[:nErrs], nErrs
+	return fault
 }
 
 // document is one YAML document or JSON value of a file.
@@ -291,11 +390,13 @@ func (c *collector) parse(name string, data []byte) {
 		index++
 		doc := &document{file: name, index: index, line: chunk.line + leadingBlankLines(chunk.text), text: chunk.text}
 		j, err := yaml.YAMLToJSON(chunk.text)
+		c.docs++
 		if err != nil {
-			c.bad(&DocumentError{File: name, Document: index, Item: -1, Line: doc.line, Err: syntaxError(chunk, err)})
+			c.badFile(ReasonUnparsable, &DocumentError{File: name, Document: index, Item: -1, Line: doc.line, Err: syntaxError(chunk, err)})
 			continue
 		}
 		if string(j) == "null" {
+			c.docs--
 			continue
 		}
 		doc.json = j
@@ -322,9 +423,10 @@ func (c *collector) parseJSON(name string, data []byte) {
 		if err != nil {
 			// A JSON stream cannot be resynchronized after a syntax
 			// error: the rest of the file is lost.
-			c.bad(&DocumentError{File: name, Document: index, Item: -1, Line: line, Err: fmt.Errorf("invalid JSON, rest of the file skipped: %w", err)})
+			c.badFile(ReasonUnparsable, &DocumentError{File: name, Document: index, Item: -1, Line: line, Err: fmt.Errorf("invalid JSON, rest of the file skipped: %w", err)})
 			return
 		}
+		c.docs++
 		c.document(&document{file: name, index: index, line: line, text: data[start:dec.InputOffset()], json: raw})
 	}
 }
@@ -336,6 +438,7 @@ type header struct {
 	APIVersion, Kind, Namespace, Name string
 	Items                             []json.RawMessage
 	IsList                            bool
+	hasItems                          bool // an items field, List or not
 }
 
 func readHeader(raw []byte) (header, error) {
@@ -351,6 +454,7 @@ func readHeader(raw []byte) (header, error) {
 		_ = json.Unmarshal(meta["name"], &h.Name)
 		_ = json.Unmarshal(meta["namespace"], &h.Namespace)
 	}
+	_, h.hasItems = top["items"]
 	if items, ok := top["items"]; ok && strings.HasSuffix(h.Kind, "List") {
 		h.IsList = true
 		if string(items) != "null" {
@@ -365,7 +469,17 @@ func readHeader(raw []byte) (header, error) {
 func (c *collector) document(doc *document) {
 	h, err := readHeader(doc.json)
 	if err != nil {
-		c.bad(&DocumentError{File: doc.file, Document: doc.index, Item: -1, Line: doc.line, Kind: h.Kind, Name: h.Name, Err: err})
+		c.badFile(ReasonUnparsable, &DocumentError{File: doc.file, Document: doc.index, Item: -1, Line: doc.line, Kind: h.Kind, Name: h.Name, Err: err})
+		return
+	}
+	if h.Kind == "" {
+		// What the document was meant to hold is unknown. A kubectl
+		// List ends with its kind: one with items and no kind was cut.
+		reason, err := ReasonUnparsable, errors.New("no kind")
+		if h.hasItems {
+			reason, err = ReasonTruncated, errors.New("no kind, but items: a List cut short (kubectl writes kind: List after the items)")
+		}
+		c.badFile(reason, &DocumentError{File: doc.file, Document: doc.index, Item: -1, Line: doc.line, Namespace: h.Namespace, Name: h.Name, Err: err})
 		return
 	}
 	if !h.IsList {
@@ -431,6 +545,7 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 				return
 			}
 			c.seen[key] = pos
+			c.added = append(c.added, key)
 			old.file = doc.file
 			c.state.of(h.Kind)[key] = old
 			return
@@ -464,6 +579,7 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 		return
 	}
 	c.seen[key] = pos
+	c.added = append(c.added, key)
 	c.byKey[key] = obj
 	e := entry{sum: sum, file: doc.file}
 	switch o := obj.(type) {

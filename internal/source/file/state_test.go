@@ -269,7 +269,7 @@ func TestDeletionsReachTracker(t *testing.T) {
 // collected).
 func TestStateDropsObjects(t *testing.T) {
 	path := writeSnapshot(t, 200)
-	objs, _, res := load(path, nil)
+	objs, _, res := load(path, fileOptions, nil)
 	var live atomic.Int64
 	track := func(p any) {
 		live.Add(1)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/source"
 )
@@ -38,8 +39,22 @@ type fileSource struct {
 	path     string
 	poll     time.Duration
 	debounce time.Duration
+	limit    int64 // largest file read, in bytes
+	opts     Options
 	// reloads counts rereads (tests check that unrelated files cause none).
 	reloads atomic.Int64
+	// faulty is set while the last read had a file-level fault.
+	faulty bool
+}
+
+// Options tune the source.
+type Options struct {
+	// OnProblem, when set, is called after every read of the files, from
+	// Run's goroutine: with "" when every file was good, else with one
+	// line naming the first file with a fault and what is wrong with it.
+	// The proxy gives it to its health check, which reports the source
+	// as stale when the problem lasts.
+	OnProblem func(problem string)
 }
 
 // New returns a Source that reads path (a file or a directory, see Load)
@@ -55,15 +70,23 @@ type fileSource struct {
 // Changes are noticed through inotify on the directory that holds the file
 // (editors and ConfigMap volumes replace files by renaming, which a watch
 // on the file itself would not follow) and, as a fallback, by checking the
-// files every few seconds. A file that cannot be read, or one that had
-// objects and is now empty (as while `kubectl get ... > file` runs), does
-// not delete anything at once: the read is retried, and an empty file is
-// taken as empty only when it still is one poll interval later.
+// files every few seconds.
 //
-// Run fails if path cannot be read at start; objects that cannot be used
-// are logged and skipped, as in Parse.
-func New(path string) source.Source {
-	return &fileSource{path: path, poll: defaultPoll, debounce: defaultDebounce}
+// A file that cannot be used as a whole (faults.go: missing, unreadable,
+// not a regular file, too large, empty, not YAML or JSON, cut short) and,
+// in directory mode, a directory left without any snapshot file, delete
+// nothing: what they gave before is kept until they are good again. Each
+// such read is logged (naming the file and the problem) and counted in
+// kproxy_source_file_errors_total, and o.OnProblem is told. Removing one
+// file of several in directory mode does delete its objects: that is how
+// an operator removes them. Writers should replace files atomically
+// (write a temporary file, then rename it over the old one).
+//
+// Run fails if path does not exist at start, or is neither a regular file
+// nor a directory; whether it is a file or a directory is fixed then.
+// Objects that cannot be used are logged and skipped, as in Parse.
+func New(path string, o Options) source.Source {
+	return &fileSource{path: path, poll: defaultPoll, debounce: defaultDebounce, limit: maxFileSize, opts: o}
 }
 
 // state is what the handler was last given, reduced to what the next
@@ -139,13 +162,21 @@ func nodeStub(k objectKey, _ entry) *v1.Node {
 
 // Run implements source.Source.
 func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
-	if _, err := filesOf(s.path); err != nil {
+	st, err := os.Stat(s.path)
+	if err != nil {
 		return fmt.Errorf("file source: %w", err)
 	}
+	if !st.IsDir() && !st.Mode().IsRegular() {
+		return fmt.Errorf("file source: %w", notRegular(s.path, st.Mode()))
+	}
+	if s.limit == 0 {
+		s.limit = maxFileSize
+	}
+	opts := loadOptions{dir: st.IsDir(), limit: s.limit}
 	dir := s.path
-	single := false
-	if st, err := os.Stat(s.path); err == nil && !st.IsDir() {
-		dir, single = filepath.Dir(s.path), true
+	single := !st.IsDir()
+	if single {
+		dir = filepath.Dir(s.path)
 	}
 	// relevant tells whether an event in the watched directory concerns
 	// the snapshot: its own file, or (directory mode) a file Load reads.
@@ -157,14 +188,16 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		if single {
 			return base == filepath.Base(s.path)
 		}
-		// ConfigMap volumes switch files by renaming the "..data" link.
-		return wantedFile(base) || strings.HasPrefix(base, "..")
+		// ConfigMap volumes switch files by renaming the "..data" link;
+		// the directory itself may be removed.
+		return wantedFile(base) || strings.HasPrefix(base, "..") || filepath.Clean(name) == filepath.Clean(s.path)
 	}
 
 	// Watch before the first read, so that a change made while reading is
 	// not missed.
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
+	var watcher *fsnotify.Watcher
 	if w, err := fsnotify.NewWatcher(); err != nil {
 		klog.ErrorS(err, "Cannot watch files, polling only", "path", s.path, "interval", s.poll)
 	} else {
@@ -172,19 +205,16 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		if err := w.Add(dir); err != nil {
 			klog.ErrorS(err, "Cannot watch directory, polling only", "directory", dir, "interval", s.poll)
 		} else {
-			events, watchErrs = w.Events, w.Errors
+			events, watchErrs, watcher = w.Events, w.Errors, w
 		}
 	}
 
-	stamp := stampOf(s.path)
-	cur := initialState(s.path, h)
+	stamp := stampOf(s.path, opts.dir)
+	cur := s.initialState(opts, h)
 
 	var (
 		debounce = time.NewTimer(0)
 		poll     = time.NewTicker(s.poll)
-		// emptySince is when a file that had objects was first seen
-		// empty; zero when none is.
-		emptySince time.Time
 	)
 	<-debounce.C
 	defer debounce.Stop()
@@ -192,27 +222,20 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 
 	reload := func(why string) {
 		s.reloads.Add(1)
-		now := time.Now()
-		newStamp := stampOf(s.path)
-		_, errs, res := load(s.path, cur)
-		if res.unreadable {
-			klog.V(2).InfoS("Cannot read all files, keeping the previous state until the next change", "path", s.path, "trigger", why)
-			return
-		}
-		if f := emptiedFile(cur, res); f != "" {
-			if emptySince.IsZero() {
-				emptySince = now
-			}
-			if now.Sub(emptySince) < s.poll {
-				klog.V(2).InfoS("File is empty, waiting for it to be written", "file", f)
-				return
+		if watcher != nil && s.faulty {
+			// The watched directory may have been removed and made
+			// again: the old watch is gone with it. Adding a watch
+			// that exists changes nothing.
+			if err := watcher.Add(dir); err != nil {
+				klog.V(4).InfoS("Cannot watch directory yet", "directory", dir, "err", err)
 			}
 		}
-		emptySince = time.Time{}
-		stamp = newStamp
+		stamp = stampOf(s.path, opts.dir)
+		_, errs, res := load(s.path, opts, cur)
 		n := deliverDiff(cur, res.state, res.objects, h)
 		cur = res.state
-		klog.V(2).InfoS("Reread object files", "path", s.path, "trigger", why, "changes", n, "errors", len(errs))
+		s.report(res.faults)
+		klog.V(2).InfoS("Reread object files", "path", s.path, "trigger", why, "changes", n, "errors", len(errs), "fileFaults", len(res.faults))
 	}
 
 	for {
@@ -240,35 +263,41 @@ func (s *fileSource) Run(ctx context.Context, h model.EventHandler) error {
 		case <-debounce.C:
 			reload("change notification")
 		case <-poll.C:
-			if !emptySince.IsZero() || !slices.Equal(stamp, stampOf(s.path)) {
+			if !slices.Equal(stamp, stampOf(s.path, opts.dir)) {
 				reload("poll")
 			}
 		}
 	}
 }
 
-// initialState reads path and gives everything to h, as Run does at start.
-func initialState(path string, h model.EventHandler) *state {
-	objs, errs, res := load(path, nil)
-	klog.InfoS("Read objects from files", "path", path, "services", len(objs.Services),
-		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
+// initialState reads the path and gives everything to h, as Run does at
+// start.
+func (s *fileSource) initialState(o loadOptions, h model.EventHandler) *state {
+	objs, errs, res := load(s.path, o, nil)
+	klog.InfoS("Read objects from files", "path", s.path, "services", len(objs.Services),
+		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs), "fileFaults", len(res.faults))
 	objs.Feed(h)
+	s.report(res.faults)
 	return res.state
 }
 
-// emptiedFile returns a file that is empty now but gave objects last time
-// that are now nowhere (an object moved to another file does not count).
-func emptiedFile(cur *state, res loadResult) string {
-	for _, f := range res.empty {
-		for _, m := range []map[objectKey]entry{cur.services, cur.slices, cur.nodes} {
-			for key, e := range m {
-				if _, still := res.state.of(key.Kind)[key]; e.file == f && !still {
-					return f
-				}
-			}
+// report logs and counts the faults of one read and tells OnProblem.
+func (s *fileSource) report(faults []*FileError) {
+	for _, f := range faults {
+		klog.ErrorS(f.Err, "Snapshot file cannot be used, keeping the objects it gave before (nothing deleted)",
+			"file", f.File, "reason", f.Reason)
+	}
+	countFaults(faults)
+	if len(faults) == 0 {
+		metrics.SourceFileLastGoodTimestamp.SetToCurrentTime()
+		if s.faulty {
+			klog.InfoS("Snapshot files are good again", "path", s.path)
 		}
 	}
-	return ""
+	s.faulty = len(faults) > 0
+	if s.opts.OnProblem != nil {
+		s.opts.OnProblem(problemOf(faults))
+	}
 }
 
 // deliverDiff gives h what changed from cur to next and returns how many
@@ -317,14 +346,17 @@ func deletions[T any](cur, next map[objectKey]entry, stub func(objectKey, entry)
 // fileStamp identifies one version of a file without reading it.
 type fileStamp struct {
 	name  string
+	mode  os.FileMode
 	size  int64
 	mtime int64 // nanoseconds
 	inode uint64
 }
 
-// stampOf stamps the files Load would read; an unreadable path gives nil.
-func stampOf(path string) []fileStamp {
-	files, err := filesOf(path)
+// stampOf stamps the files load would read, of any type (a FIFO put where
+// a file was, or taken away again, is a change); a path with a fault of
+// its own gives nil.
+func stampOf(path string, dir bool) []fileStamp {
+	files, err := filesOf(path, dir)
 	if err != nil {
 		return nil
 	}
@@ -332,9 +364,10 @@ func stampOf(path string) []fileStamp {
 	for _, f := range files {
 		st, err := os.Stat(f)
 		if err != nil {
+			out = append(out, fileStamp{name: f})
 			continue
 		}
-		out = append(out, fileStamp{name: f, size: st.Size(), mtime: st.ModTime().UnixNano(), inode: inodeOf(st)})
+		out = append(out, fileStamp{name: f, mode: st.Mode(), size: st.Size(), mtime: st.ModTime().UnixNano(), inode: inodeOf(st)})
 	}
 	return out
 }
