@@ -208,6 +208,7 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 		in := &nftables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
+		writeContested(out, st)
 		for _, c := range plan.Conflicts {
 			// A conflict names services: made safe so that a name cannot
 			// end the comment line and add lines of its own.
@@ -239,6 +240,16 @@ func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname
 		o.NodeIPs = []netip.Addr{ip}
 	}
 	return o
+}
+
+// writeContested prints, as comments, every address a service port of st
+// claims but another keeps. Names are quoted: a comment line must stay one
+// line whatever a file snapshot holds.
+func writeContested(out io.Writer, st *model.State) {
+	for _, l := range st.Lost() {
+		q := strconv.Quote(l.String())
+		_, _ = fmt.Fprintf(out, "# contested: %s\n", q[1:len(q)-1])
+	}
 }
 
 // renderIPTables prints, per family, the input of iptables-restore
@@ -280,6 +291,7 @@ func renderIPTables(out io.Writer, o *config.Options, rf renderFlags, states []*
 		}
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d endpoints: %s-%s-restore --noflush on a fresh node, %s (%d nat and %d filter rules)\n",
 			st.Family, plan.ServicePorts, plan.Endpoints, bin, backend, runs, plan.NATRules, plan.FilterRules)
+		writeContested(out, st)
 		if _, err := io.WriteString(out, plan.Text()); err != nil {
 			return err
 		}

@@ -312,6 +312,16 @@ var (
 		Help:      "Number of service ports not programmed because the kernel refused their rules",
 	}, []string{LabelIPFamily})
 
+	// ContestedAddresses is the number of claims on a frontend (an IP,
+	// protocol and port, or a node port) that a service port currently
+	// loses to another one, by the kind of the losing claim ("clusterIP",
+	// "externalIP", "loadBalancerIP", "nodePort"); see model/resolve.go.
+	ContestedAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "contested_addresses",
+		Help:      "Number of service port claims on an address that another service port holds, by the kind of the losing claim",
+	}, []string{LabelIPFamily, LabelKind})
+
 	// IPTablesOtherBackendChains is the number of kube-proxy chains found
 	// in the iptables backend kproxy does not use (checked at start and at
 	// every full sync). Rules of both backends run on every packet, legacy
@@ -412,6 +422,7 @@ func allCollectors() []prometheus.Collector {
 		InvalidObjectsTotal,
 		RefusedServicePortsTotal,
 		RefusedServicePorts,
+		ContestedAddresses,
 		IPTablesOtherBackendChains,
 		IPTablesLockWait,
 		IPTablesLockTimeoutsTotal,

@@ -50,6 +50,7 @@ var want = []struct {
 	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, "Number of services with a Local traffic policy and no endpoints", []string{"ip_family", "traffic_policy"}, true},
 	{"kubeproxy_sync_proxy_rules_service_changes_pending", dto.MetricType_GAUGE, "Pending proxy rules Service changes", nil, true},
 	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, "Cumulative proxy rules Service changes", nil, true},
+	{"kproxy_contested_addresses", dto.MetricType_GAUGE, "Number of service port claims on an address that another service port holds, by the kind of the losing claim", []string{"ip_family", "kind"}, false},
 	{"kproxy_info", dto.MetricType_GAUGE, "Information about the running kproxy: proxy mode, backend and version. Always 1.", []string{"backend", "mode", "version"}, false},
 	{"kproxy_invalid_objects_total", dto.MetricType_COUNTER, "Number of malformed Service, EndpointSlice or Node parts that were skipped", []string{"kind", "reason"}, false},
 	{"kproxy_source_file_errors_total", dto.MetricType_COUNTER, "Number of snapshot file faults (the file's last good objects were kept), by reason", []string{"reason"}, false},
@@ -75,6 +76,7 @@ func touchAll() {
 	ProxyLivezTotal.WithLabelValues("503").Inc()
 	InvalidObjectsTotal.WithLabelValues("EndpointSlice", "bad_address").Inc()
 	SourceFileErrorsTotal.WithLabelValues("empty").Inc()
+	ContestedAddresses.WithLabelValues("IPv4", "nodePort").Set(1)
 	SetInfo("nftables", "nft", "v0.0.0-test")
 	one := func(lv ...string) PacketCountReader {
 		return func(context.Context) ([]PacketCount, error) {

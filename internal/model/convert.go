@@ -152,6 +152,11 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 		}
 	}
 
+	var created int64
+	if !svc.CreationTimestamp.IsZero() {
+		created = svc.CreationTimestamp.Unix()
+	}
+
 	out := map[v1.IPFamily]map[ServicePortName]*ServicePort{}
 	seen := sets.New[ServicePortName]()
 	for i, sp := range svc.Spec.Ports {
@@ -206,6 +211,7 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 				ExternalPolicyLocal:      externalLocal,
 				InternalPolicyLocal:      internalLocal,
 				HealthCheckNodePort:      hcPort,
+				Created:                  created,
 			}
 		}
 	}

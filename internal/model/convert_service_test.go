@@ -729,6 +729,7 @@ func TestServicePortEqual(t *testing.T) {
 		"ExternalPolicyLocal":      func(p *ServicePort) { p.ExternalPolicyLocal = true },
 		"InternalPolicyLocal":      func(p *ServicePort) { p.InternalPolicyLocal = true },
 		"HealthCheckNodePort":      func(p *ServicePort) { p.HealthCheckNodePort = 31000 },
+		"Created":                  func(p *ServicePort) { p.Created = 1767225600 },
 	}
 	typ := reflect.TypeOf(ServicePort{})
 	for i := 0; i < typ.NumField(); i++ {

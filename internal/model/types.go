@@ -123,6 +123,11 @@ type ServicePort struct {
 	ExternalPolicyLocal bool
 	InternalPolicyLocal bool
 	HealthCheckNodePort int32
+
+	// Created is the Service's metadata.creationTimestamp in Unix
+	// seconds (0: unknown). It decides who keeps an address two services
+	// claim (see resolve.go), not how the port is programmed.
+	Created int64
 }
 
 // SessionAffinity reports whether ClientIP affinity is on.
@@ -174,7 +179,7 @@ func (p *ServicePort) Equal(o *ServicePort) bool {
 		p.StickyMaxAgeSeconds == o.StickyMaxAgeSeconds &&
 		p.ExternalPolicyLocal == o.ExternalPolicyLocal &&
 		p.InternalPolicyLocal == o.InternalPolicyLocal &&
-		p.HealthCheckNodePort == o.HealthCheckNodePort
+		p.HealthCheckNodePort == o.HealthCheckNodePort && p.Created == o.Created
 }
 
 // Endpoint is one backend of a service port.

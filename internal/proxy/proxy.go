@@ -183,6 +183,13 @@ func (l *Loop) Sync(ctx context.Context) error {
 	}
 	for f, st := range l.states {
 		l.pending[f].Insert(st.Apply(u.Families[f]).UnsortedList()...)
+		// Each lost claim was logged once by Apply; count it once too.
+		if n := len(st.NewlyLost()); n > 0 {
+			metrics.InvalidObjectsTotal.WithLabelValues("Service", "contested").Add(float64(n))
+		}
+		for kind, n := range st.Contested() {
+			metrics.ContestedAddresses.WithLabelValues(string(f), kind.String()).Set(float64(n))
+		}
 	}
 	for f := range l.triggers {
 		for svc, t := range u.TriggerTimes {

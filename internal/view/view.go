@@ -34,6 +34,18 @@ type SkippedEntry struct {
 type FamilyView struct {
 	Family   v1.IPFamily   `json:"family"`
 	Services []ServiceView `json:"services"`
+	// Contested lists the addresses a service port claims but another
+	// one keeps (see model/resolve.go); the loser is skipped for them.
+	Contested []ContestedView `json:"contested,omitempty"`
+}
+
+// ContestedView is one lost claim on an address.
+type ContestedView struct {
+	ServicePort string `json:"servicePort"`
+	Claim       string `json:"claim"`
+	Address     string `json:"address"`
+	KeptBy      string `json:"keptBy"`
+	KeptAs      string `json:"keptAs"`
 }
 
 // ServiceView is one service port.
@@ -75,6 +87,10 @@ func Build(states []*model.State, node *model.Node, nodeName string) *Snapshot {
 		fv := FamilyView{Family: st.Family}
 		for _, n := range st.SortedNames() {
 			fv.Services = append(fv.Services, service(st.Services[n], st.Endpoints[n], nodeName, node.Zone()))
+		}
+		for _, l := range st.Lost() {
+			fv.Contested = append(fv.Contested, ContestedView{ServicePort: l.Loser.String(), Claim: l.LoserKind.String(),
+				Address: l.Address, KeptBy: l.Winner.String(), KeptAs: l.WinnerKind.String()})
 		}
 		s.Families = append(s.Families, fv)
 	}
@@ -171,6 +187,9 @@ func WriteTable(w io.Writer, s *Snapshot) error {
 				fmt.Fprintf(tw, "\t\t\t\t  ! %s\t\n", sv.Fallback)
 			}
 		}
+		for _, c := range f.Contested {
+			fmt.Fprintf(tw, "! contested: %s\n", c)
+		}
 	}
 	if len(s.Skipped) > 0 {
 		fmt.Fprintln(tw, "\n## skipped")
@@ -179,6 +198,18 @@ func WriteTable(w io.Writer, s *Snapshot) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// String says what the loser is skipped for.
+func (c ContestedView) String() string {
+	what := "skipped for this address"
+	switch c.Claim {
+	case model.ClaimClusterIP.String():
+		what = "not programmed in this family"
+	case model.ClaimNodePort.String():
+		what = "no node port"
+	}
+	return fmt.Sprintf("%s claims %s as %s, kept by %s as %s: %s", c.ServicePort, c.Address, c.Claim, c.KeptBy, c.KeptAs, what)
 }
 
 func hostPort(ip string, port int32) string {

@@ -80,9 +80,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		in.Takeover = len(ours) > 0 && !p.wroteTable
 	}
 	plan := Render(p.cfg, in, p.applied)
+	// The model resolves contested addresses before rendering (model/
+	// resolve.go), so a conflict here is a bug in that resolution; the
+	// renderer still keeps the first owner rather than fail the sync.
 	for _, c := range plan.Conflicts {
-		klog.ErrorS(nil, "Conflicting services; the first one keeps the address", "conflict", c)
-		metrics.InvalidObjectsTotal.WithLabelValues("Service", "conflict").Inc()
+		klog.ErrorS(nil, "Conflicting verdict map elements the model did not resolve (a bug); the first one keeps the address", "conflict", c)
 	}
 	if plan.Tx.Len() > 0 {
 		start := time.Now()

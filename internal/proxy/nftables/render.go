@@ -332,6 +332,8 @@ func NewApplied() *Applied {
 type Plan struct {
 	Tx *nft.Transaction
 	// Conflicts lists elements a service wanted but another service held.
+	// The model resolves contested addresses first, so this is a safety
+	// net: it stays empty for any State built by State.Apply.
 	Conflicts []string
 	// StaleUDP are UDP endpoints no longer reachable through a service
 	// port: conntrack entries that DNAT to them must go once applied.

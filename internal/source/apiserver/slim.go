@@ -26,6 +26,9 @@ import (
 //   - of a Node, the image list and volume status, which can be tens of
 //     kilobytes. Its labels stay: topology uses them.
 //
+// metadata.creationTimestamp stays: it decides which Service keeps an
+// address two of them claim (model/resolve.go).
+//
 // TestSlimKeepsWhatTheModelReads converts objects before and after slim and
 // requires the same model.
 func slim(obj any) (any, error) {

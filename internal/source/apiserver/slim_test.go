@@ -76,7 +76,7 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 		return v1.ServicePort{Name: name, Port: p, Protocol: proto, TargetPort: intstr.FromInt32(8080), NodePort: 30080}
 	}
 	services := []*v1.Service{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: helm},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: helm, CreationTimestamp: metav1.Unix(1767225600, 0)},
 			Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10", "fd00:19::10"},
 				IPFamilies: families, Selector: map[string]string{"app": "web"}, Ports: []v1.ServicePort{port("http", 80, v1.ProtocolTCP), port("dns", 53, v1.ProtocolUDP)},
 				ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 31000, SessionAffinity: v1.ServiceAffinityClientIP,

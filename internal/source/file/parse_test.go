@@ -128,7 +128,9 @@ func TestParseKubectlList(t *testing.T) {
 	// The typed fields really are decoded.
 	svc := objs.Services[0]
 	if svc.Spec.ClusterIP != "198.19.0.10" || svc.Spec.Ports[0].Port != 80 || svc.Spec.Ports[0].TargetPort.IntValue() != 8080 ||
-		svc.ResourceVersion != "1001" || svc.Labels["app"] != "web" {
+		svc.ResourceVersion != "1001" || svc.Labels["app"] != "web" ||
+		// The creation time decides who keeps a contested address.
+		svc.CreationTimestamp.Unix() != 1768471200 {
 		t.Errorf("service decoded as %+v", svc)
 	}
 	sl := objs.EndpointSlices[0]
