@@ -124,7 +124,7 @@ func TestConvertService(t *testing.T) {
 				{Name: "http", Port: 80, Protocol: TCP, TargetPort: intstr.FromString("web"), NodePort: 30080},
 				{Name: "dns", Port: 53, Protocol: UDP, TargetPort: intstr.FromInt32(5353), NodePort: 30053},
 				{Name: "sig", Port: 2905, Protocol: SCTP, TargetPort: intstr.FromInt32(2905), NodePort: 32905},
-				{Name: "dns", Port: 53, Protocol: TCP, TargetPort: intstr.FromInt32(5353), NodePort: 30054},
+				{Name: "dns-tcp", Port: 53, Protocol: TCP, TargetPort: intstr.FromInt32(5353), NodePort: 30054},
 				{Name: "legacy", Port: 8443, TargetPort: intstr.FromInt32(8443), NodePort: 30443}, // protocol defaults to TCP
 			}
 		}),
@@ -139,7 +139,7 @@ func TestConvertService(t *testing.T) {
 			spn("svc", "sig", SCTP): wantPort(IPv4, spn("svc", "sig", SCTP), func(p *ServicePort) {
 				p.Type, p.Port, p.Protocol, p.TargetPort, p.NodePort = v1.ServiceTypeNodePort, 2905, SCTP, "2905", 32905
 			}),
-			spn("svc", "dns", TCP): wantPort(IPv4, spn("svc", "dns", TCP), func(p *ServicePort) {
+			spn("svc", "dns-tcp", TCP): wantPort(IPv4, spn("svc", "dns-tcp", TCP), func(p *ServicePort) {
 				p.Type, p.Port, p.TargetPort, p.NodePort = v1.ServiceTypeNodePort, 53, "5353", 30054
 			}),
 			spn("svc", "legacy", TCP): wantPort(IPv4, spn("svc", "legacy", TCP), func(p *ServicePort) {
@@ -458,13 +458,15 @@ func TestConvertService(t *testing.T) {
 		want:     oneHTTP(nil, IPv4),
 		wantErrs: []string{"spec.ports[1].protocol"},
 	}, {
-		name: "duplicate port name and protocol: the first one wins",
+		// The API server refuses a duplicate port name whatever the
+		// protocols (validateServicePort): the service is skipped whole.
+		name: "duplicate port name: the service is skipped",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {
-			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "http", Port: 8000, Protocol: TCP})
+			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "http", Port: 8000, Protocol: UDP})
 		}),
 		families: v4Only,
-		want:     oneHTTP(nil, IPv4),
-		wantErrs: []string{"spec.ports[1]"},
+		want:     nil,
+		wantErrs: []string{"spec.ports[1].name"},
 	}, {
 		name: "every problem of one service is reported, in field order",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {

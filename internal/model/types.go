@@ -261,6 +261,11 @@ type InvalidError struct {
 	Object string // namespace/name
 	Field  string // field path, e.g. spec.ports[1].port
 	Reason string
+	// Category is a fixed token for the metric's reason label (see
+	// ReasonInvalidPart and the other Reason constants).
+	Category string
+	// Whole is set when the object was skipped whole, not only this part.
+	Whole bool
 }
 
 func (e *InvalidError) Error() string {
@@ -272,5 +277,5 @@ func (e *InvalidError) Error() string {
 }
 
 func invalid(kind, object, field, format string, args ...any) *InvalidError {
-	return &InvalidError{Kind: kind, Object: object, Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &InvalidError{Kind: kind, Object: object, Field: field, Reason: fmt.Sprintf(format, args...), Category: ReasonInvalidPart}
 }
