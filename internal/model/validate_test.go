@@ -16,8 +16,8 @@ import (
 
 // Names at and over the API's limits.
 var (
-	label63   = "a" + strings.Repeat("b", 62)  // DNS-1123/1035 label: at most 63
-	label64   = "a" + strings.Repeat("b", 63)  // one over
+	label63   = "a" + strings.Repeat("b", 62) // DNS-1123/1035 label: at most 63
+	label64   = "a" + strings.Repeat("b", 63) // one over
 	sub253    = strings.Repeat(label63+".", 3) + strings.Repeat("c", 253-3*64-1) + "d"
 	sub254    = sub253 + "e"
 	name1000  = strings.Repeat("x", 1000)
