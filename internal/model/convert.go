@@ -198,10 +198,13 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 				ExternalIPs:              externalIPs[f],
 				LoadBalancerIngress:      ingress[f],
 				LoadBalancerSourceRanges: ranges[f],
-				StickyMaxAgeSeconds:      sticky,
-				ExternalPolicyLocal:      externalLocal,
-				InternalPolicyLocal:      internalLocal,
-				HealthCheckNodePort:      hcPort,
+				// Ranges of the other family only close this one (a
+				// deliberate difference from upstream, which opens it).
+				LoadBalancerClosed:  len(ranges[f]) == 0 && len(ranges) > 0,
+				StickyMaxAgeSeconds: sticky,
+				ExternalPolicyLocal: externalLocal,
+				InternalPolicyLocal: internalLocal,
+				HealthCheckNodePort: hcPort,
 			}
 		}
 	}

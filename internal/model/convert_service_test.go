@@ -269,6 +269,40 @@ func TestConvertService(t *testing.T) {
 		},
 		wantErrs: []string{"spec.loadBalancerSourceRanges[2]"},
 	}, {
+		// A deliberate difference from upstream (which leaves IPv4 open).
+		name: "load balancer source ranges of IPv6 only close IPv4",
+		svc: makeService(testNS, "svc", func(s *v1.Service) {
+			dualStack(s)
+			lbIngress(v1.LoadBalancerIngress{IP: "198.19.2.1"})(s)
+			s.Spec.LoadBalancerSourceRanges = []string{"fd00:18::/64"}
+		}),
+		families: dualNode,
+		want: portsByFamily{
+			IPv4: {httpName: wantPort(IPv4, httpName, func(p *ServicePort) {
+				p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+				p.LoadBalancerIngress = []LoadBalancerIngress{{IP: addr("198.19.2.1")}}
+				p.LoadBalancerClosed = true
+			})},
+			IPv6: {httpName: wantPort(IPv6, httpName, func(p *ServicePort) {
+				p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+				p.LoadBalancerSourceRanges = []netip.Prefix{prefix("fd00:18::/64")}
+			})},
+		},
+	}, {
+		// Only invalid ranges: none is read, so nothing is closed (as
+		// upstream, which ignores them).
+		name: "load balancer source ranges all invalid leave the service open",
+		svc: makeService(testNS, "svc", func(s *v1.Service) {
+			lbIngress(v1.LoadBalancerIngress{IP: "198.19.2.1"})(s)
+			s.Spec.LoadBalancerSourceRanges = []string{"198.18.300.0/24"}
+		}),
+		families: v4Only,
+		want: oneHTTP(func(p *ServicePort) {
+			p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+			p.LoadBalancerIngress = []LoadBalancerIngress{{IP: addr("198.19.2.1")}}
+		}, IPv4),
+		wantErrs: []string{"spec.loadBalancerSourceRanges[0]"},
+	}, {
 		name: "session affinity ClientIP without config uses the API default",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {
 			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
@@ -727,6 +761,7 @@ func TestServicePortEqual(t *testing.T) {
 		"ExternalIPs":              func(p *ServicePort) { p.ExternalIPs = addrs("198.19.1.2") },
 		"LoadBalancerIngress":      func(p *ServicePort) { p.LoadBalancerIngress[0].Proxy = true },
 		"LoadBalancerSourceRanges": func(p *ServicePort) { p.LoadBalancerSourceRanges = nil },
+		"LoadBalancerClosed":       func(p *ServicePort) { p.LoadBalancerClosed = true },
 		"StickyMaxAgeSeconds":      func(p *ServicePort) { p.StickyMaxAgeSeconds = 60 },
 		"ExternalPolicyLocal":      func(p *ServicePort) { p.ExternalPolicyLocal = true },
 		"InternalPolicyLocal":      func(p *ServicePort) { p.InternalPolicyLocal = true },
