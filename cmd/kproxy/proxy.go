@@ -196,9 +196,6 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	tracker := model.NewTracker(model.TrackerOptions{
 		Hostname: node,
 		Families: fams,
-		OnInvalid: func(e *model.InvalidError) {
-			metrics.InvalidObjectsTotal.WithLabelValues(e.Kind, "invalid").Inc()
-		},
 		OnChange: func() {
 			if loop != nil {
 				loop.QueuedUpdate()

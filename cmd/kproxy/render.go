@@ -182,7 +182,7 @@ func loadSnapshot(errOut io.Writer, o *config.Options, path string) (*snapshot, 
 	})
 	objs.Feed(tracker)
 	for _, s := range objs.Services {
-		if why := model.SkipService(s); why != "" {
+		if why := model.SkipService(s); why != "" && len(model.ValidateService(s)) == 0 {
 			snap.skipped = append(snap.skipped, view.SkippedEntry{Object: "Service " + s.Namespace + "/" + s.Name, Reason: why})
 		}
 	}

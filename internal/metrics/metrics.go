@@ -287,7 +287,13 @@ var (
 	// InvalidObjectsTotal counts malformed parts of Service, EndpointSlice
 	// and Node objects that kproxy skipped instead of failing the sync.
 	// kind is the object kind ("Service", "EndpointSlice", "Node"); reason is
-	// a short fixed token, never free text, to keep cardinality bounded.
+	// a short fixed token, never free text, to keep cardinality bounded:
+	// "invalid" for a skipped part (a port, an endpoint, an address), and
+	// for an object skipped whole because the API server would refuse it
+	// one of the model's Reason* categories (invalid_name,
+	// invalid_namespace, invalid_port_name, invalid_label,
+	// invalid_service_name_label, invalid_address_type, too_many_items).
+	// Counted by the model's Tracker, for every source.
 	InvalidObjectsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "invalid_objects_total",

@@ -46,6 +46,11 @@ func SkipService(svc *v1.Service) string {
 // reported; when the cluster IP itself is invalid the whole service is
 // left out. A skipped service (see SkipService) yields nothing.
 func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]map[ServicePortName]*ServicePort, []*InvalidError) {
+	// What the API server would refuse is not proxied at all (see
+	// ValidateService), whatever else the object says.
+	if errs := ValidateService(svc); len(errs) > 0 {
+		return nil, errs
+	}
 	if SkipService(svc) != "" {
 		return nil, nil
 	}
@@ -54,10 +59,6 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 	var errs []*InvalidError
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, invalid("Service", obj, field, format, args...))
-	}
-	if svc.Name == "" {
-		bad("metadata.name", "missing")
-		return nil, errs
 	}
 
 	// Cluster IPs: spec.clusterIPs wins; spec.clusterIP is its first entry.
@@ -158,7 +159,6 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 	}
 
 	out := map[v1.IPFamily]map[ServicePortName]*ServicePort{}
-	seen := sets.New[ServicePortName]()
 	for i, sp := range svc.Spec.Ports {
 		pf := "spec.ports[" + strconv.Itoa(i) + "]"
 		proto := sp.Protocol
@@ -181,12 +181,8 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 		if svc.Spec.Type != v1.ServiceTypeNodePort && svc.Spec.Type != v1.ServiceTypeLoadBalancer {
 			nodePort = 0
 		}
+		// Port names are unique (ValidateService checked them).
 		name := ServicePortName{NamespacedName: key, Port: sp.Name, Protocol: proto}
-		if seen.Has(name) {
-			bad(pf, "duplicate port name %q for %s, port skipped", sp.Name, proto)
-			continue
-		}
-		seen.Insert(name)
 		for _, f := range families {
 			cip, ok := clusterIPs[f]
 			if !ok {
@@ -207,11 +203,14 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 				ExternalIPs:              externalIPs[f],
 				LoadBalancerIngress:      ingress[f],
 				LoadBalancerSourceRanges: ranges[f],
-				StickyMaxAgeSeconds:      sticky,
-				ExternalPolicyLocal:      externalLocal,
-				InternalPolicyLocal:      internalLocal,
-				HealthCheckNodePort:      hcPort,
-				Created:                  created,
+				// Ranges of the other family only close this one (a
+				// deliberate difference from upstream, which opens it).
+				LoadBalancerClosed:  len(ranges[f]) == 0 && len(ranges) > 0,
+				StickyMaxAgeSeconds: sticky,
+				ExternalPolicyLocal: externalLocal,
+				InternalPolicyLocal: internalLocal,
+				HealthCheckNodePort: hcPort,
+				Created:             created,
 			}
 		}
 	}
@@ -287,6 +286,14 @@ func ConvertEndpointSlices(slicesOfService []*discovery.EndpointSlice, hostname 
 	slices.SortFunc(sorted, func(a, b *discovery.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 	conv := make([]*convertedSlice, 0, len(sorted))
 	for _, s := range sorted {
+		if verrs := ValidateEndpointSlice(s); len(verrs) > 0 {
+			errs = append(errs, verrs...)
+			continue
+		}
+		if _, ok := ServiceKeyOfSlice(s); !ok {
+			errs = append(errs, noServiceLabel(s))
+			continue
+		}
 		c, cerrs := convertSlice(s, hostname, families)
 		errs = append(errs, cerrs...)
 		conv = append(conv, c)
@@ -384,8 +391,16 @@ func mergeSlices(list []*convertedSlice) []slicePort {
 	return m.ports()
 }
 
+// noServiceLabel is the error of a slice without the service-name label:
+// it belongs to no Service, and is skipped whole.
+func noServiceLabel(s *discovery.EndpointSlice) *InvalidError {
+	e := invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)
+	e.Category, e.Whole = ReasonServiceNameLabel, true
+	return e
+}
+
 // convertSlice converts one EndpointSlice (without ports when none of it is
-// usable).
+// usable). The slice has passed ValidateEndpointSlice.
 func convertSlice(s *discovery.EndpointSlice, hostname string, families []v1.IPFamily) (*convertedSlice, []*InvalidError) {
 	var errs []*InvalidError
 	var m endpointMerge
@@ -395,8 +410,7 @@ func convertSlice(s *discovery.EndpointSlice, hostname string, families []v1.IPF
 	}
 	svcKey, ok := ServiceKeyOfSlice(s)
 	if !ok {
-		bad("metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)
-		return &convertedSlice{name: s.Name}, errs
+		return &convertedSlice{name: s.Name}, append(errs, noServiceLabel(s))
 	}
 	var fam v1.IPFamily
 	switch s.AddressType {
@@ -447,17 +461,17 @@ func convertSlice(s *discovery.EndpointSlice, hostname string, families []v1.IPF
 	for i, ep := range s.Endpoints {
 		ef := "endpoints[" + strconv.Itoa(i) + "]"
 		if len(ep.Addresses) == 0 {
-			bad(ef+".addresses", "empty, endpoint skipped")
+			bad(ef+".addresses", "Required value: must contain at least 1 address; endpoint skipped")
 			continue
 		}
 		// Like upstream, only the first address is used.
 		a, err := parseAddr(ep.Addresses[0])
 		if err != nil {
-			bad(ef+".addresses[0]", "invalid IP %q, endpoint skipped", ep.Addresses[0])
+			bad(ef+".addresses[0]", "Invalid value: %q: must be a valid IP address; endpoint skipped", ep.Addresses[0])
 			continue
 		}
 		if FamilyOf(a) != fam {
-			bad(ef+".addresses[0]", "%s address %s in a slice of type %s, endpoint skipped", FamilyOf(a), a, s.AddressType)
+			bad(ef+".addresses[0]", "Invalid value: %q: must be an %s address (addressType %s); endpoint skipped", ep.Addresses[0], fam, s.AddressType)
 			continue
 		}
 		// The API says nil ready and nil serving both mean true; upstream
@@ -515,8 +529,12 @@ func betterDuplicate(e, old *Endpoint) bool {
 	return e.Ready && !old.Ready
 }
 
-// ConvertNode turns a Node object into what the proxy needs.
+// ConvertNode turns a Node object into what the proxy needs; nil when the
+// API server would refuse the Node (see ValidateNode).
 func ConvertNode(n *v1.Node) (*Node, []*InvalidError) {
+	if errs := ValidateNode(n); len(errs) > 0 {
+		return nil, errs
+	}
 	var errs []*InvalidError
 	node := &Node{Name: n.Name, Labels: n.Labels, Object: n}
 	cidrs := n.Spec.PodCIDRs

@@ -124,7 +124,7 @@ func TestConvertService(t *testing.T) {
 				{Name: "http", Port: 80, Protocol: TCP, TargetPort: intstr.FromString("web"), NodePort: 30080},
 				{Name: "dns", Port: 53, Protocol: UDP, TargetPort: intstr.FromInt32(5353), NodePort: 30053},
 				{Name: "sig", Port: 2905, Protocol: SCTP, TargetPort: intstr.FromInt32(2905), NodePort: 32905},
-				{Name: "dns", Port: 53, Protocol: TCP, TargetPort: intstr.FromInt32(5353), NodePort: 30054},
+				{Name: "dns-tcp", Port: 53, Protocol: TCP, TargetPort: intstr.FromInt32(5353), NodePort: 30054},
 				{Name: "legacy", Port: 8443, TargetPort: intstr.FromInt32(8443), NodePort: 30443}, // protocol defaults to TCP
 			}
 		}),
@@ -139,7 +139,7 @@ func TestConvertService(t *testing.T) {
 			spn("svc", "sig", SCTP): wantPort(IPv4, spn("svc", "sig", SCTP), func(p *ServicePort) {
 				p.Type, p.Port, p.Protocol, p.TargetPort, p.NodePort = v1.ServiceTypeNodePort, 2905, SCTP, "2905", 32905
 			}),
-			spn("svc", "dns", TCP): wantPort(IPv4, spn("svc", "dns", TCP), func(p *ServicePort) {
+			spn("svc", "dns-tcp", TCP): wantPort(IPv4, spn("svc", "dns-tcp", TCP), func(p *ServicePort) {
 				p.Type, p.Port, p.TargetPort, p.NodePort = v1.ServiceTypeNodePort, 53, "5353", 30054
 			}),
 			spn("svc", "legacy", TCP): wantPort(IPv4, spn("svc", "legacy", TCP), func(p *ServicePort) {
@@ -268,6 +268,40 @@ func TestConvertService(t *testing.T) {
 			})},
 		},
 		wantErrs: []string{"spec.loadBalancerSourceRanges[2]"},
+	}, {
+		// A deliberate difference from upstream (which leaves IPv4 open).
+		name: "load balancer source ranges of IPv6 only close IPv4",
+		svc: makeService(testNS, "svc", func(s *v1.Service) {
+			dualStack(s)
+			lbIngress(v1.LoadBalancerIngress{IP: "198.19.2.1"})(s)
+			s.Spec.LoadBalancerSourceRanges = []string{"fd00:18::/64"}
+		}),
+		families: dualNode,
+		want: portsByFamily{
+			IPv4: {httpName: wantPort(IPv4, httpName, func(p *ServicePort) {
+				p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+				p.LoadBalancerIngress = []LoadBalancerIngress{{IP: addr("198.19.2.1")}}
+				p.LoadBalancerClosed = true
+			})},
+			IPv6: {httpName: wantPort(IPv6, httpName, func(p *ServicePort) {
+				p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+				p.LoadBalancerSourceRanges = []netip.Prefix{prefix("fd00:18::/64")}
+			})},
+		},
+	}, {
+		// Only invalid ranges: none is read, so nothing is closed (as
+		// upstream, which ignores them).
+		name: "load balancer source ranges all invalid leave the service open",
+		svc: makeService(testNS, "svc", func(s *v1.Service) {
+			lbIngress(v1.LoadBalancerIngress{IP: "198.19.2.1"})(s)
+			s.Spec.LoadBalancerSourceRanges = []string{"198.18.300.0/24"}
+		}),
+		families: v4Only,
+		want: oneHTTP(func(p *ServicePort) {
+			p.Type, p.NodePort = v1.ServiceTypeLoadBalancer, 30080
+			p.LoadBalancerIngress = []LoadBalancerIngress{{IP: addr("198.19.2.1")}}
+		}, IPv4),
+		wantErrs: []string{"spec.loadBalancerSourceRanges[0]"},
 	}, {
 		name: "session affinity ClientIP without config uses the API default",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {
@@ -458,13 +492,15 @@ func TestConvertService(t *testing.T) {
 		want:     oneHTTP(nil, IPv4),
 		wantErrs: []string{"spec.ports[1].protocol"},
 	}, {
-		name: "duplicate port name and protocol: the first one wins",
+		// The API server refuses a duplicate port name whatever the
+		// protocols (validateServicePort): the service is skipped whole.
+		name: "duplicate port name: the service is skipped",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {
-			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "http", Port: 8000, Protocol: TCP})
+			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "http", Port: 8000, Protocol: UDP})
 		}),
 		families: v4Only,
-		want:     oneHTTP(nil, IPv4),
-		wantErrs: []string{"spec.ports[1]"},
+		want:     nil,
+		wantErrs: []string{"spec.ports[1].name"},
 	}, {
 		name: "every problem of one service is reported, in field order",
 		svc: makeService(testNS, "svc", func(s *v1.Service) {
@@ -725,6 +761,7 @@ func TestServicePortEqual(t *testing.T) {
 		"ExternalIPs":              func(p *ServicePort) { p.ExternalIPs = addrs("198.19.1.2") },
 		"LoadBalancerIngress":      func(p *ServicePort) { p.LoadBalancerIngress[0].Proxy = true },
 		"LoadBalancerSourceRanges": func(p *ServicePort) { p.LoadBalancerSourceRanges = nil },
+		"LoadBalancerClosed":       func(p *ServicePort) { p.LoadBalancerClosed = true },
 		"StickyMaxAgeSeconds":      func(p *ServicePort) { p.StickyMaxAgeSeconds = 60 },
 		"ExternalPolicyLocal":      func(p *ServicePort) { p.ExternalPolicyLocal = true },
 		"InternalPolicyLocal":      func(p *ServicePort) { p.InternalPolicyLocal = true },

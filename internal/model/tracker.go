@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/metrics"
 )
 
 // EventHandler receives Kubernetes objects from a source. Updated means added
@@ -67,8 +69,9 @@ type TrackerOptions struct {
 	Hostname string
 	// Families are the IP families this node proxies, primary first.
 	Families []v1.IPFamily
-	// OnInvalid is called (without locks held) for every skipped part of
-	// an object, in addition to a log line. Optional.
+	// OnInvalid is called (without locks held) for every skipped object
+	// or part of one, in addition to a log line and the
+	// kproxy_invalid_objects_total metric. Optional.
 	OnInvalid func(*InvalidError)
 	// OnChange is called (without locks held) after every event that
 	// changed something. Optional; the proxy uses it to request a sync.
@@ -131,7 +134,12 @@ func (t *Tracker) Families() []v1.IPFamily { return t.opts.Families }
 
 func (t *Tracker) report(errs []*InvalidError) {
 	for _, e := range errs {
-		klog.ErrorS(nil, "Skipping invalid part of object", "kind", e.Kind, "object", e.Object, "field", e.Field, "reason", e.Reason)
+		msg := "Skipping invalid part of object"
+		if e.Whole {
+			msg = "Skipping invalid object"
+		}
+		klog.ErrorS(nil, msg, "kind", e.Kind, "object", e.Object, "field", e.Field, "reason", e.Reason, "category", e.Category)
+		metrics.InvalidObjectsTotal.WithLabelValues(e.Kind, e.Category).Inc()
 		if t.opts.OnInvalid != nil {
 			t.opts.OnInvalid(e)
 		}
@@ -177,12 +185,20 @@ func (t *Tracker) ServiceDeleted(svc *v1.Service) {
 
 // EndpointSliceUpdated implements EventHandler.
 func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
-	if !proxiedAddressType(s) {
+	// A slice the API server would refuse, or that names no service, is
+	// skipped whole: as if absent, so that an update that makes a known
+	// slice invalid removes what it had, the same as on a fresh start.
+	errs := ValidateEndpointSlice(s)
+	key, ok := ServiceKeyOfSlice(s)
+	if len(errs) == 0 && !ok {
+		errs = []*InvalidError{noServiceLabel(s)}
+	}
+	if len(errs) > 0 {
+		t.report(errs)
+		t.forgetSlice(s.Namespace, s.Name)
 		return
 	}
-	key, ok := ServiceKeyOfSlice(s)
-	if !ok {
-		t.report([]*InvalidError{invalid("EndpointSlice", s.Namespace+"/"+s.Name, "metadata.labels", "no %s label, slice skipped", discovery.LabelServiceName)})
+	if !proxiedAddressType(s) {
 		return
 	}
 	why := skipSlice(s)
@@ -242,6 +258,24 @@ func (t *Tracker) EndpointSliceDeleted(s *discovery.EndpointSlice) {
 	t.changed()
 }
 
+// forgetSlice removes a slice that is now invalid, under whichever service
+// it was kept (its service-name label may be what became invalid). A scan
+// of the services, but invalid slices are rare.
+func (t *Tracker) forgetSlice(namespace, name string) {
+	t.mu.Lock()
+	found := false
+	for key := range t.slices {
+		if key.Namespace == namespace && t.sliceIndex(key, name) >= 0 {
+			t.deleteSliceLocked(key, name)
+			found = true
+		}
+	}
+	t.mu.Unlock()
+	if found {
+		t.changed()
+	}
+}
+
 // sliceIndex is the index of a service's slice in t.slices, or -1.
 func (t *Tracker) sliceIndex(key types.NamespacedName, name string) int {
 	return slices.IndexFunc(t.slices[key], func(c *convertedSlice) bool { return c.name == name })
@@ -288,7 +322,8 @@ func (t *Tracker) NodeUpdated(n *v1.Node) {
 	node, errs := ConvertNode(n)
 	t.report(errs)
 	t.mu.Lock()
-	t.node, t.nodeDirty, t.nodeDeleted = node, true, false
+	// An invalid Node (nil) is as absent: the same as a deleted one.
+	t.node, t.nodeDirty, t.nodeDeleted = node, true, node == nil
 	t.mu.Unlock()
 	t.changed()
 }

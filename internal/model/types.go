@@ -116,6 +116,12 @@ type ServicePort struct {
 	ExternalIPs              []netip.Addr
 	LoadBalancerIngress      []LoadBalancerIngress
 	LoadBalancerSourceRanges []netip.Prefix
+	// LoadBalancerClosed is set when the Service has source ranges but
+	// none of this family: its LB VIPs in this family accept no client.
+	// A deliberate difference from upstream, which filters the ranges per
+	// family and leaves the family open when none is left: the operator
+	// who wrote source ranges meant to restrict.
+	LoadBalancerClosed bool
 
 	// StickyMaxAgeSeconds > 0 means ClientIP session affinity.
 	StickyMaxAgeSeconds int32
@@ -144,6 +150,13 @@ func (p *ServicePort) LoadBalancerVIPs() []netip.Addr {
 		}
 	}
 	return out
+}
+
+// UsesLoadBalancerFirewall is true when traffic to the LB VIPs is
+// filtered by source: the port has VIPs and source ranges of its family,
+// or is closed to this family (LoadBalancerClosed).
+func (p *ServicePort) UsesLoadBalancerFirewall() bool {
+	return len(p.LoadBalancerVIPs()) > 0 && (len(p.LoadBalancerSourceRanges) > 0 || p.LoadBalancerClosed)
 }
 
 // ExternallyAccessible is true when traffic can reach the service from
@@ -176,6 +189,7 @@ func (p *ServicePort) Equal(o *ServicePort) bool {
 		slices.Equal(p.ExternalIPs, o.ExternalIPs) &&
 		slices.Equal(p.LoadBalancerIngress, o.LoadBalancerIngress) &&
 		slices.Equal(p.LoadBalancerSourceRanges, o.LoadBalancerSourceRanges) &&
+		p.LoadBalancerClosed == o.LoadBalancerClosed &&
 		p.StickyMaxAgeSeconds == o.StickyMaxAgeSeconds &&
 		p.ExternalPolicyLocal == o.ExternalPolicyLocal &&
 		p.InternalPolicyLocal == o.InternalPolicyLocal &&
@@ -266,6 +280,11 @@ type InvalidError struct {
 	Object string // namespace/name
 	Field  string // field path, e.g. spec.ports[1].port
 	Reason string
+	// Category is a fixed token for the metric's reason label (see
+	// ReasonInvalidPart and the other Reason constants).
+	Category string
+	// Whole is set when the object was skipped whole, not only this part.
+	Whole bool
 }
 
 func (e *InvalidError) Error() string {
@@ -277,5 +296,5 @@ func (e *InvalidError) Error() string {
 }
 
 func invalid(kind, object, field, format string, args ...any) *InvalidError {
-	return &InvalidError{Kind: kind, Object: object, Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &InvalidError{Kind: kind, Object: object, Field: field, Reason: fmt.Sprintf(format, args...), Category: ReasonInvalidPart}
 }

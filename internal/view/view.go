@@ -60,6 +60,7 @@ type ServiceView struct {
 	LoadBalancerVIPs         []string       `json:"loadBalancerVIPs,omitempty"`
 	LoadBalancerProxyIPs     []string       `json:"loadBalancerProxyIPs,omitempty"`
 	LoadBalancerSourceRanges []string       `json:"loadBalancerSourceRanges,omitempty"`
+	LoadBalancerClosed       bool           `json:"loadBalancerClosed,omitempty"`
 	SessionAffinitySeconds   int32          `json:"sessionAffinitySeconds,omitempty"`
 	ExternalTrafficPolicy    string         `json:"externalTrafficPolicy,omitempty"`
 	InternalTrafficPolicy    string         `json:"internalTrafficPolicy"`
@@ -117,6 +118,7 @@ func service(sp *model.ServicePort, eps []*model.Endpoint, nodeName, zone string
 		ExternalIPs:              strs(sp.ExternalIPs),
 		LoadBalancerVIPs:         strs(sp.LoadBalancerVIPs()),
 		LoadBalancerSourceRanges: strs(sp.LoadBalancerSourceRanges),
+		LoadBalancerClosed:       sp.LoadBalancerClosed,
 		SessionAffinitySeconds:   sp.StickyMaxAgeSeconds,
 		InternalTrafficPolicy:    "Cluster",
 		HealthCheckNodePort:      sp.HealthCheckNodePort,
@@ -236,6 +238,9 @@ func addresses(sv ServiceView) string {
 	}
 	if len(sv.LoadBalancerSourceRanges) > 0 {
 		parts = append(parts, "from "+strings.Join(sv.LoadBalancerSourceRanges, ","))
+	}
+	if sv.LoadBalancerClosed {
+		parts = append(parts, "lb closed (source ranges of the other family only)")
 	}
 	if sv.HealthCheckNodePort != 0 {
 		parts = append(parts, fmt.Sprintf("health %d", sv.HealthCheckNodePort))

@@ -6,6 +6,7 @@ package kernel
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +221,55 @@ func testDualStackExternal(t *testing.T, m proxyMode) {
 				fmt.Sprintf("GET %s: %d %q %v", url, code, body, err)
 		})
 	}
+}
+
+// TestLoadBalancerSourceRangesOtherFamilyOnly: lb-ranges with IPv6 source
+// ranges only is closed to IPv4 clients at its IPv4 VIP (a deliberate
+// difference from upstream, which leaves it open), on a fresh node and
+// after a change on a running one; with a matching IPv4 range as well it
+// is open to that range. The NodePort is never filtered.
+func TestLoadBalancerSourceRangesOtherFamilyOnly(t *testing.T) {
+	forEachMode(t, testLoadBalancerSourceRangesOtherFamilyOnly)
+}
+
+func testLoadBalancerSourceRangesOtherFamilyOnly(t *testing.T, m proxyMode) {
+	snap := exampleSnapshot(t)
+	snap.editService(t, "lb-ranges", func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"2001:db8::/32"}
+	})
+	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
+	// The client's clientAlt address is in 203.0.113.0/24.
+	allowed := probe{from: client, source: clientAlt, network: "tcp", dst: "198.19.200.1:443", servers: web, n: 3, peer: peerMasq, masqBy: nodeA}
+	closed := allowed
+	closed.servers, closed.n, closed.peer, closed.outcome = nil, 1, peerAny, netns.Timeout
+	closedMain := closed
+	closedMain.source = netip.Addr{} // the client's own address, in 198.18.0.0/24
+	nodePort := allowed
+	nodePort.dst = "198.18.0.10:30443"
+
+	// Fresh node: closed at the VIP to either source, open at the NodePort.
+	c.run(t, nodePort)
+	c.run(t, closed)
+	c.run(t, closedMain)
+
+	// A matching IPv4 range as well: open to the client.
+	snap.editService(t, "lb-ranges", func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"2001:db8::/32", "203.0.113.0/24"}
+	})
+	c.apply(snap)
+	c.waitRules(nodeA, "203.0.113.0/24 in lb-ranges' firewall", func(d string) bool {
+		return strings.Contains(d, "203.0.113.0/24")
+	})
+	c.run(t, allowed)
+
+	// Running node: back to IPv6 ranges only closes it again.
+	snap.editService(t, "lb-ranges", func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"2001:db8::/32"}
+	})
+	c.apply(snap)
+	c.waitRules(nodeA, "203.0.113.0/24 gone from lb-ranges' firewall", func(d string) bool {
+		return !strings.Contains(d, "203.0.113.0/24")
+	})
+	c.run(t, closed)
+	c.run(t, nodePort)
 }

@@ -967,7 +967,9 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	usesExternalChain := hasEndpoints && sp.ExternallyAccessible()
 	vips := sp.LoadBalancerVIPs()
 	lbChain := names.ext
-	usesFW := hasEndpoints && len(vips) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	// A port closed to this family (LoadBalancerClosed) gets a FW chain
+	// without source rules: nothing is DNATed, KUBE-PROXY-FIREWALL drops.
+	usesFW := hasEndpoints && sp.UsesLoadBalancerFirewall()
 	if usesFW {
 		lbChain = names.fw
 	}

@@ -2010,7 +2010,8 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 // sameFirewall reports whether two versions of a service port have the
 // same firewall chain rules (see describe).
 func sameFirewall(a, b *model.ServicePort) bool {
-	return slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) && slices.Equal(a.LoadBalancerVIPs(), b.LoadBalancerVIPs())
+	return slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) && a.LoadBalancerClosed == b.LoadBalancerClosed &&
+		slices.Equal(a.LoadBalancerVIPs(), b.LoadBalancerVIPs())
 }
 
 // udpChanges notes the conntrack work of a UDP service port: endpoints
@@ -2156,7 +2157,7 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 	}
 
 	vips := sp.LoadBalancerVIPs()
-	usesFirewall := len(vips) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	usesFirewall := sp.UsesLoadBalancerFirewall()
 	if usesFirewall {
 		firewallChain = names.chain(prefixFirewallChain)
 		sources := slices.Clone(sp.LoadBalancerSourceRanges)
@@ -2176,7 +2177,13 @@ func (r *renderer) describe(sp *model.ServicePort, sel model.Selection, table st
 				sources = append(sources, netip.PrefixFrom(ip, ip.BitLen()))
 			}
 		}
-		s.rule(firewallChain, "", nft.MatchAddr{Source: true, Negate: true, Prefixes: sources}, nft.Verdict{Kind: nft.Drop})
+		if len(sources) == 0 {
+			// Source ranges of the other family only: closed to every
+			// client of this one (LoadBalancerClosed).
+			s.rule(firewallChain, "", nft.Verdict{Kind: nft.Drop})
+		} else {
+			s.rule(firewallChain, "", nft.MatchAddr{Source: true, Negate: true, Prefixes: sources}, nft.Verdict{Kind: nft.Drop})
+		}
 	}
 	for _, ip := range vips {
 		if hasEndpoints {
