@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +49,10 @@ type hostFacts struct {
 	// Running: what a kproxy or kube-proxy on this node answers on
 	// /proxyMode ("" when nothing answers) and the backend header.
 	RunningMode, RunningBackend string
+	// RunningProblems are the running kproxy's metrics that say a service
+	// is not programmed as written (contested addresses, refused service
+	// ports), "metric{labels} value" per series above zero.
+	RunningProblems []string
 }
 
 // finding is one line of doctor's verdict.
@@ -171,6 +177,9 @@ func gatherFacts(ctx context.Context, iptablesMode, metricsURL string) hostFacts
 	}
 	if metricsURL != "" {
 		f.RunningMode, f.RunningBackend = proxyModeOf(ctx, metricsURL)
+		if f.RunningMode != "" {
+			f.RunningProblems = problemMetrics(ctx, metricsURL)
+		}
 	}
 	return f
 }
@@ -193,6 +202,44 @@ func proxyModeOf(ctx context.Context, base string) (mode, backend string) {
 		return "", ""
 	}
 	return strings.TrimSpace(string(body)), resp.Header.Get("X-Kproxy-Backend")
+}
+
+// problemSeries are the metrics of a running kproxy that doctor reports
+// when above zero: each is a service not programmed as its object says.
+var problemSeries = []string{"kproxy_contested_addresses", "kproxy_refused_service_ports"}
+
+// problemMetrics reads the running proxy's /metrics for problemSeries.
+func problemMetrics(ctx context.Context, base string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return problemLines(string(body))
+}
+
+// problemLines picks the problemSeries lines with a value above zero out
+// of a Prometheus text exposition.
+func problemLines(body string) []string {
+	var out []string
+	for _, line := range strings.Split(body, "\n") {
+		name, _, _ := strings.Cut(line, "{")
+		if !slices.Contains(problemSeries, name) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v > 0 {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // diagnose turns facts into findings. Pure: tested without a host.
@@ -238,6 +285,9 @@ func diagnose(f hostFacts) []finding {
 			running += " (backend " + f.RunningBackend + ")"
 		}
 		add(levelOK, "a proxy answers on /proxyMode: %s", running)
+		for _, p := range f.RunningProblems {
+			add(levelWarn, "the running proxy reports %s: services not programmed as written (contested addresses: another service holds the address, see `kproxy render` and the proxy's log; refused ports: the kernel refused their rules, see the log)", p)
+		}
 		switch {
 		case f.RunningMode == config.ModeNFTables && (legacy || nftBackend):
 			add(levelWarn, "the running proxy is in nftables mode but kube-proxy iptables rules exist: they run before or beside its tables")

@@ -31,6 +31,10 @@ func TestDiagnose(t *testing.T) {
 		{name: "foreign rule in kube-proxy's chains", edit: func(f *hostFacts) {
 			f.ForeignRules = map[xtables.Backend][]string{xtables.NFT: {"IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT --to-destination 198.18.1.99:8080 (rewrites addresses in a dispatch chain)"}}
 		}, want: []string{"error: 1 rules in kube-proxy's chains of the nft backend that kube-proxy does not write"}},
+		{name: "running proxy with contested addresses", edit: func(f *hostFacts) {
+			f.RunningMode = "nftables"
+			f.RunningProblems = problemLines("# HELP x\nkproxy_contested_addresses{ip_family=\"IPv4\",kind=\"nodePort\"} 1\nkproxy_contested_addresses{ip_family=\"IPv6\",kind=\"nodePort\"} 0\nkproxy_refused_service_ports{ip_family=\"IPv4\"} 0\n")
+		}, want: []string{`warn: the running proxy reports kproxy_contested_addresses{ip_family="IPv4",kind="nodePort"} 1`}},
 		{name: "both iptables backends", edit: func(f *hostFacts) {
 			f.KubeChains[xtables.Legacy] = []string{"IPv4 nat/KUBE-SERVICES"}
 			f.KubeChains[xtables.NFT] = []string{"IPv4 nat/KUBE-SERVICES", "IPv4 filter/KUBE-FORWARD"}
