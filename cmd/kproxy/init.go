@@ -59,8 +59,9 @@ func initSteps(ctx context.Context, c *v1alpha1.KubeProxyConfiguration, mode, no
 	}
 	if initOnly && mode == config.ModeIPTables && hasFamily(fams, model.IPv4) {
 		opts := iptablesOptions(c, model.IPv4, node)
-		if opts.RenderConfig(nil, nil).LocalhostNodePorts {
-			if err := env.sys.Set("/proc/sys/net/ipv4/conf/all/route_localnet", 1); err != nil {
+		const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
+		if v, err := env.sys.Get(routeLocalnet); opts.RenderConfig(nil, nil).LocalhostNodePorts && (err != nil || v != 1) {
+			if err := env.sys.Set(routeLocalnet, 1); err != nil {
 				return fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
 			}
 			klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")

@@ -117,8 +117,16 @@ func TestInitSteps(t *testing.T) {
 			}
 		})
 	}
-	// A failure names what could not be done.
+	// route_localnet already 1 (an earlier --init-only run): not written
+	// again, so that a read-only /proc/sys does not matter.
 	k := kernel()
+	k.Values["/proc/sys/net/ipv4/conf/all/route_localnet"] = 1
+	k.ReadOnly["/proc/sys/net/ipv4/conf/all/route_localnet"] = true
+	if err := initSteps(context.Background(), c, config.ModeIPTables, "node-a", []v1.IPFamily{model.IPv4}, true, initEnv{sys: k, numCPU: 2}); err != nil {
+		t.Errorf("route_localnet already set: %v", err)
+	}
+	// A failure names what could not be done.
+	k = kernel()
 	k.ReadOnly[conntrack.MaxPath] = true
 	err := initSteps(context.Background(), c, config.ModeNFTables, "node-a", []v1.IPFamily{model.IPv4}, true, initEnv{sys: k, numCPU: 2})
 	if err == nil || !strings.Contains(err.Error(), "could not set conntrack parameters") {
