@@ -32,9 +32,14 @@ func hostInitEnv() initEnv { return initEnv{sys: sysctl.Files{}, numCPU: conntra
 
 // checkSupported refuses what kproxy accepts in the configuration but does
 // not implement, instead of silently doing nothing.
+// It runs before anything touches the kernel.
 func checkSupported(c *v1alpha1.KubeProxyConfiguration, mode string) error {
-	if mode != config.ModeNFTables {
+	switch mode {
+	case config.ModeIPTables:
 		return nil
+	case config.ModeNFTables:
+	default:
+		return fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)
 	}
 	fg, err := config.NewFeatureGate(c)
 	if err != nil {

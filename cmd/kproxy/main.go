@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
+	// logging.format: json, registered as upstream's cmd/kube-proxy does.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/config"

@@ -5,6 +5,7 @@ package kernel
 // network namespace's sysctls and in its own process.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -333,5 +334,39 @@ func symlink(t *testing.T, target, path string) {
 	t.Helper()
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJSONLogs: logging.format json (flag or config file) gives one JSON
+// object per log line, as upstream's kube-proxy writes with the json
+// format registered. Run with --init-only in a fresh namespace.
+func TestJSONLogs(t *testing.T) {
+	requireKernel(t)
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "config.conf")
+	writeFile(t, conf, "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nhostnameOverride: node-a\nlogging:\n  format: json\n")
+	for name, args := range map[string][]string{
+		"flag":        {"--proxy-mode", "nftables", "--hostname-override", "node-a", "--logging-format=json"},
+		"config file": {"--config", conf},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ns := netns.New(t, netns.RandomID(6), "init")
+			out, err := ns.Exec(30*time.Second, append([]string{kproxyBin, "--init-only", "-v", "2"}, args...)...)
+			if err != nil {
+				t.Fatalf("kproxy: %v\n%s", err, out)
+			}
+			sawSysctl := false
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				var entry map[string]any
+				if err := json.Unmarshal([]byte(line), &entry); err != nil || entry["msg"] == nil {
+					t.Fatalf("log line is not a JSON entry with msg (%v): %q\n%s", err, line, out)
+				}
+				sawSysctl = sawSysctl || entry["msg"] == "Set sysctl"
+			}
+			if !sawSysctl {
+				t.Errorf("no \"Set sysctl\" entry in the JSON log:\n%s", out)
+			}
+		})
 	}
 }
