@@ -344,9 +344,9 @@ func TestJSONLogs(t *testing.T) {
 	requireKernel(t)
 	t.Parallel()
 	conf := filepath.Join(t.TempDir(), "config.conf")
-	writeFile(t, conf, "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nhostnameOverride: node-a\nlogging:\n  format: json\n")
+	writeFile(t, conf, "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nhostnameOverride: node-a\nconntrack:\n  maxPerCore: 0\nlogging:\n  format: json\n")
 	for name, args := range map[string][]string{
-		"flag":        {"--proxy-mode", "nftables", "--hostname-override", "node-a", "--logging-format=json"},
+		"flag":        {"--proxy-mode", "nftables", "--hostname-override", "node-a", "--conntrack-max-per-core=0", "--logging-format=json"},
 		"config file": {"--config", conf},
 	} {
 		t.Run(name, func(t *testing.T) {
