@@ -84,10 +84,14 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			// to loopback addresses that DNAT sends elsewhere; the
 			// renderer adds the guard that drops such packets arriving
 			// from other hosts (CVE-2020-8558).
-			if err := env.write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
-				return nil, fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
+			// Written only when not set yet, as upstream's EnsureSysctl: after
+			// an --init-only run, /proc/sys may be read-only.
+			if v, err := env.read("net/ipv4/conf/all/route_localnet"); err != nil || strings.TrimSpace(v) != "1" {
+				if err := env.write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+					return nil, fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
+				}
+				klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
 			}
-			klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
 		}
 		s.families = append(s.families, f)
 		s.backends[f] = iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)

@@ -12,6 +12,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+	// logging.format: json, registered as upstream's cmd/kube-proxy does.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -51,6 +54,7 @@ func newRootCommand() *cobra.Command {
 	o := config.NewOptions()
 	var fromFile string
 	var compact bool
+	var ver *versionFlag
 	cmd := &cobra.Command{
 		Use:   "kproxy",
 		Short: "kproxy: a Kubernetes service proxy (drop-in kube-proxy)",
@@ -62,19 +66,32 @@ endpoints are those of kube-proxy.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Before anything else, as upstream's verflag.
+			if ver.print(cmd.OutOrStdout()) {
+				return nil
+			}
 			if err := completeOptions(cmd, o); err != nil {
 				return err
 			}
 			for _, w := range o.Warnings() {
 				klog.Warning(w)
 			}
+			if o.WriteConfigTo != "" {
+				// Upstream writes the effective configuration and exits
+				// before cleanup or any kernel work.
+				return config.WriteConfigFile(o.WriteConfigTo, o.Config)
+			}
 			return runProxy(cmd.Context(), o, fromFile, compact)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// "--cluster_cidr" is "--cluster-cidr", on every command, as
+	// component-base's cli.Run sets it up for kube-proxy.
+	cmd.SetGlobalNormalizationFunc(cliflag.WordSepNormalizeFunc)
 	fs := cmd.Flags()
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
+	ver = addVersionFlag(fs)
 	fs.StringVar(&fromFile, "from-file", "", "kproxy only: read Services, EndpointSlices and Nodes from this YAML/JSON file or directory (as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them) instead of the API server, and follow its changes.")
 	fs.BoolVar(&compact, "iptables-compact-layout", false, compactLayoutHelp)
 	cmd.AddCommand(newRenderCommand(), newTraceCommand(), newDoctorCommand(), newVersionCommand())

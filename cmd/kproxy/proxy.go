@@ -153,7 +153,26 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	if o.CleanupAndExit {
 		return cleanup(ctx)
 	}
+	if err := checkSupported(c, mode); err != nil {
+		return usageError{err}
+	}
 	fams := families(c, ipv6Available())
+	// Kernel settings first, as upstream's platformSetup: iptables mode
+	// reads nf_conntrack_tcp_be_liberal when it builds its rules.
+	if err := initSteps(ctx, c, mode, node, fams, o.InitAndExit, hostInitEnv()); err != nil {
+		return err
+	}
+	if o.InitAndExit {
+		klog.InfoS("System initialized and --init-only specified")
+		return nil
+	}
+	applyOOMScoreAdj(c, "/proc/self/oom_score_adj")
+	errc := make(chan error, 4)
+	if o.ConfigFile != "" {
+		if err := watchConfigFile(ctx, o.ConfigFile, errc); err != nil {
+			return err
+		}
+	}
 	backends := map[v1.IPFamily]proxy.Backend{}
 	backendName := ""
 	switch mode {
@@ -237,7 +256,6 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 		recorder = broadcaster.NewRecorder(scheme.Scheme, "kube-proxy")
 	}
 
-	errc := make(chan error, 3)
 	go func() {
 		errc <- server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,

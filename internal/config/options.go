@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -176,7 +178,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	// The logging flags of upstream's logsapi.AddFlags, minus -v and
 	// --vmodule which AddKlogFlags provides.
-	fs.StringVar(&c.Logging.Format, "logging-format", c.Logging.Format, "Sets the log format. Permitted formats: \"json\" (accepted for compatibility, kproxy logs text), \"text\".")
+	fs.StringVar(&c.Logging.Format, "logging-format", c.Logging.Format, "Sets the log format. Permitted formats: \"json\" (gated by LoggingBetaOptions), \"text\".")
 	fs.DurationVar(&c.Logging.FlushFrequency.Duration.Duration, "log-flush-frequency", c.Logging.FlushFrequency.Duration.Duration, "Maximum number of seconds between log flushes")
 	fs.BoolVar(&c.Logging.Options.Text.SplitStream, "log-text-split-stream", false, "[Alpha] In text format, write error messages to stderr and info messages to stdout. The default is to write a single stream to stdout. Enable the LoggingAlphaOptions feature gate to use this.")
 	fs.Var(&c.Logging.Options.Text.InfoBufferSize, "log-text-info-buffer-size", "[Alpha] In text format with split output streams, the info messages can be buffered for a while to increase performance. The default value of zero bytes disables buffering. Enable the LoggingAlphaOptions feature gate to use this.")
@@ -378,8 +380,19 @@ func (o *Options) Validate() error {
 }
 
 // ApplyLogging makes klog follow c.Logging's verbosity and vmodule, so that
-// values from a config file take effect.
+// values from a config file take effect. A format other than text (json,
+// when the binary registers it as upstream's kube-proxy does) is applied
+// through component-base's logs API, as upstream applies every format; that
+// can happen once per process.
 func ApplyLogging(c *v1alpha1.KubeProxyConfiguration) error {
+	if c.Logging.Format != "" && c.Logging.Format != logsapi.DefaultLogFormat {
+		// Quietly: the gates are logged once the logger is in place.
+		fg, err := newFeatureGate(c.FeatureGates, logr.Discard())
+		if err != nil {
+			return err
+		}
+		return logsapi.ValidateAndApplyAsField(&c.Logging, fg, field.NewPath("logging"))
+	}
 	gfs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gfs)
 	if err := gfs.Set("v", strconv.FormatUint(uint64(c.Logging.Verbosity), 10)); err != nil {

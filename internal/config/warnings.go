@@ -154,9 +154,6 @@ func configWarnings(c *v1alpha1.KubeProxyConfiguration, iptablesMode string) []s
 	if c.DetectLocalMode == LocalModeClusterCIDR && c.ClusterCIDR == "" {
 		w = append(w, "detectLocalMode is ClusterCIDR but clusterCIDR is empty: no traffic is treated as coming from pods of this cluster")
 	}
-	if c.Logging.Format == "json" {
-		w = append(w, "logging format json is accepted for compatibility, but kproxy writes text logs")
-	}
 	if iptablesMode != IPTablesModeAuto && EffectiveMode(c) == ModeNFTables {
 		w = append(w, fmt.Sprintf("IPTABLES_MODE=%s only selects the iptables backend, used in nftables mode only to clean up rules of other modes", iptablesMode))
 	}

@@ -115,7 +115,8 @@ func BenchmarkKproxyProcess(b *testing.B) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, bin, "--proxy-mode", "nftables",
 					"--hostname-override", "node-a", "--from-file", snap, "--cluster-cidr", "198.18.0.0/16",
-					"--healthz-bind-address", "", "--metrics-bind-address", "", "--iptables-sync-period", "10s")
+					"--healthz-bind-address", "", "--metrics-bind-address", "", "--iptables-sync-period", "10s",
+					"--conntrack-max-per-core", "0") // nf_conntrack_max is read-only in a netns
 				cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
 				start := time.Now()
 				if err := cmd.Start(); err != nil {

@@ -194,6 +194,10 @@ func (e *env) kproxyArgv() []string {
 		"--hostname-override", nodeA,
 		"--proxy-mode", e.mode.proxyMode,
 		"--cluster-cidr", clusterCIDR,
+		// nf_conntrack_max is global and read-only in node-a's
+		// namespace; with many CPUs the default would have to raise it
+		// (as kind's kube-proxy config, leave it alone).
+		"--conntrack-max-per-core", "0",
 		"--v=2",
 	}
 	argv = append(argv, e.mode.args...)

@@ -57,7 +57,8 @@ func BenchmarkAPIServerScale(b *testing.B) {
 				ns := framework.AddNamespace(b, "kpscale")
 				cp.ConnectNamespace(b, ns)
 				argv := []string{kproxyBinary, "--kubeconfig", cp.Kubeconfig(b, "system:kube-proxy"),
-					"--hostname-override", nodeA, "--proxy-mode", "nftables", "--cluster-cidr", clusterCIDR}
+					"--hostname-override", nodeA, "--proxy-mode", "nftables", "--cluster-cidr", clusterCIDR,
+					"--conntrack-max-per-core", "0"} // nf_conntrack_max is read-only in a netns
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				start := time.Now()
 				p := framework.StartProcess(b, ns, b.TempDir(), "kproxy", argv...)

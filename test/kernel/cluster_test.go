@@ -366,6 +366,11 @@ func (c *kcluster) kproxyArgs(node string) []string {
 		"--cluster-cidr", clusterCIDR,
 		"--healthz-bind-address", netip.AddrPortFrom(n.Addr(clientIP), 10256).String(),
 		"--metrics-bind-address", "127.0.0.1:10249",
+		// nf_conntrack_max is global and read-only in a node namespace:
+		// on a host with many CPUs the default (32768 per CPU) is above
+		// its value and kproxy, like kube-proxy, would fail to raise it.
+		// kind's kube-proxy config sets the same for the same reason.
+		"--conntrack-max-per-core", "0",
 		"-v", "2",
 	), append(slices.Clone(c.mode.args), c.args...)...)
 }

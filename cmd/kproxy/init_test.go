@@ -1,0 +1,232 @@
+package main
+
+// Address plan: 198.18.0.0/16 nodes and pods, 198.19.0.0/16 service IPs.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/sysctl/sysctltest"
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+func TestVersionFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--version"}, "kproxy " + version + "\n"},
+		{[]string{"--version=true"}, "kproxy " + version + "\n"},
+		{[]string{"--version=raw"}, `version.Info{Major:"", Minor:"", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"` + version + `"`},
+	} {
+		out, _, err := execute(t, tt.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if !strings.HasPrefix(out, tt.want) {
+			t.Errorf("%v printed %q, want it to start with %q", tt.args, out, tt.want)
+		}
+	}
+	if _, _, err := execute(t, "--version=maybe"); err == nil {
+		t.Error("--version=maybe was accepted")
+	}
+}
+
+// --write-config-to writes the effective configuration (flags included,
+// underscore spellings normalised) and exits without running the proxy.
+func TestWriteConfigToAndUnderscoreFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.yaml")
+	out, stderr, err := execute(t, "--write-config-to", path, "--cluster_cidr", "198.18.0.0/16", "--proxy_mode=nftables", "--conntrack_tcp_timeout_close_wait=2m")
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, out, stderr)
+	}
+	c, err := config.LoadConfigFile(path)
+	if err != nil {
+		t.Fatalf("reading what --write-config-to wrote: %v", err)
+	}
+	if c.ClusterCIDR != "198.18.0.0/16" || c.Mode != "nftables" || c.Conntrack.TCPCloseWaitTimeout.Duration != 2*time.Minute {
+		t.Errorf("written config: clusterCIDR %q mode %q closeWait %v", c.ClusterCIDR, c.Mode, c.Conntrack.TCPCloseWaitTimeout)
+	}
+	if *c.OOMScoreAdj != config.DefaultOOMScoreAdj {
+		t.Errorf("written config lost the defaults: oomScoreAdj %d", *c.OOMScoreAdj)
+	}
+}
+
+func TestNFTablesLocalhostNodePortsGateRefused(t *testing.T) {
+	_, _, err := execute(t, "--proxy-mode", "nftables", "--hostname-override", "node-a", "--feature-gates", "KubeProxyNFTablesLocalhostNodePorts=true")
+	var ue usageError
+	if !asUsage(err, &ue) || !strings.Contains(err.Error(), "KubeProxyNFTablesLocalhostNodePorts") {
+		t.Fatalf("got %v, want a usage error naming the gate", err)
+	}
+	c := config.NewOptions().Config
+	c.FeatureGates = map[string]bool{"KubeProxyNFTablesLocalhostNodePorts": true}
+	if err := checkSupported(c, config.ModeIPTables); err != nil {
+		t.Errorf("iptables mode with the gate: %v", err)
+	}
+	c.FeatureGates = nil
+	if err := checkSupported(c, config.ModeNFTables); err != nil {
+		t.Errorf("nftables mode without the gate: %v", err)
+	}
+}
+
+func TestInitSteps(t *testing.T) {
+	kernel := func() *sysctltest.Fake {
+		return sysctltest.New(map[string]int{
+			conntrack.MaxPath: 65536, conntrack.HashsizePath: 16384,
+			conntrack.TCPEstablishedTimeoutPath: 432000, conntrack.TCPCloseWaitTimeoutPath: 60,
+			conntrack.TCPBeLiberalPath: 0, conntrack.UDPTimeoutPath: 30, conntrack.UDPStreamTimeoutPath: 120,
+			"/proc/sys/net/ipv4/conf/all/route_localnet": 0,
+		})
+	}
+	c := config.NewOptions().Config
+	for _, tt := range []struct {
+		name     string
+		mode     string
+		initOnly bool
+		writes   []string
+	}{
+		{"nftables", config.ModeNFTables, true, []string{
+			conntrack.MaxPath + "=131072", conntrack.HashsizePath + "=32768",
+			conntrack.TCPEstablishedTimeoutPath + "=86400", conntrack.TCPCloseWaitTimeoutPath + "=3600"}},
+		{"iptables init-only: route_localnet too", config.ModeIPTables, true, []string{
+			conntrack.MaxPath + "=131072", conntrack.HashsizePath + "=32768",
+			conntrack.TCPEstablishedTimeoutPath + "=86400", conntrack.TCPCloseWaitTimeoutPath + "=3600",
+			"/proc/sys/net/ipv4/conf/all/route_localnet=1"}},
+		{"iptables running: route_localnet left to the iptables set-up", config.ModeIPTables, false, []string{
+			conntrack.MaxPath + "=131072", conntrack.HashsizePath + "=32768",
+			conntrack.TCPEstablishedTimeoutPath + "=86400", conntrack.TCPCloseWaitTimeoutPath + "=3600"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := kernel()
+			err := initSteps(context.Background(), c, tt.mode, "node-a", families(c, true), tt.initOnly, initEnv{sys: k, numCPU: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.writes, k.Writes); d != "" {
+				t.Errorf("writes (-want +got):\n%s", d)
+			}
+		})
+	}
+	// route_localnet already 1 (an earlier --init-only run): not written
+	// again, so that a read-only /proc/sys does not matter.
+	k := kernel()
+	k.Values["/proc/sys/net/ipv4/conf/all/route_localnet"] = 1
+	k.ReadOnly["/proc/sys/net/ipv4/conf/all/route_localnet"] = true
+	if err := initSteps(context.Background(), c, config.ModeIPTables, "node-a", []v1.IPFamily{model.IPv4}, true, initEnv{sys: k, numCPU: 2}); err != nil {
+		t.Errorf("route_localnet already set: %v", err)
+	}
+	// A failure names what could not be done.
+	k = kernel()
+	k.ReadOnly[conntrack.MaxPath] = true
+	err := initSteps(context.Background(), c, config.ModeNFTables, "node-a", []v1.IPFamily{model.IPv4}, true, initEnv{sys: k, numCPU: 2})
+	if err == nil || !strings.Contains(err.Error(), "could not set conntrack parameters") {
+		t.Errorf("read-only nf_conntrack_max: %v", err)
+	}
+}
+
+func TestApplyOOMScoreAdj(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "oom_score_adj")
+	if err := os.WriteFile(path, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := config.NewOptions().Config
+	applyOOMScoreAdj(c, path)
+	if b, _ := os.ReadFile(path); string(b) != "-999" {
+		t.Errorf("oom_score_adj = %q, want -999 (the default)", b)
+	}
+	*c.OOMScoreAdj = 500
+	applyOOMScoreAdj(c, path)
+	if b, _ := os.ReadFile(path); string(b) != "500" {
+		t.Errorf("oom_score_adj = %q, want 500", b)
+	}
+}
+
+// The config file watch ends kproxy on an edit in place, on a rename over
+// the file, and on a ConfigMap volume update (the ..data symlink is swapped
+// and the old directory removed); a touch of another file does not.
+func TestWatchConfigFile(t *testing.T) {
+	write := func(t *testing.T, p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		setup  func(t *testing.T, dir string) string // returns the --config path
+		change func(t *testing.T, dir string)
+	}{{
+		name:   "edit in place",
+		setup:  func(t *testing.T, dir string) string { write(t, dir+"/c.yaml", "a"); return dir + "/c.yaml" },
+		change: func(t *testing.T, dir string) { write(t, dir+"/c.yaml", "b") },
+	}, {
+		name:  "rename over",
+		setup: func(t *testing.T, dir string) string { write(t, dir+"/c.yaml", "a"); return dir + "/c.yaml" },
+		change: func(t *testing.T, dir string) {
+			write(t, dir+"/new", "b")
+			if err := os.Rename(dir+"/new", dir+"/c.yaml"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "ConfigMap volume update",
+		setup: func(t *testing.T, dir string) string {
+			must(t, os.Mkdir(dir+"/..v1", 0o755))
+			write(t, dir+"/..v1/config.conf", "a")
+			must(t, os.Symlink("..v1", dir+"/..data"))
+			must(t, os.Symlink("..data/config.conf", dir+"/config.conf"))
+			return dir + "/config.conf"
+		},
+		change: func(t *testing.T, dir string) {
+			// What the kubelet's atomic writer does.
+			must(t, os.Mkdir(dir+"/..v2", 0o755))
+			write(t, dir+"/..v2/config.conf", "b")
+			must(t, os.Symlink("..v2", dir+"/..data_tmp"))
+			must(t, os.Rename(dir+"/..data_tmp", dir+"/..data"))
+			must(t, os.RemoveAll(dir+"/..v1"))
+		},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := tt.setup(t, dir)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			if err := watchConfigFile(ctx, path, errc); err != nil {
+				t.Fatal(err)
+			}
+			write(t, dir+"/unrelated", "x")
+			select {
+			case err := <-errc:
+				t.Fatalf("before any change: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			tt.change(t, dir)
+			select {
+			case err := <-errc:
+				if !errors.Is(err, errConfigChanged) {
+					t.Fatalf("got %v, want errConfigChanged", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no exit within 5s of the change")
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
