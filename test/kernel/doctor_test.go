@@ -59,4 +59,19 @@ func TestDoctor(t *testing.T) {
 	if err == nil || !strings.Contains(out, "ERROR kube-proxy rules in BOTH iptables backends") {
 		t.Errorf("doctor with kube-proxy rules in both backends: err %v, want exit 1 and an ERROR line:\n%s", err, out)
 	}
+	if strings.Contains(out, "kube-proxy does not write") {
+		t.Errorf("doctor flags an old kube-proxy's own rules as foreign:\n%s", out)
+	}
+
+	// A rule slipped into kube-proxy's KUBE-SERVICES that redirects a
+	// service: an error naming it.
+	if out, err := node.Exec(10*time.Second, "iptables-legacy", "-t", "nat", "-I", "KUBE-SERVICES", "1",
+		"-d", "198.19.0.10/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", "198.18.1.99:8080"); err != nil {
+		t.Fatalf("inserting a foreign rule: %v\n%s", err, out)
+	}
+	out, err = doctor()
+	if err == nil || !strings.Contains(out, "ERROR 1 rules in kube-proxy's chains of the legacy backend that kube-proxy does not write") ||
+		!strings.Contains(out, "198.18.1.99:8080") {
+		t.Errorf("doctor with a foreign rule in KUBE-SERVICES: err %v, want exit 1 and an ERROR line naming it:\n%s", err, out)
+	}
 }

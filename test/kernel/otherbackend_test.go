@@ -10,13 +10,14 @@ import (
 )
 
 // staleLegacyRules is what an old kube-proxy on the legacy backend left:
-// its chains, hooked into PREROUTING and OUTPUT.
+// its chains, hooked into PREROUTING and OUTPUT. (Every KUBE-SERVICES rule
+// upstream writes has a comment; doctor reports one without as foreign.)
 const staleLegacyRules = `*nat
 :KUBE-SERVICES - [0:0]
 :KUBE-SVC-STALESTALESTALEZ - [0:0]
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A KUBE-SERVICES -d 198.19.0.99/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-STALESTALESTALEZ
+-A KUBE-SERVICES -d 198.19.0.99/32 -p tcp -m comment --comment "demo/stale:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-STALESTALESTALEZ
 COMMIT
 `
 
