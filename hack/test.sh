@@ -1,13 +1,145 @@
 #!/usr/bin/env bash
-# Runs kproxy's whole test suite: unit tests, and (as root) the kernel tests
-# that create network namespaces and send real traffic through kproxy's rules.
-# Not root: kernel tests skip themselves with a message.
+# kproxy's whole test suite: the README's second command, and what CI runs
+# (.ci/run calls it and adds nothing).
+#
+#   sudo hack/test.sh                 everything; first installs and builds what is missing
+#   hack/test.sh --unit               the unit tests alone: no root, nothing installed
+#   sudo hack/test.sh -run TestFoo    extra flags go to every `go test`
+#
+# As root, set-up installs and builds what the suite needs, each step only
+# when missing: Debian's nftables, iptables, iproute2 and conntrack; the
+# test VM (test/vm/prepare.sh: qemu and Debian's kernel with SCTP and IPVS
+# modules); kube-apiserver and etcd for the end-to-end tests
+# (test/tools/build.sh, ~10 minutes the first time). Then KPROXY_VM=1 and
+# KPROXY_E2E=1 make a missing VM or control plane a failure, never a skip;
+# what cannot be installed fails the run, naming it. Without root the
+# whole suite refuses to start (use --unit).
+#
+# Groups: unit (every package but the three below; as root their kernel
+# tests run too), kernel (test/kernel), vm (internal/testutil/vm), e2e
+# (test/e2e, run beside the others: it mostly waits). It prints where the
+# time went and one closing line: N passed, N failed, N skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
+export DEBIAN_FRONTEND=noninteractive
 
+unit=0
+if [ "${1:-}" = "--unit" ]; then
+  unit=1
+  shift
+fi
+out="$(mktemp -d -t kproxy-test-XXXXXX)"
+e2e_pid=""
+cleanup() {
+  if [ -n "$e2e_pid" ]; then kill "$e2e_pid" 2>/dev/null || true; fi
+  rm -rf "$out"
+}
+trap cleanup EXIT
+start=$SECONDS
+timing=()
+took() { timing+=("$(printf '  %-8s %6ds' "$1" $((SECONDS - $2)))"); }
+
+if [ "$unit" = 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "hack/test.sh: the whole suite needs root (network namespaces, nftables, the test VM, the end-to-end control plane)." >&2
+    echo "Run it with sudo, or 'hack/test.sh --unit' for the unit tests alone." >&2
+    exit 2
+  fi
+  t=$SECONDS
+  echo "== set-up"
+  pkgs=()
+  command -v nft >/dev/null 2>&1 || pkgs+=(nftables)
+  command -v iptables >/dev/null 2>&1 || pkgs+=(iptables)
+  command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
+  command -v conntrack >/dev/null 2>&1 || pkgs+=(conntrack)
+  if [ "${#pkgs[@]}" -gt 0 ]; then
+    echo "== installing ${pkgs[*]}"
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }; then
+      echo "hack/test.sh: could not install ${pkgs[*]} with apt-get; install them and run again" >&2
+      exit 1
+    fi
+  fi
+  for b in nft iptables iptables-legacy iptables-nft ip conntrack; do
+    if ! command -v "$b" >/dev/null 2>&1; then
+      echo "hack/test.sh: $b is still missing after set-up" >&2
+      exit 1
+    fi
+  done
+  nft --version
+  go version
+  bash test/vm/prepare.sh
+  bash test/tools/build.sh
+  export KPROXY_VM=1 KPROXY_E2E=1
+  took set-up "$t"
+fi
+
+t=$SECONDS
 echo "== go vet"
 go vet ./...
-echo "== go test"
-# -p 2: the reference machine has 2 cores; kernel tests use their own netns.
-go test -p 2 -count=1 -timeout 45m ./... "$@"
+go vet -tags faultinject ./cmd/kproxy
+took vet "$t"
+
+# gts NAME [go test args...]: one group through gotestsum, its events kept
+# for the summary.
+gts() {
+  local name="$1"
+  shift
+  go tool gotestsum --format pkgname-and-test-fails --jsonfile "$out/$name.json" -- -count=1 -timeout 45m "$@"
+}
+
+all=$(go list ./...)
+e2e_pkgs=$(grep -E '/test/e2e(/|$)' <<<"$all" || true)
+kernel_pkgs=$(grep -E '/test/kernel$' <<<"$all" || true)
+vm_pkgs=$(grep -E '/internal/testutil/vm$' <<<"$all" || true)
+unit_pkgs=$(grep -vE '/test/e2e(/|$)|/test/kernel$|/internal/testutil/vm$' <<<"$all")
+
+status=0
+if [ "$unit" = 0 ]; then
+  # The end-to-end tests mostly wait (API server outages, watch
+  # expiry): they run beside the other groups, their output kept apart.
+  (
+    t=$SECONDS
+    rc=0
+    # shellcheck disable=SC2086
+    gts e2e "$@" $e2e_pkgs >"$out/e2e.log" 2>&1 || rc=$?
+    echo "$((SECONDS - t))" >"$out/e2e.seconds"
+    exit "$rc"
+  ) &
+  e2e_pid=$!
+fi
+
+t=$SECONDS
+echo "== unit tests"
+# shellcheck disable=SC2086
+gts unit -p 2 "$@" $unit_pkgs || status=1
+took unit "$t"
+
+if [ "$unit" = 0 ]; then
+  t=$SECONDS
+  echo "== kernel tests"
+  # shellcheck disable=SC2086
+  gts kernel "$@" $kernel_pkgs || status=1
+  took kernel "$t"
+  t=$SECONDS
+  echo "== VM tests"
+  # shellcheck disable=SC2086
+  gts vm "$@" $vm_pkgs || status=1
+  took vm "$t"
+  echo "== end-to-end tests (started with the unit tests)"
+  if ! wait "$e2e_pid"; then status=1; fi
+  e2e_pid=""
+  cat "$out/e2e.log"
+  timing+=("$(printf '  %-8s %6ds (beside the others)' e2e "$(cat "$out/e2e.seconds" 2>/dev/null || echo 0)")")
+fi
+
+echo "== where the time went"
+printf '%s\n' "${timing[@]}"
+printf '  %-8s %6ds\n' total $((SECONDS - start))
+if [ "$unit" = 1 ]; then
+  echo "left out (--unit): set-up, the kernel tests (test/kernel), the VM tests, the end-to-end tests;"
+  echo "without root the unit packages' own kernel tests skip themselves"
+fi
+echo "== summary"
+go run ./hack/testsummary "$out"/*.json || status=1
+exit "$status"
