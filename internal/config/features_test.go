@@ -19,7 +19,7 @@ func TestNewFeatureGate(t *testing.T) {
 			name: "v1.37 defaults",
 			enabled: map[featuregate.Feature]bool{
 				KubeProxyIPVS: true, NFTablesNetlink: true, KubeProxyNFTablesLocalhostNodePorts: false,
-				TopologyAwareHints: true, PreferSameTrafficDistribution: true, "LoggingAlphaOptions": false, "LoggingBetaOptions": true,
+				PreferSameTrafficDistribution: true, MultiCIDRServiceAllocator: true, "InPlacePodVerticalScaling": true, "LoggingAlphaOptions": false, "LoggingBetaOptions": true,
 			},
 		},
 		{
@@ -29,11 +29,28 @@ func TestNewFeatureGate(t *testing.T) {
 		},
 		{
 			name:    "AllAlpha turns alpha gates on",
-			gates:   map[string]bool{"AllAlpha": true},
+			gates:   map[string]bool{"AllAlpha": true, "AllBeta": true},
 			enabled: map[featuregate.Feature]bool{KubeProxyNFTablesLocalhostNodePorts: true, "LoggingAlphaOptions": true},
 		},
+		// Upstream v1.37.2 refuses AllAlpha alone: some alpha gates depend on
+		// GenericWorkload, a beta gate off by default.
+		{name: "AllAlpha alone", gates: map[string]bool{"AllAlpha": true}, err: "depends on features that are disabled: [GenericWorkload]"},
 		{name: "unknown gate", gates: map[string]bool{"KubeProxyWarpDrive": true}, err: "unrecognized feature gate: KubeProxyWarpDrive"},
 		{name: "locked gate", gates: map[string]bool{"MultiCIDRServiceAllocator": false}, err: "locked to true"},
+		// Gates that do not concern the proxy are accepted, as upstream.
+		{
+			name:    "other components' gates",
+			gates:   map[string]bool{"InPlacePodVerticalScaling": true, "WatchListClient": false, "ComponentFlagz": false, "ContextualLogging": true},
+			enabled: map[featuregate.Feature]bool{"InPlacePodVerticalScaling": true, "WatchListClient": false, ComponentFlagz: false, ComponentStatusz: true},
+		},
+		{name: "locked gate of another component", gates: map[string]bool{"InPlacePodVerticalScaling": false}, err: "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"},
+		// Gates upstream removed are refused.
+		{name: "removed gate TopologyAwareHints", gates: map[string]bool{"TopologyAwareHints": true}, err: "unrecognized feature gate: TopologyAwareHints"},
+		{name: "removed gate ServiceTrafficDistribution", gates: map[string]bool{"ServiceTrafficDistribution": true}, err: "unrecognized feature gate: ServiceTrafficDistribution"},
+		// A gate whose dependencies are on is accepted; one whose dependency
+		// is off is refused.
+		{name: "dependency enabled", gates: map[string]bool{"InPlacePodVerticalScalingExclusiveCPUs": true}, enabled: map[featuregate.Feature]bool{"InPlacePodVerticalScalingExclusiveCPUs": true}},
+		{name: "dependency disabled", gates: map[string]bool{"ResourceHealthStatusMessage": true, "ResourceHealthStatus": false}, err: "ResourceHealthStatusMessage is enabled, but depends on features that are disabled: [ResourceHealthStatus]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
