@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/component-base/metrics/prometheus/slis"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -156,7 +157,7 @@ type MetricsServerConfig struct {
 	// BindAddressHardFail makes Run return bind and serve errors instead of
 	// retrying.
 	BindAddressHardFail bool
-	// Gatherer is served on /metrics; nil means metrics.Registry.
+	// Gatherer is served on /metrics; nil means metrics.Gatherer.
 	Gatherer prometheus.Gatherer
 	// ProxyMode returns the text of /proxyMode. A func, so that it can
 	// include facts known only after start (e.g. the iptables backend).
@@ -177,8 +178,8 @@ type MetricsServerConfig struct {
 	Clock clock.WithTicker
 }
 
-// MetricsServer serves /metrics, /proxyMode, /configz, /healthz and, with
-// profiling, /debug/pprof/ and /debug/flags/v.
+// MetricsServer serves /metrics, /metrics/slis, /proxyMode, /configz,
+// /healthz and, with profiling, /debug/pprof/ and /debug/flags/v.
 type MetricsServer struct {
 	srv     httpServer
 	handler http.Handler
@@ -219,7 +220,7 @@ func newHTTPServer(name, addr string, h http.Handler, hardFail bool, listen List
 func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 	gatherer := cfg.Gatherer
 	if gatherer == nil {
-		gatherer = metrics.Registry
+		gatherer = metrics.Gatherer
 	}
 	mux := http.NewServeMux()
 
@@ -227,6 +228,9 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 	// check: the answer only says the process serves HTTP.
 	mux.HandleFunc("/healthz", pingHealthz)
 	mux.HandleFunc("/healthz/ping", pingHealthz)
+	// /metrics/slis: the healthz check results (kubernetes_healthcheck,
+	// kubernetes_healthchecks_total), reset by DELETE, as upstream.
+	slis.SLIMetricsWithReset{}.Install(mux)
 
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, r *http.Request) {
 		mode, backend := "", ""
@@ -283,6 +287,11 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 }
 
 func pingHealthz(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		// Upstream's root healthz handler records each check it runs;
+		// /healthz/ping alone does not.
+		_ = slis.ObserveHealthcheck(r.Context(), "ping", "healthz", slis.Success)
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, verbose := r.URL.Query()["verbose"]; verbose && r.URL.Path == "/healthz" {
