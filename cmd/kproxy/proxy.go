@@ -150,6 +150,11 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	if err != nil {
 		return err
 	}
+	// As upstream after validation: kubernetes_feature_enabled, and
+	// client-go reads the configured gates.
+	if _, err := config.ApplyFeatureGates(c); err != nil {
+		return err
+	}
 	if o.CleanupAndExit {
 		return cleanup(ctx)
 	}

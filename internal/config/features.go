@@ -3,6 +3,7 @@ package config
 import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/version"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -70,6 +71,29 @@ func KnownFeatureGates() []string {
 // warnings about deprecated or GA gates are logged through klog.
 func NewFeatureGate(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureGate, error) {
 	return newFeatureGate(c.FeatureGates, klog.Background())
+}
+
+// ApplyFeatureGates does what upstream kube-proxy does with its gates once
+// the configuration is valid: it records every known gate in
+// kubernetes_feature_enabled (featuregate's AddMetrics) and makes
+// client-go's feature checks (e.g. WatchListClient for the informers) read
+// this gate, as upstream's pkg/features does. It returns the gate.
+func ApplyFeatureGates(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureGate, error) {
+	fg, err := newFeatureGate(c.FeatureGates, klog.Background())
+	if err != nil {
+		return nil, err
+	}
+	fg.AddMetrics()
+	clientfeatures.ReplaceFeatureGates(clientGates{fg})
+	return fg, nil
+}
+
+// clientGates answers client-go's feature checks from a component-base
+// gate, which holds client-go's gates too (generated from upstream).
+type clientGates struct{ fg featuregate.FeatureGate }
+
+func (g clientGates) Enabled(name clientfeatures.Feature) bool {
+	return g.fg.Enabled(featuregate.Feature(name))
 }
 
 func newFeatureGate(m map[string]bool, logger logr.Logger) (mutableGate, error) {

@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
 
@@ -70,5 +72,59 @@ func TestNewFeatureGate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestApplyFeatureGates: every gate is reported in kubernetes_feature_enabled
+// with its stage and state, and client-go's feature checks read the
+// configured gates.
+func TestApplyFeatureGates(t *testing.T) {
+	defer clientfeatures.ReplaceFeatureGates(clientGates{newKnownFeatureGate()})
+	_, err := ApplyFeatureGates(&v1alpha1.KubeProxyConfiguration{FeatureGates: map[string]bool{
+		"KubeProxyNFTablesLocalhostNodePorts": true,
+		"WatchListClient":                     false,
+		"InPlacePodVerticalScaling":           true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "kubernetes_feature_enabled" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var name, stage string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "name":
+					name = l.GetValue()
+				case "stage":
+					stage = l.GetValue()
+				}
+			}
+			got[name+"/"+stage] = m.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"KubeProxyNFTablesLocalhostNodePorts/ALPHA": 1,
+		"WatchListClient/BETA":                      0,
+		"InPlacePodVerticalScaling/":                1, // GA gates have stage ""
+		"KubeProxyIPVS/DEPRECATED":                  1,
+		"PreferSameTrafficDistribution/":            1,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("kubernetes_feature_enabled %s = %v (present %v), want %v", key, v, ok, want)
+		}
+	}
+	if len(got) != len(upstreamFeatureGates)+2 { // + AllAlpha, AllBeta
+		t.Errorf("kubernetes_feature_enabled has %d gates, want %d", len(got), len(upstreamFeatureGates)+2)
+	}
+	if clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) {
+		t.Error("client-go's WatchListClient still on after featureGates set it off")
 	}
 }
