@@ -12,7 +12,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -235,29 +234,38 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	}
 	if client != nil {
 		// Events as upstream records them (component kube-proxy, through
-		// the events.k8s.io API); only refused service ports use them.
-		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-		broadcaster.StartRecordingToSink(ctx.Done())
-		defer broadcaster.Shutdown()
-		recorder = broadcaster.NewRecorder(scheme.Scheme, "kube-proxy")
+		// the events.k8s.io API): about this node at start (events.go),
+		// and for refused service ports.
+		var stop func()
+		recorder, stop = newEventRecorder(ctx, client)
+		defer stop()
+	}
+	nodeEv := newNodeEvents(recorder, node)
+	if c.Mode == "" {
+		nodeEv.defaultMode()
 	}
 
 	errc := make(chan error, 3)
 	go func() {
-		errc <- server.NewHealthzServer(server.HealthzServerConfig{
+		err := server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
 		}).Run(ctx)
+		nodeEv.serverFailed(reasonFailedHealthzServer, err)
+		errc <- err
 	}()
 	go func() {
-		errc <- server.NewMetricsServer(server.MetricsServerConfig{
+		err := server.NewMetricsServer(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
 			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
 		}).Run(ctx)
+		nodeEv.serverFailed(reasonFailedMetricsServer, err)
+		errc <- err
 	}()
 	go func() {
 		errc <- src.Run(ctx, nodeHealth{EventHandler: tracker, health: health, name: node})
 	}()
+	nodeEv.starting()
 	go run.Run(ctx)
 
 	select {
