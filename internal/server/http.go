@@ -172,6 +172,12 @@ type MetricsServerConfig struct {
 	Configz func() any
 	// EnableProfiling adds /debug/pprof/ and /debug/flags/v.
 	EnableProfiling bool
+	// Flagz, when set, serves /flagz with these flags and values (upstream:
+	// when the ComponentFlagz gate is on).
+	Flagz func() map[string]string
+	// Statusz, when set, serves /statusz (upstream: when the
+	// ComponentStatusz gate is on).
+	Statusz *StatuszInfo
 	// Listen opens the socket; nil means DefaultListen.
 	Listen ListenFunc
 	// Clock paces bind retries; nil means the real clock.
@@ -179,7 +185,8 @@ type MetricsServerConfig struct {
 }
 
 // MetricsServer serves /metrics, /metrics/slis, /proxyMode, /configz,
-// /healthz and, with profiling, /debug/pprof/ and /debug/flags/v.
+// /healthz, /flagz and /statusz when configured and, with profiling,
+// /debug/pprof/ and /debug/flags/v.
 type MetricsServer struct {
 	srv     httpServer
 	handler http.Handler
@@ -223,6 +230,9 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 		gatherer = metrics.Gatherer
 	}
 	mux := http.NewServeMux()
+	// listed are the paths upstream's mux lists (shown by /statusz); its
+	// /debug/ handlers are unlisted.
+	listed := []string{"/healthz", "/metrics/slis", "/proxyMode", "/metrics", "/configz"}
 
 	// Upstream installs the generic healthz handler with its default "ping"
 	// check: the answer only says the process serves HTTP.
@@ -282,6 +292,13 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/flags/v", setVerbosity)
+	}
+	if cfg.Flagz != nil {
+		mux.Handle("/flagz", flagzHandler(cfg.Flagz))
+		listed = append(listed, "/flagz")
+	}
+	if cfg.Statusz != nil {
+		mux.Handle("/statusz", statuszHandler(*cfg.Statusz, topLevelPaths(listed)))
 	}
 	return mux
 }
