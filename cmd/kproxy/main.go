@@ -68,7 +68,7 @@ endpoints are those of kube-proxy.`,
 			for _, w := range o.Warnings() {
 				klog.Warning(w)
 			}
-			return runProxy(cmd.Context(), o, fromFile, compact)
+			return runProxy(cmd.Context(), o, cmd.Flags(), fromFile, compact)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

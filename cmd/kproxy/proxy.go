@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
@@ -142,7 +143,7 @@ func (n nodeHealth) NodeDeleted(node *v1.Node) {
 var _ model.EventHandler = nodeHealth{}
 
 // runProxy runs the proxy until ctx ends.
-func runProxy(ctx context.Context, o *config.Options, fromFile string, compact bool) error {
+func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, fromFile string, compact bool) error {
 	c := o.Config
 	mode := config.EffectiveMode(c)
 	node, err := hostname(c)
@@ -151,7 +152,8 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	}
 	// As upstream after validation: kubernetes_feature_enabled, and
 	// client-go reads the configured gates.
-	if _, err := config.ApplyFeatureGates(c); err != nil {
+	gates, err := config.ApplyFeatureGates(c)
+	if err != nil {
 		return err
 	}
 	if o.CleanupAndExit {
@@ -254,11 +256,11 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 		errc <- err
 	}()
 	go func() {
-		err := server.NewMetricsServer(server.MetricsServerConfig{
+		err := server.NewMetricsServer(withZpages(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
 			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
-		}).Run(ctx)
+		}, gates, flags)).Run(ctx)
 		nodeEv.serverFailed(reasonFailedMetricsServer, err)
 		errc <- err
 	}()
