@@ -11,3 +11,5 @@ go vet ./...
 echo "== go test"
 # -p 2: the reference machine has 2 cores; kernel tests use their own netns.
 go test -p 2 -count=1 -timeout 45m ./... "$@"
+echo "== feature gate table matches upstream (test/tools)"
+(cd test/tools && go vet ./cmd/featuregates && go test -count=1 ./cmd/featuregates/)
