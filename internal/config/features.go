@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/component-base/featuregate"
+	metricsfeatures "k8s.io/component-base/metrics/features"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -67,7 +68,8 @@ func KnownFeatureGates() []string {
 }
 
 // NewFeatureGate returns the feature gate state that c.FeatureGates asks for.
-// It fails for unknown gates and for locked gates set to the wrong value;
+// It fails for unknown gates, locked gates set to the other value and
+// enabled gates whose dependencies are off;
 // warnings about deprecated or GA gates are logged through klog.
 func NewFeatureGate(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureGate, error) {
 	return newFeatureGate(c.FeatureGates, klog.Background())
@@ -83,6 +85,8 @@ func ApplyFeatureGates(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureG
 	if err != nil {
 		return nil, err
 	}
+	// As upstream's Complete: NativeHistograms for component-base metrics.
+	metricsfeatures.ApplyFeatureGates(fg)
 	fg.AddMetrics()
 	clientfeatures.ReplaceFeatureGates(clientGates{fg})
 	return fg, nil
