@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
 )
 
 // Events upstream kube-proxy v1.37.2 records about its node
@@ -36,6 +37,23 @@ func newEventRecorder(ctx context.Context, client kubernetes.Interface) (events.
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
 	return broadcaster.NewRecorder(scheme.Scheme, "kube-proxy"), broadcaster.Shutdown
+}
+
+// setUpEvents returns the Event recorder (nil without an API client: the
+// file source), the node's start Events and a function that stops the
+// broadcaster. It records KubeProxyDefaultMode when no mode is configured,
+// as upstream when it creates its proxier.
+func setUpEvents(ctx context.Context, client kubernetes.Interface, c *v1alpha1.KubeProxyConfiguration, node string) (events.EventRecorder, nodeEvents, func()) {
+	var rec events.EventRecorder
+	stop := func() {}
+	if client != nil {
+		rec, stop = newEventRecorder(ctx, client)
+	}
+	ev := newNodeEvents(rec, node)
+	if c.Mode == "" {
+		ev.defaultMode()
+	}
+	return rec, ev, stop
 }
 
 // nodeEvents records the start Events about this node. The zero value (no

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kube-proxy/config/v1alpha1"
 )
 
 // TestNodeEvents: the start Events reach the events.k8s.io API as upstream
@@ -81,4 +83,56 @@ func TestNodeEventsWithoutAPIServer(t *testing.T) {
 	ev.starting()
 	ev.defaultMode()
 	ev.serverFailed(reasonFailedHealthzServer, errors.New("boom"))
+}
+
+// TestSetUpEvents: KubeProxyDefaultMode is recorded only when no mode is
+// configured, and only with an API client.
+func TestSetUpEvents(t *testing.T) {
+	for _, tc := range []struct {
+		mode    v1alpha1.ProxyMode
+		reasons []string
+	}{
+		{mode: "", reasons: []string{"KubeProxyDefaultMode"}},
+		{mode: "iptables"},
+		{mode: "nftables"},
+	} {
+		t.Run("mode "+string(tc.mode), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			client := fake.NewClientset()
+			c := &v1alpha1.KubeProxyConfiguration{Mode: tc.mode}
+			rec, _, stop := setUpEvents(ctx, client, c, "node-a")
+			defer stop()
+			if rec == nil {
+				t.Fatal("no recorder with an API client")
+			}
+			var got []string
+			deadline := time.Now().Add(5 * time.Second)
+			settle := time.Now().Add(300 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				list, err := client.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = got[:0]
+				for _, e := range list.Items {
+					got = append(got, e.Reason)
+				}
+				if len(got) >= len(tc.reasons) && time.Now().After(settle) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.reasons, ",") {
+				t.Errorf("Events %v, want %v", got, tc.reasons)
+			}
+		})
+	}
+	// No API client (file source): no recorder, nothing to stop.
+	rec, ev, stop := setUpEvents(context.Background(), nil, &v1alpha1.KubeProxyConfiguration{}, "node-a")
+	defer stop()
+	if rec != nil {
+		t.Error("recorder without an API client")
+	}
+	ev.starting()
 }

@@ -234,18 +234,11 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	if err != nil {
 		return err
 	}
-	if client != nil {
-		// Events as upstream records them (component kube-proxy, through
-		// the events.k8s.io API): about this node at start (events.go),
-		// and for refused service ports.
-		var stop func()
-		recorder, stop = newEventRecorder(ctx, client)
-		defer stop()
-	}
-	nodeEv := newNodeEvents(recorder, node)
-	if c.Mode == "" {
-		nodeEv.defaultMode()
-	}
+	// Events as upstream records them (component kube-proxy, through the
+	// events.k8s.io API): about this node at start (events.go), and for
+	// refused service ports.
+	recorder, nodeEv, stopEvents := setUpEvents(ctx, client, c, node)
+	defer stopEvents()
 
 	errc := make(chan error, 3)
 	go func() {
