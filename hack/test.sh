@@ -131,6 +131,14 @@ if [ "$unit" = 0 ]; then
   e2e_pid=""
   cat "$out/e2e.log"
   timing+=("$(printf '  %-8s %6ds (beside the others)' e2e "$(cat "$out/e2e.seconds" 2>/dev/null || echo 0)")")
+  # test/tools is a module of its own (it depends on k8s.io/kubernetes):
+  # the feature gate table kproxy accepts must be upstream's.
+  t=$SECONDS
+  echo "== test/tools: the feature gate table matches upstream"
+  (cd test/tools && go vet ./cmd/featuregates) || status=1
+  go tool gotestsum --format pkgname-and-test-fails --jsonfile "$out/tools.json" \
+    --raw-command -- bash -c 'cd test/tools && exec go test -json -count=1 ./cmd/featuregates/' || status=1
+  took tools "$t"
 fi
 
 echo "== where the time went"

@@ -81,7 +81,7 @@ endpoints are those of kube-proxy.`,
 				// before cleanup or any kernel work.
 				return config.WriteConfigFile(o.WriteConfigTo, o.Config)
 			}
-			return runProxy(cmd.Context(), o, fromFile, compact)
+			return runProxy(cmd.Context(), o, cmd.Flags(), fromFile, compact)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -143,10 +143,16 @@ func (n nodeHealth) NodeDeleted(node *v1.Node) {
 var _ model.EventHandler = nodeHealth{}
 
 // runProxy runs the proxy until ctx ends.
-func runProxy(ctx context.Context, o *config.Options, fromFile string, compact bool) error {
+func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, fromFile string, compact bool) error {
 	c := o.Config
 	mode := config.EffectiveMode(c)
 	node, err := hostname(c)
+	if err != nil {
+		return err
+	}
+	// As upstream after validation: kubernetes_feature_enabled, and
+	// client-go reads the configured gates.
+	gates, err := config.ApplyFeatureGates(c)
 	if err != nil {
 		return err
 	}
@@ -247,30 +253,32 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	if err != nil {
 		return err
 	}
-	if client != nil {
-		// Events as upstream records them (component kube-proxy, through
-		// the events.k8s.io API); only refused service ports use them.
-		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-		broadcaster.StartRecordingToSink(ctx.Done())
-		defer broadcaster.Shutdown()
-		recorder = broadcaster.NewRecorder(scheme.Scheme, "kube-proxy")
-	}
+	// Events as upstream records them (component kube-proxy, through the
+	// events.k8s.io API): about this node at start (events.go), and for
+	// refused service ports.
+	recorder, nodeEv, stopEvents := setUpEvents(ctx, client, c, node)
+	defer stopEvents()
 
 	go func() {
-		errc <- server.NewHealthzServer(server.HealthzServerConfig{
+		err := server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
 		}).Run(ctx)
+		nodeEv.serverFailed(reasonFailedHealthzServer, err)
+		errc <- err
 	}()
 	go func() {
-		errc <- server.NewMetricsServer(server.MetricsServerConfig{
+		err := server.NewMetricsServer(withZpages(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
 			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
-		}).Run(ctx)
+		}, gates, flags)).Run(ctx)
+		nodeEv.serverFailed(reasonFailedMetricsServer, err)
+		errc <- err
 	}()
 	go func() {
 		errc <- src.Run(ctx, nodeHealth{EventHandler: tracker, health: health, name: node})
 	}()
+	nodeEv.starting()
 	go run.Run(ctx)
 
 	select {

@@ -3,18 +3,25 @@ package config
 import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/version"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
+	metricsfeatures "k8s.io/component-base/metrics/features"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
 
-// Feature gates that kube-proxy v1.37 reads (or that decide what its
-// configuration may say), with their v1.37 state. Upstream kube-proxy
-// registers every Kubernetes gate; kproxy knows only these plus the logging
-// gates of component-base and AllAlpha/AllBeta, so a gate that only matters to
-// other components is reported as unrecognized. Setting a locked GA gate to
-// its non-default value is an error, as upstream.
+//go:generate sh -c "cd ../../test/tools && go run ./cmd/featuregates -o ../../internal/config/zz_generated_featuregates.go"
+
+// kproxy accepts exactly the feature gates upstream kube-proxy v1.37.2
+// accepts: every Kubernetes gate (with client-go's and the zpages gates) and
+// the component-base metrics and logging gates kube-proxy registers. The
+// table, zz_generated_featuregates.go, is generated from k8s.io/kubernetes
+// by test/tools/cmd/featuregates, whose test fails when it is stale. A gate
+// that does not concern the proxy is accepted and has no effect; an unknown
+// or removed gate, a locked gate set to the other value and an enabled gate
+// whose dependency is disabled are refused, as upstream.
+//
+// The gates kproxy reads:
 const (
 	// KubeProxyIPVS enables the ipvs mode (deprecated, on by default, 1.37).
 	KubeProxyIPVS featuregate.Feature = "KubeProxyIPVS"
@@ -24,79 +31,16 @@ const (
 	// NFTablesNetlink makes nftables mode talk netlink instead of running
 	// nft (beta, on, 1.37).
 	NFTablesNetlink featuregate.Feature = "NFTablesNetlink"
-	// NFTablesProxyMode allowed --proxy-mode=nftables (GA since 1.33).
-	NFTablesProxyMode featuregate.Feature = "NFTablesProxyMode"
-	// TopologyAwareHints makes kube-proxy honour EndpointSlice hints.
-	TopologyAwareHints featuregate.Feature = "TopologyAwareHints"
-	// ServiceTrafficDistribution allows spec.trafficDistribution.
-	ServiceTrafficDistribution featuregate.Feature = "ServiceTrafficDistribution"
 	// PreferSameTrafficDistribution allows PreferSameZone/PreferSameNode.
 	PreferSameTrafficDistribution featuregate.Feature = "PreferSameTrafficDistribution"
 	// MultiCIDRServiceAllocator exposes ServiceCIDR objects (used by the
 	// nftables mode to drop traffic to unallocated cluster IPs).
 	MultiCIDRServiceAllocator featuregate.Feature = "MultiCIDRServiceAllocator"
-	// WinDSR and WinOverlay are Windows-only; accepted for config sharing.
-	WinDSR     featuregate.Feature = "WinDSR"
-	WinOverlay featuregate.Feature = "WinOverlay"
-	// Component endpoints served by kube-proxy's metrics server.
+	// ComponentFlagz and ComponentStatusz serve /flagz and /statusz on the
+	// metrics server.
 	ComponentFlagz   featuregate.Feature = "ComponentFlagz"
 	ComponentStatusz featuregate.Feature = "ComponentStatusz"
-	ComponentSLIs    featuregate.Feature = "ComponentSLIs"
 )
-
-var kubeProxyFeatureGates = map[featuregate.Feature]featuregate.VersionedSpecs{
-	KubeProxyIPVS: {
-		// A gate introduced as deprecated needs its earlier (GA) state.
-		{Version: version.MustParse("1.0"), Default: true, PreRelease: featuregate.GA},
-		{Version: version.MustParse("1.37"), Default: true, PreRelease: featuregate.Deprecated},
-	},
-	KubeProxyNFTablesLocalhostNodePorts: {
-		{Version: version.MustParse("1.37"), Default: false, PreRelease: featuregate.Alpha},
-	},
-	NFTablesNetlink: {
-		{Version: version.MustParse("1.37"), Default: true, PreRelease: featuregate.Beta},
-	},
-	NFTablesProxyMode: {
-		{Version: version.MustParse("1.29"), Default: false, PreRelease: featuregate.Alpha},
-		{Version: version.MustParse("1.31"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.33"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	TopologyAwareHints: {
-		{Version: version.MustParse("1.24"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.33"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	ServiceTrafficDistribution: {
-		{Version: version.MustParse("1.31"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.33"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	PreferSameTrafficDistribution: {
-		{Version: version.MustParse("1.34"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.35"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	MultiCIDRServiceAllocator: {
-		{Version: version.MustParse("1.33"), Default: true, PreRelease: featuregate.GA},
-		{Version: version.MustParse("1.34"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	WinDSR: {
-		{Version: version.MustParse("1.33"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.34"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	WinOverlay: {
-		{Version: version.MustParse("1.20"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.34"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-	ComponentFlagz: {
-		{Version: version.MustParse("1.32"), Default: true, PreRelease: featuregate.Beta},
-	},
-	ComponentStatusz: {
-		{Version: version.MustParse("1.32"), Default: false, PreRelease: featuregate.Alpha},
-		{Version: version.MustParse("1.36"), Default: true, PreRelease: featuregate.Beta},
-	},
-	ComponentSLIs: {
-		{Version: version.MustParse("1.27"), Default: true, PreRelease: featuregate.Beta},
-		{Version: version.MustParse("1.32"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},
-	},
-}
 
 // mutableGate is what featuregate.NewVersionedFeatureGate really returns.
 type mutableGate interface {
@@ -108,11 +52,11 @@ type mutableGate interface {
 // at their v1.37 defaults.
 func newKnownFeatureGate() mutableGate {
 	fg := featuregate.NewVersionedFeatureGate(version.MustParse(KubernetesVersion))
-	if err := fg.AddVersioned(kubeProxyFeatureGates); err != nil {
+	if err := fg.AddVersioned(upstreamFeatureGates); err != nil {
 		panic("kproxy feature gate table: " + err.Error())
 	}
-	if err := logsapi.AddFeatureGates(fg); err != nil {
-		panic("logging feature gates: " + err.Error())
+	if err := fg.AddDependencies(upstreamFeatureGateDependencies); err != nil {
+		panic("kproxy feature gate dependencies: " + err.Error())
 	}
 	return fg
 }
@@ -124,10 +68,36 @@ func KnownFeatureGates() []string {
 }
 
 // NewFeatureGate returns the feature gate state that c.FeatureGates asks for.
-// It fails for unknown gates and for locked gates set to the wrong value;
+// It fails for unknown gates, locked gates set to the other value and
+// enabled gates whose dependencies are off;
 // warnings about deprecated or GA gates are logged through klog.
 func NewFeatureGate(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureGate, error) {
 	return newFeatureGate(c.FeatureGates, klog.Background())
+}
+
+// ApplyFeatureGates does what upstream kube-proxy does with its gates once
+// the configuration is valid: it records every known gate in
+// kubernetes_feature_enabled (featuregate's AddMetrics) and makes
+// client-go's feature checks (e.g. WatchListClient for the informers) read
+// this gate, as upstream's pkg/features does. It returns the gate.
+func ApplyFeatureGates(c *v1alpha1.KubeProxyConfiguration) (featuregate.FeatureGate, error) {
+	fg, err := newFeatureGate(c.FeatureGates, klog.Background())
+	if err != nil {
+		return nil, err
+	}
+	// As upstream's Complete: NativeHistograms for component-base metrics.
+	metricsfeatures.ApplyFeatureGates(fg)
+	fg.AddMetrics()
+	clientfeatures.ReplaceFeatureGates(clientGates{fg})
+	return fg, nil
+}
+
+// clientGates answers client-go's feature checks from a component-base
+// gate, which holds client-go's gates too (generated from upstream).
+type clientGates struct{ fg featuregate.FeatureGate }
+
+func (g clientGates) Enabled(name clientfeatures.Feature) bool {
+	return g.fg.Enabled(featuregate.Feature(name))
 }
 
 func newFeatureGate(m map[string]bool, logger logr.Logger) (mutableGate, error) {

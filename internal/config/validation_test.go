@@ -82,7 +82,7 @@ func TestValidateFields(t *testing.T) {
 		}},
 		{name: "unknown gate", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.FeatureGates = map[string]bool{"NoSuchGate": true} }, fields: []string{"featureGates"}, detail: "unrecognized feature gate: NoSuchGate"},
 		{name: "locked GA gate set off", edit: func(c *v1alpha1.KubeProxyConfiguration) {
-			c.FeatureGates = map[string]bool{"TopologyAwareHints": false}
+			c.FeatureGates = map[string]bool{"NFTablesProxyMode": false}
 		}, fields: []string{"featureGates"}, detail: "locked"},
 
 		// iptables section: masqueradeBit is checked in every mode

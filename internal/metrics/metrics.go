@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 )
 
@@ -457,16 +456,13 @@ func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) {
 	}
 }
 
-// Registry is the default registry served on /metrics: Go runtime and
-// process metrics plus every kproxy metric.
+// Registry holds every kproxy metric. /metrics serves it through Gatherer,
+// together with the component metrics (Go runtime and process metrics
+// among them, see component.go).
 var Registry = newDefaultRegistry()
 
 func newDefaultRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 	Register(reg)
 	return reg
 }

@@ -292,8 +292,10 @@ func TestRegisterIsIdempotent(t *testing.T) {
 	registerAll(reg, []prometheus.Collector{conflicting})
 }
 
+// TestDefaultRegistry: what /metrics serves holds kproxy's metrics and
+// upstream's component metrics (legacyregistry), each once.
 func TestDefaultRegistry(t *testing.T) {
-	mfs, err := Registry.Gather()
+	mfs, err := Gatherer.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
 	}
@@ -306,6 +308,8 @@ func TestDefaultRegistry(t *testing.T) {
 		"process_start_time_seconds",
 		"kubeproxy_sync_proxy_rules_endpoint_changes_total",
 		"kubeproxy_sync_proxy_rules_service_changes_pending",
+		"kubernetes_build_info",
+		"registered_metrics_total",
 	} {
 		if !names[n] {
 			t.Errorf("default Registry lacks %s", n)

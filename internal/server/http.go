@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/component-base/metrics/prometheus/slis"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -156,7 +157,7 @@ type MetricsServerConfig struct {
 	// BindAddressHardFail makes Run return bind and serve errors instead of
 	// retrying.
 	BindAddressHardFail bool
-	// Gatherer is served on /metrics; nil means metrics.Registry.
+	// Gatherer is served on /metrics; nil means metrics.Gatherer.
 	Gatherer prometheus.Gatherer
 	// ProxyMode returns the text of /proxyMode. A func, so that it can
 	// include facts known only after start (e.g. the iptables backend).
@@ -171,14 +172,21 @@ type MetricsServerConfig struct {
 	Configz func() any
 	// EnableProfiling adds /debug/pprof/ and /debug/flags/v.
 	EnableProfiling bool
+	// Flagz, when set, serves /flagz with these flags and values (upstream:
+	// when the ComponentFlagz gate is on).
+	Flagz func() map[string]string
+	// Statusz, when set, serves /statusz (upstream: when the
+	// ComponentStatusz gate is on).
+	Statusz *StatuszInfo
 	// Listen opens the socket; nil means DefaultListen.
 	Listen ListenFunc
 	// Clock paces bind retries; nil means the real clock.
 	Clock clock.WithTicker
 }
 
-// MetricsServer serves /metrics, /proxyMode, /configz, /healthz and, with
-// profiling, /debug/pprof/ and /debug/flags/v.
+// MetricsServer serves /metrics, /metrics/slis, /proxyMode, /configz,
+// /healthz, /flagz and /statusz when configured and, with profiling,
+// /debug/pprof/ and /debug/flags/v.
 type MetricsServer struct {
 	srv     httpServer
 	handler http.Handler
@@ -219,14 +227,20 @@ func newHTTPServer(name, addr string, h http.Handler, hardFail bool, listen List
 func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 	gatherer := cfg.Gatherer
 	if gatherer == nil {
-		gatherer = metrics.Registry
+		gatherer = metrics.Gatherer
 	}
 	mux := http.NewServeMux()
+	// listed are the paths upstream's mux lists (shown by /statusz); its
+	// /debug/ handlers are unlisted.
+	listed := []string{"/healthz", "/metrics/slis", "/proxyMode", "/metrics", "/configz"}
 
 	// Upstream installs the generic healthz handler with its default "ping"
 	// check: the answer only says the process serves HTTP.
 	mux.HandleFunc("/healthz", pingHealthz)
 	mux.HandleFunc("/healthz/ping", pingHealthz)
+	// /metrics/slis: the healthz check results (kubernetes_healthcheck,
+	// kubernetes_healthchecks_total), reset by DELETE, as upstream.
+	slis.SLIMetricsWithReset{}.Install(mux)
 
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, r *http.Request) {
 		mode, backend := "", ""
@@ -279,10 +293,22 @@ func newMetricsHandler(cfg MetricsServerConfig) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/flags/v", setVerbosity)
 	}
+	if cfg.Flagz != nil {
+		mux.Handle("/flagz", flagzHandler(cfg.Flagz))
+		listed = append(listed, "/flagz")
+	}
+	if cfg.Statusz != nil {
+		mux.Handle("/statusz", statuszHandler(*cfg.Statusz, topLevelPaths(listed)))
+	}
 	return mux
 }
 
 func pingHealthz(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		// Upstream's root healthz handler records each check it runs;
+		// /healthz/ping alone does not.
+		_ = slis.ObserveHealthcheck(r.Context(), "ping", "healthz", slis.Success)
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, verbose := r.URL.Query()["verbose"]; verbose && r.URL.Path == "/healthz" {

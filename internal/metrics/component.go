@@ -1,0 +1,28 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	// As upstream's cmd/kube-proxy/proxy.go: client-go's metrics
+	// (rest_client_*, workqueue_*, ...) and kubernetes_build_info.
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+)
+
+// Component metrics are those upstream kube-proxy serves beside
+// kubeproxy_*, all from component-base's legacy registry: go_* and
+// process_* (with the runtime/metrics set upstream enables),
+// rest_client_* (client-go's request metrics, which kproxy's API client
+// records once this package is linked in), kubernetes_build_info,
+// kubernetes_feature_enabled (set by the feature gate's AddMetrics) and
+// registered_metrics_total. kproxy serves that registry as it is, so names,
+// types, help and labels are upstream's by construction.
+//
+// registered_metrics_total counts metrics registered through
+// component-base only; kproxy's kubeproxy_* are plain client_golang
+// metrics and are not counted, so its ALPHA count is lower than upstream's.
+
+// Gatherer is what /metrics serves: the component-base legacy registry and
+// kproxy's Registry.
+var Gatherer prometheus.Gatherer = prometheus.Gatherers{legacyregistry.DefaultGatherer, Registry}
