@@ -34,14 +34,22 @@ import (
 
 // hostname returns the node name kproxy acts for.
 func hostname(c *v1alpha1.KubeProxyConfiguration) (string, error) {
+	// Trimmed and lower-cased either way, as upstream's GetHostname: a
+	// config file's "Node-A" names node-a.
 	if c.HostnameOverride != "" {
-		return c.HostnameOverride, nil
+		if h := config.NormalizeHostname(c.HostnameOverride); h != "" {
+			return h, nil
+		}
+		return "", fmt.Errorf("hostnameOverride %q is blank", c.HostnameOverride)
 	}
 	h, err := os.Hostname()
 	if err != nil {
 		return "", fmt.Errorf("reading the hostname (set --hostname-override): %w", err)
 	}
-	return strings.ToLower(strings.TrimSpace(h)), nil
+	if h = config.NormalizeHostname(h); h == "" {
+		return "", fmt.Errorf("the hostname is blank (set --hostname-override)")
+	}
+	return h, nil
 }
 
 // ipv6Available reports whether this network namespace has IPv6 at all.

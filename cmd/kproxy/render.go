@@ -161,7 +161,7 @@ func loadSnapshot(errOut io.Writer, o *config.Options, path string) (*snapshot, 
 	if objs == nil {
 		return nil, fmt.Errorf("no usable objects in %s", path)
 	}
-	nodeName := o.Config.HostnameOverride
+	nodeName := config.NormalizeHostname(o.Config.HostnameOverride)
 	if nodeName == "" {
 		if path == "" {
 			nodeName = defaultExampleNode
