@@ -245,6 +245,8 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 		recorder = broadcaster.NewRecorder(scheme.Scheme, "kube-proxy")
 	}
 
+	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
+	configz := config.Configz(c)
 	errc := make(chan error, 3)
 	go func() {
 		errc <- server.NewHealthzServer(server.HealthzServerConfig{
@@ -254,7 +256,7 @@ func runProxy(ctx context.Context, o *config.Options, fromFile string, compact b
 	go func() {
 		errc <- server.NewMetricsServer(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
-			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
+			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return configz },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
 		}).Run(ctx)
 	}()
