@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -90,10 +91,23 @@ func testNodePortAddresses(t *testing.T, m proxyMode) {
 			if tc.value != "" {
 				c.args = []string{"--nodeport-addresses", tc.value}
 			}
+			// iptables mode turns route_localnet on only for localhost
+			// node ports (it lets other hosts reach 127.0.0.0/8).
+			node := c.Nodes[nodeA]
+			if out, err := node.Exec(5*time.Second, "sysctl", "-w", "net.ipv4.conf.all.route_localnet=0"); err != nil {
+				t.Fatalf("resetting route_localnet: %v\n%s", err, out)
+			}
 			c.restartKproxy(nodeA)
 			served := tc.nft
 			if m.iptables {
 				served = tc.ipt
+			}
+			wantLocalnet := "0"
+			if slices.Contains(served, npLoop4) {
+				wantLocalnet = "1"
+			}
+			if v, err := node.Exec(5*time.Second, "sysctl", "-n", "net.ipv4.conf.all.route_localnet"); err != nil || strings.TrimSpace(v) != wantLocalnet {
+				t.Errorf("route_localnet = %q (%v), want %s", strings.TrimSpace(v), err, wantLocalnet)
 			}
 			var probes []probe
 			for _, dst := range []string{npPrimary4, npPrimary6, npGateway4, npGateway6, npLoop4, npLoop6} {

@@ -165,3 +165,13 @@ func (a Addresses) Match(local []netip.Addr) []netip.Addr {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
 }
+
+// CoversIPv4Loopback reports whether the list covers 127.0.0.0/8 whatever
+// the node's IPs turn out to be: what iptables mode decides
+// route_localnet=1 on at start, before the Node is known. "primary" stands
+// for one non-loopback IPv4 address there (192.0.2.1, only a placeholder),
+// so that a node not seen yet does not turn route_localnet on for a list
+// that will not cover loopback once it is.
+func CoversIPv4Loopback(configured []string) bool {
+	return New(model.IPv4, configured, netip.AddrFrom4([4]byte{192, 0, 2, 1})).ContainsIPv4Loopback
+}

@@ -139,3 +139,23 @@ func TestNodeIPs(t *testing.T) {
 		t.Errorf("no node: %v, want none", got)
 	}
 }
+
+func TestCoversIPv4Loopback(t *testing.T) {
+	for _, tc := range []struct {
+		configured []string
+		want       bool
+	}{
+		{nil, true},
+		{[]string{"all"}, true},
+		{[]string{"localhost"}, true},
+		{[]string{"primary"}, false},
+		{[]string{"primary", "localhost"}, true},
+		{[]string{"198.18.0.0/24"}, false},
+		{[]string{"fd00:18::/64"}, true}, // IPv4 left on all its addresses
+		{[]string{"127.0.0.1/32"}, true},
+	} {
+		if got := CoversIPv4Loopback(tc.configured); got != tc.want {
+			t.Errorf("CoversIPv4Loopback(%q) = %v, want %v", tc.configured, got, tc.want)
+		}
+	}
+}
