@@ -19,6 +19,7 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // iptablesSetup is what starting iptables mode decided.
@@ -79,7 +80,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		opts := iptablesOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
 		opts.CompactLayout = env.compact
-		if f == model.IPv4 && opts.RenderConfig(nil, nil).LocalhostNodePorts {
+		if f == model.IPv4 && opts.LocalhostNodePorts && nodeports.CoversIPv4Loopback(opts.NodePortAddresses) {
 			// Node ports on 127.0.0.1 need the kernel to route packets
 			// to loopback addresses that DNAT sends elsewhere; the
 			// renderer adds the guard that drops such packets arriving

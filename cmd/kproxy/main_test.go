@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/kube-proxy/config/v1alpha1"
+
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/view"
 )
@@ -239,5 +241,29 @@ func TestTraceRulesFileAndBadInput(t *testing.T) {
 	}
 	if _, _, err := execute(t, "trace", "--dst", "198.19.0.10:80", "--proto", "icmp"); err == nil || !strings.Contains(err.Error(), "--proto") {
 		t.Fatalf("--proto icmp: want an error naming --proto, got %v", err)
+	}
+}
+
+// TestHostnameOverrideFromFileNormalized: a config file's hostnameOverride
+// is used trimmed and lower-cased, as upstream's GetHostname does ("Node-B"
+// names node-b; it was refused).
+func TestHostnameOverrideFromFileNormalized(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: \" Node-B \"\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := execute(t, "render", "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "# node node-b (zone zone-b)") {
+		t.Errorf("render did not act for node-b:\n%s", out)
+	}
+	if h, err := hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: "Node-A"}); err != nil || h != "node-a" {
+		t.Errorf("hostname(Node-A) = %q, %v; want node-a", h, err)
+	}
+	if _, err := hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: " \t"}); err == nil {
+		t.Error("a blank hostnameOverride was accepted")
 	}
 }

@@ -34,14 +34,22 @@ import (
 
 // hostname returns the node name kproxy acts for.
 func hostname(c *v1alpha1.KubeProxyConfiguration) (string, error) {
+	// Trimmed and lower-cased either way, as upstream's GetHostname: a
+	// config file's "Node-A" names node-a.
 	if c.HostnameOverride != "" {
-		return c.HostnameOverride, nil
+		if h := config.NormalizeHostname(c.HostnameOverride); h != "" {
+			return h, nil
+		}
+		return "", fmt.Errorf("hostnameOverride %q is blank", c.HostnameOverride)
 	}
 	h, err := os.Hostname()
 	if err != nil {
 		return "", fmt.Errorf("reading the hostname (set --hostname-override): %w", err)
 	}
-	return strings.ToLower(strings.TrimSpace(h)), nil
+	if h = config.NormalizeHostname(h); h == "" {
+		return "", fmt.Errorf("the hostname is blank (set --hostname-override)")
+	}
+	return h, nil
 }
 
 // ipv6Available reports whether this network namespace has IPv6 at all.
@@ -259,6 +267,8 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	recorder, nodeEv, stopEvents := setUpEvents(ctx, client, c, node)
 	defer stopEvents()
 
+	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
+	configz := config.Configz(c)
 	go func() {
 		err := server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
@@ -269,7 +279,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	go func() {
 		err := server.NewMetricsServer(withZpages(server.MetricsServerConfig{
 			BindAddress: c.MetricsBindAddress, BindAddressHardFail: c.BindAddressHardFail,
-			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return c },
+			ProxyMode: func() string { return mode }, ProxyBackend: func() string { return backendName }, Configz: func() any { return configz },
 			EnableProfiling: c.EnableProfiling, Clock: clk,
 		}, gates, flags)).Run(ctx)
 		nodeEv.serverFailed(reasonFailedMetricsServer, err)

@@ -161,7 +161,7 @@ func loadSnapshot(errOut io.Writer, o *config.Options, path string) (*snapshot, 
 	if objs == nil {
 		return nil, fmt.Errorf("no usable objects in %s", path)
 	}
-	nodeName := o.Config.HostnameOverride
+	nodeName := config.NormalizeHostname(o.Config.HostnameOverride)
 	if nodeName == "" {
 		if path == "" {
 			nodeName = defaultExampleNode
@@ -199,12 +199,21 @@ func loadSnapshot(errOut io.Writer, o *config.Options, path string) (*snapshot, 
 	return snap, nil
 }
 
+// nodeAddrs stands in for a fresh node's local addresses: those of its Node
+// object, as far as the snapshot knows them.
+func nodeAddrs(node *model.Node) []netip.Addr {
+	if node == nil {
+		return nil
+	}
+	return node.Addresses
+}
+
 // renderNFTables prints the transactions a fresh node would get at its
 // first (full) sync, one per family, in 'nft -f' syntax.
 func renderNFTables(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
 	for _, st := range states {
 		opts := nftablesOptions(o.Config, st.Family)
-		cfg := opts.RenderConfig(node, nil)
+		cfg := opts.RenderConfig(node, nodeAddrs(node))
 		in := &nftables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,6 +158,12 @@ func applyPlatformDefaults(c *v1alpha1.KubeProxyConfiguration) {
 	if c.DetectLocalMode == "" {
 		c.DetectLocalMode = LocalModeClusterCIDR
 	}
+}
+
+// NormalizeHostname is a node name as upstream's GetHostname uses it:
+// surrounding white space removed, lower-cased.
+func NormalizeHostname(s string) string {
+	return strings.ToLower(strings.TrimSpace(s))
 }
 
 // EffectiveMode is the proxy mode kproxy runs: the configured one, or

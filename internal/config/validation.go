@@ -96,7 +96,17 @@ func validateFields(c *v1alpha1.KubeProxyConfiguration) field.ErrorList {
 	}
 
 	if c.HostnameOverride != "" {
-		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.HostnameOverride) {
+		// The name is used trimmed and lower-cased (upstream's
+		// GetHostname), so "Node-A " names node-a; what is left must
+		// still be a Node name.
+		name := NormalizeHostname(c.HostnameOverride)
+		if name == "" {
+			errs = append(errs, field.Invalid(field.NewPath("hostnameOverride"), c.HostnameOverride, "must not be blank"))
+		}
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(name) {
+			if name == "" {
+				break
+			}
 			errs = append(errs, field.Invalid(field.NewPath("hostnameOverride"), c.HostnameOverride, "must be a valid Node name: "+msg))
 		}
 	}

@@ -173,7 +173,10 @@ func TestValidateFields(t *testing.T) {
 		{name: "metrics bad host and port", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.MetricsBindAddress = "localhost:70000" }, fields: []string{"metricsBindAddress", "metricsBindAddress"}},
 		{name: "metrics port 0", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.MetricsBindAddress = "127.0.0.1:0" }, fields: []string{"metricsBindAddress"}},
 		{name: "hostnameOverride ok", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = "node-1.example" }},
-		{name: "hostnameOverride uppercase", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = "Node_1" }, fields: []string{"hostnameOverride"}},
+		{name: "hostnameOverride not a node name", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = "Node_1" }, fields: []string{"hostnameOverride"}},
+		// Used trimmed and lower-cased, as upstream (node-a).
+		{name: "hostnameOverride upper case and blanks", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = " Node-A\n" }},
+		{name: "hostnameOverride blank", edit: func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = "  " }, fields: []string{"hostnameOverride"}},
 
 		// nodePortAddresses
 		{name: "nodePortAddresses mixed", edit: func(c *v1alpha1.KubeProxyConfiguration) {

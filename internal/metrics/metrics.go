@@ -201,12 +201,13 @@ var (
 
 	// SyncProxyRulesNoLocalEndpointsTotal is, despite the _total suffix, a
 	// gauge (as upstream): the number of services with a Local traffic policy
-	// and no local endpoints. Labels: ip_family, traffic_policy.
+	// and no local endpoints. Labels (upstream's order): traffic_policy
+	// ("internal", "external"), ip_family.
 	SyncProxyRulesNoLocalEndpointsTotal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_no_local_endpoints_total",
 		Help:      alpha + "Number of services with a Local traffic policy and no endpoints",
-	}, []string{LabelIPFamily, LabelTrafficPolicy})
+	}, []string{LabelTrafficPolicy, LabelIPFamily})
 
 	// ProxyHealthzTotal counts /healthz answers by HTTP status code.
 	ProxyHealthzTotal = prometheus.NewCounterVec(prometheus.CounterOpts{

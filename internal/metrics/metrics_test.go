@@ -71,7 +71,7 @@ func touchAll() {
 	}
 	IPTablesRulesTotal.WithLabelValues("IPv4", "nat").Set(10)
 	IPTablesRulesLastSync.WithLabelValues("IPv4", "filter").Set(3)
-	SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues("IPv4", "internal").Set(1)
+	SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues("internal", "IPv4").Set(1)
 	ProxyHealthzTotal.WithLabelValues("200").Inc()
 	ProxyLivezTotal.WithLabelValues("503").Inc()
 	InvalidObjectsTotal.WithLabelValues("EndpointSlice", "bad_address").Inc()
@@ -197,7 +197,7 @@ func TestExposition(t *testing.T) {
 	ProxyHealthzTotal.WithLabelValues("200").Add(2)
 	ProxyHealthzTotal.WithLabelValues("503").Inc()
 	SyncProxyRulesNoLocalEndpointsTotal.Reset()
-	SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues("IPv6", "external").Set(4)
+	SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues("external", "IPv6").Set(4)
 	NFTablesLocalhostNodePortRejectedPackets.SetReader(func(context.Context) ([]PacketCount, error) {
 		return []PacketCount{
 			{LabelValues: []string{"IPv4", "UDP"}, Packets: 7},

@@ -549,16 +549,20 @@ func ConvertNode(n *v1.Node) (*Node, []*InvalidError) {
 		}
 		node.PodCIDRs = append(node.PodCIDRs, p)
 	}
-	for _, a := range n.Status.Addresses {
-		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
-			continue
+	// InternalIPs first, then ExternalIPs, each in status order: the
+	// order upstream's GetNodeHostIPs picks the node's primary IPs in.
+	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type != typ {
+				continue
+			}
+			ip, err := parseAddr(a.Address)
+			if err != nil {
+				errs = append(errs, invalid("Node", n.Name, "status.addresses", "invalid %s %q, ignored", a.Type, a.Address))
+				continue
+			}
+			node.Addresses = append(node.Addresses, ip)
 		}
-		ip, err := parseAddr(a.Address)
-		if err != nil {
-			errs = append(errs, invalid("Node", n.Name, "status.addresses", "invalid %s %q, ignored", a.Type, a.Address))
-			continue
-		}
-		node.Addresses = append(node.Addresses, ip)
 	}
 	node.Deleting = n.DeletionTimestamp != nil
 	for _, t := range n.Spec.Taints {

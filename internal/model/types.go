@@ -241,15 +241,31 @@ func endpointsEqual(a, b []*Endpoint) bool {
 
 // Node is what the proxy needs of its own Node object.
 type Node struct {
-	Name      string
-	Labels    map[string]string
-	PodCIDRs  []netip.Prefix
+	Name     string
+	Labels   map[string]string
+	PodCIDRs []netip.Prefix
+	// Addresses are the node's InternalIPs, then its ExternalIPs.
 	Addresses []netip.Addr
 	// Deleting is true when the Node has a deletion timestamp or the
 	// cluster autoscaler's ToBeDeleted taint: load balancers should drain it.
 	Deleting bool
 	// Object is the Node as read, for consumers that need more.
 	Object *v1.Node
+}
+
+// PrimaryIP is the node's primary IP of family f, as upstream's
+// GetNodeHostIPs picks it: the first InternalIP of the family, else its
+// first ExternalIP. It is the zero Addr when there is none (or n is nil).
+func (n *Node) PrimaryIP(f v1.IPFamily) netip.Addr {
+	if n == nil {
+		return netip.Addr{}
+	}
+	for _, a := range n.Addresses {
+		if FamilyOf(a) == f {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // Zone is the node's topology.kubernetes.io/zone label.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -252,7 +253,11 @@ func (l *Loop) Sync(ctx context.Context) error {
 		if res != nil {
 			l.cleanup[f] = res.CleanupPending
 			for policy, n := range res.NoLocalEndpoints {
-				metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(policy, fam).Set(float64(n))
+				// By name: the label order is upstream's (traffic_policy,
+				// ip_family), easy to get backwards positionally.
+				metrics.SyncProxyRulesNoLocalEndpointsTotal.With(prometheus.Labels{
+					metrics.LabelTrafficPolicy: policy, metrics.LabelIPFamily: fam,
+				}).Set(float64(n))
 			}
 			// Health check ports are per service, not per family; the
 			// primary family's backend is authoritative.

@@ -100,9 +100,10 @@ func NewProxyHealth(healthTimeout time.Duration, clk clock.PassiveClock) *ProxyH
 		lastUpdated:   map[v1.IPFamily]time.Time{},
 		oldestPending: map[v1.IPFamily]time.Time{},
 		failed:        map[v1.IPFamily]bool{},
-		// Eligible until a Node event says otherwise: the node is not known
-		// yet while kproxy starts.
-		nodeEligible: true,
+		// Not eligible until this node's Node object is seen, as upstream
+		// (its NodeManager has no Node yet): /healthz answers 503 with
+		// nodeEligible false, while the proxy itself runs (/livez).
+		nodeEligible: false,
 	}
 }
 

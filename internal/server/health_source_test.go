@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -18,6 +19,7 @@ import (
 func TestSourceProblem(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	h := NewProxyHealth(healthTimeout, clk)
+	h.SyncNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
 	h.Updated(v1.IPv4Protocol)
 	healthz := h.HealthzHandler()
 	check := func(what string, wantCode int, want *SourceHealth) {

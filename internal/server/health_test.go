@@ -157,12 +157,14 @@ func TestSyncNode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewProxyHealth(healthTimeout, clocktesting.NewFakeClock(t0))
-			if !h.NodeEligible() {
-				t.Fatal("a new ProxyHealth must be eligible before any Node is seen")
+			if h.NodeEligible() {
+				t.Fatal("a new ProxyHealth must not be eligible before its Node is seen (upstream: nodeEligible false)")
 			}
 			// Start from the opposite state to show SyncNode sets both ways.
 			if tc.want {
 				h.SyncNode(nil)
+			} else {
+				h.SyncNode(node(nil))
 			}
 			h.SyncNode(tc.node)
 			if got := h.NodeEligible(); got != tc.want {
@@ -187,6 +189,7 @@ func TestHealthzAndLivezHTTP(t *testing.T) {
 		name        string
 		ops         []op
 		node        *v1.Node
+		noNode      bool // no Node seen at all (else a plain one)
 		wantHealthz int
 		wantLivez   int
 		wantLast    time.Time // in unhealthy answers; healthy ones say "now"
@@ -196,13 +199,19 @@ func TestHealthzAndLivezHTTP(t *testing.T) {
 		{name: "node being deleted fails healthz only", ops: []op{{updated: v1.IPv4Protocol}},
 			node:        &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", DeletionTimestamp: &deleting}},
 			wantHealthz: 503, wantLivez: 200, wantLast: t0},
+		// Upstream: nodeEligible false until the Node is seen.
+		{name: "node never seen fails healthz only", ops: []op{{updated: v1.IPv4Protocol}}, noNode: true,
+			wantHealthz: 503, wantLivez: 200, wantLast: t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(t0)
 			h := NewProxyHealth(healthTimeout, clk)
 			apply(clk, h, tc.ops)
-			if tc.node != nil {
+			switch {
+			case tc.node != nil:
 				h.SyncNode(tc.node)
+			case !tc.noNode:
+				h.SyncNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
 			}
 			addr := startHealthz(t, h)
 
@@ -255,7 +264,14 @@ func TestHealthzAndLivezHTTP(t *testing.T) {
 func TestLivezExactBody(t *testing.T) {
 	h := NewProxyHealth(healthTimeout, clocktesting.NewFakeClock(t0))
 	addr := startHealthz(t, h)
-	want := `{"lastUpdated":"2025-03-01T12:00:00Z","currentTime":"2025-03-01T12:00:00Z","healthy":true}`
+	// Before the Node is seen, as upstream: not eligible, 503 (and, not
+	// healthy, the last sync time: none yet).
+	want := `{"lastUpdated":"0001-01-01T00:00:00Z","currentTime":"2025-03-01T12:00:00Z","nodeEligible":false,"healthy":true}`
+	if got := get(t, httpURL(addr, "/healthz")); got.body != want || got.code != http.StatusServiceUnavailable {
+		t.Errorf("no Node yet: %d\n got %s\nwant 503 %s", got.code, got.body, want)
+	}
+	h.SyncNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	want = `{"lastUpdated":"2025-03-01T12:00:00Z","currentTime":"2025-03-01T12:00:00Z","healthy":true}`
 	if got := get(t, httpURL(addr, "/livez")).body; got != want {
 		t.Errorf("body\n got %s\nwant %s", got, want)
 	}

@@ -91,7 +91,7 @@ func (c *exampleCluster) input(f v1.IPFamily) *Input {
 // renderFull renders a full sync of one family on a fresh node.
 func (c *exampleCluster) renderFull(t testing.TB, o Options) *Plan {
 	t.Helper()
-	return Render(o.RenderConfig(c.node, nil), c.input(o.Family), NewApplied())
+	return Render(o.RenderConfig(c.node, c.node.Addresses), c.input(o.Family), NewApplied())
 }
 
 // spName is the name of port "http" (or the given port name) of demo/name.

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // Detect-local modes (KubeProxyConfiguration.detectLocalMode).
@@ -49,10 +50,9 @@ type Options struct {
 	BridgeInterface     string
 	InterfaceNamePrefix string
 
-	// NodePortAddresses as configured: empty or "all" means every local
-	// address (iptables mode's default); "primary" the node's primary IPs;
-	// "localhost" the loopback addresses; else CIDRs, matched against
-	// local addresses.
+	// NodePortAddresses as configured (keywords and CIDRs, see package
+	// nodeports); empty means every local address, iptables mode's
+	// default.
 	NodePortAddresses []string
 	// NodeIPs are the node's primary IPs of this family; when empty they
 	// are taken from the Node object. A node inside a service's
@@ -93,15 +93,7 @@ func (o *Options) MasqueradeMark() string {
 // RenderConfig derives the render Config. It is pure: the node object and
 // the host's local addresses are passed in.
 func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
-	nodeIPs := o.NodeIPs
-	if len(nodeIPs) == 0 && node != nil {
-		for _, a := range node.Addresses {
-			if model.FamilyOf(a) == o.Family {
-				nodeIPs = []netip.Addr{a}
-				break
-			}
-		}
-	}
+	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{
 		Family:                o.Family,
 		MasqueradeMark:        o.MasqueradeMark(),
@@ -112,77 +104,26 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 		Compact:               o.CompactLayout,
 		LocalDetector:         o.localDetector(node),
 	}
+	var nodeIP netip.Addr
 	if len(nodeIPs) > 0 {
-		c.NodeIP = nodeIPs[0]
+		nodeIP = nodeIPs[0]
+		c.NodeIP = nodeIP
 	}
-	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	if o.Family == model.IPv6 {
-		loopback = netip.MustParsePrefix("::1/128")
-	}
-	if len(o.NodePortAddresses) == 0 {
-		// Upstream's default in iptables mode: every local address,
-		// matched by "addrtype --dst-type LOCAL"; loopback included when
-		// localhost node ports are on (IPv4 only).
-		c.NodePortAllLocal = true
-		c.LocalhostNodePorts = o.LocalhostNodePorts && o.Family == model.IPv4
+	npa := nodeports.New(o.Family, o.NodePortAddresses, nodeIP)
+	// Localhost node ports (IPv4 only) need loopback among the node port
+	// addresses, as upstream.
+	c.LocalhostNodePorts = o.LocalhostNodePorts && o.Family == model.IPv4 && npa.ContainsIPv4Loopback
+	c.NodePortAllLocal = npa.MatchAll
+	if npa.MatchAll {
 		return c
 	}
-	seen := map[netip.Addr]bool{}
-	add := func(a netip.Addr) {
-		if !seen[a] && a.IsValid() && model.FamilyOf(a) == o.Family {
-			seen[a] = true
-			c.NodePortIPs = append(c.NodePortIPs, a)
-		}
-	}
-	var cidrs []netip.Prefix
-	primary := false
-	for _, s := range o.NodePortAddresses {
-		switch s {
-		case "primary":
-			primary = true
+	for _, a := range npa.Match(localAddrs) {
+		if a.IsLoopback() && !c.LocalhostNodePorts {
+			// Upstream logs and skips it: a loopback node port address
+			// needs localhost node ports (never on IPv6).
 			continue
-		case "all":
-			s = "0.0.0.0/0"
-			if o.Family == model.IPv6 {
-				s = "::/0"
-			}
-		case "localhost":
-			s = loopback.String()
 		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil || model.FamilyOf(p.Addr()) != o.Family {
-			continue // validated at start; other family's CIDRs are not ours
-		}
-		if p.Bits() == 0 {
-			c.NodePortAllLocal = true
-		}
-		cidrs = append(cidrs, p.Masked())
-	}
-	// Localhost node ports need loopback among the node port addresses.
-	for _, p := range cidrs {
-		if p.Overlaps(loopback) && o.Family == model.IPv4 {
-			c.LocalhostNodePorts = o.LocalhostNodePorts
-		}
-	}
-	if c.NodePortAllLocal {
-		return c
-	}
-	if primary {
-		for _, a := range nodeIPs {
-			add(a)
-		}
-	}
-	for _, a := range localAddrs {
-		for _, p := range cidrs {
-			if p.Contains(a) {
-				if a.IsLoopback() && !c.LocalhostNodePorts {
-					// Upstream logs and skips it: a loopback node port
-					// address needs localhost node ports (never on IPv6).
-					continue
-				}
-				add(a)
-			}
-		}
+		c.NodePortIPs = append(c.NodePortIPs, a)
 	}
 	return c
 }

@@ -36,7 +36,8 @@ type Proxier struct {
 
 var _ proxy.Backend = (*Proxier)(nil)
 
-// NewProxier returns a proxier; ct and localAddrs may be nil. ipt's family
+// NewProxier returns a proxier; ct and localAddrs may be nil (then the
+// Node's addresses stand in for the host's local addresses). ipt's family
 // must be opts.Family. The caller sets net.ipv4.conf.all.route_localnet=1
 // when opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start
 // when it cannot).
@@ -58,6 +59,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			if addrs, err = p.localAddrs(); err != nil {
 				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
 			}
+		} else if req.Node != nil {
+			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
 		}
 		cfg := p.opts.RenderConfig(req.Node, addrs)
 		switch {

@@ -486,7 +486,7 @@ func (r *rig) checkTraces(t *testing.T, step string) {
 	}
 	fresh := NewProxier(r.opts, xtablestest.NewFake(r.backend, xfamily(r.opts.Family)), nil, nil)
 	want := &iptrace.Ruleset{RouteLocalnet: true}
-	plan := Render(fresh.opts.RenderConfig(r.node, nil), &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Existing: &Existing{}}, NewApplied())
+	plan := Render(fresh.opts.RenderConfig(r.node, r.node.Addresses), &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Existing: &Existing{}}, NewApplied())
 	for _, data := range plan.Restores {
 		if err := want.Apply(data, true); err != nil {
 			t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 func TestJumpRulesAddedOnlyWhenMissing(t *testing.T) {
 	c := loadExample(t, "node-a")
 	o := exampleOptions(model.IPv4)
-	cfg := o.RenderConfig(c.node, nil)
+	cfg := o.RenderConfig(c.node, c.node.Addresses)
 	for _, tc := range []struct {
 		name     string
 		existing map[string][]string

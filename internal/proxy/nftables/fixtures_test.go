@@ -122,7 +122,7 @@ func (c *exampleCluster) input(f v1.IPFamily) *Input {
 // renderFull renders a full sync of one family on a fresh node.
 func (c *exampleCluster) renderFull(t testing.TB, o Options) *Plan {
 	t.Helper()
-	cfg := o.RenderConfig(c.node, nil)
+	cfg := o.RenderConfig(c.node, c.node.Addresses)
 	return Render(cfg, c.input(o.Family), NewApplied())
 }
 

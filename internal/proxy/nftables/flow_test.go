@@ -469,6 +469,29 @@ func TestPacketFlowNodePortAddresses(t *testing.T) {
 			{name: "not a remote address", src: outside, iif: lanIIF, dst: "198.18.0.11:30080", output: "ACCEPT"},
 			{name: "no endpoints on any local address", src: outside, iif: lanIIF, dst: "192.168.122.1:30099", output: "ACCEPT"},
 		},
+	}, {
+		// The keyword (issue 13: it left nodeport-ips empty).
+		name:      "all keyword",
+		addresses: []string{"all"},
+		tests: []packetFlowTest{
+			{name: "node IP", src: outside, iif: lanIIF, dst: "198.18.0.10:30080", output: webEps, masq: true},
+			{name: "second local address", src: outside, iif: lanIIF, dst: "192.168.122.1:30080", output: webEps, masq: true},
+			{name: "never localhost", src: "127.0.0.1", dst: "127.0.0.1:30080", output: "ACCEPT"},
+		},
+	}, {
+		// Loopback only, which nftables mode never serves: no NodePorts.
+		name:      "localhost keyword",
+		addresses: []string{"localhost"},
+		tests: []packetFlowTest{
+			{name: "node IP", src: outside, iif: lanIIF, dst: "198.18.0.10:30080", output: "ACCEPT"},
+			{name: "localhost", src: "127.0.0.1", dst: "127.0.0.1:30080", output: "ACCEPT"},
+		},
+	}, {
+		name:      "all keyword among CIDRs",
+		addresses: []string{"198.18.0.0/24", "all"},
+		tests: []packetFlowTest{
+			{name: "second local address", src: outside, iif: lanIIF, dst: "192.168.122.1:30080", output: webEps, masq: true},
+		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var text string
@@ -506,7 +529,7 @@ func TestPacketFlowNodePortsNeverOnLoopback(t *testing.T) {
 		o := exampleOptions(tc.family)
 		o.NodePortAddresses = []string{"0.0.0.0/0", "::/0"}
 		in := &Input{State: st, NodeName: example.NodeA, Full: true}
-		text += Render(o.RenderConfig(node, nil), in, NewApplied()).Tx.String()
+		text += Render(o.RenderConfig(node, node.Addresses), in, NewApplied()).Tx.String()
 	}
 	runPacketFlowTests(t, parse(t, text), hostA, []packetFlowTest{
 		{name: "IPv4 node IP", src: outside, iif: lanIIF, dst: "198.18.0.10:30090", output: "198.18.130.90:8080", masq: true},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // Detect-local modes (KubeProxyConfiguration.detectLocalMode).
@@ -30,11 +31,11 @@ type Options struct {
 	BridgeInterface     string
 	InterfaceNamePrefix string
 
-	// NodePortAddresses as configured: empty or "primary" means the
-	// node's primary IPs; else CIDRs, matched against local addresses.
+	// NodePortAddresses as configured (keywords and CIDRs, see package
+	// nodeports); empty means "primary", nftables mode's default.
 	NodePortAddresses []string
-	// NodeIPs are the node's primary IPs of this family; when empty they
-	// are taken from the Node object.
+	// NodeIPs are the node's primary IPs of this family (from
+	// bindAddress); when empty they are taken from the Node object.
 	NodeIPs      []netip.Addr
 	ServiceCIDRs []netip.Prefix
 	// ServicesPerShard: see Config (0: DefaultServicesPerShard).
@@ -44,17 +45,7 @@ type Options struct {
 // RenderConfig derives the render Config. It is pure: the node object and
 // the host's local addresses are passed in.
 func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
-	nodeIPs := o.NodeIPs
-	if len(nodeIPs) == 0 && node != nil {
-		// The node's primary IP of this family: the first address of the
-		// family in its status (InternalIP before ExternalIP as listed).
-		for _, a := range node.Addresses {
-			if model.FamilyOf(a) == o.Family {
-				nodeIPs = []netip.Addr{a}
-				break
-			}
-		}
-	}
+	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{
 		Family:        o.Family,
 		TableName:     o.TableName,
@@ -66,40 +57,22 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 		ServicesPerShard: o.ServicesPerShard,
 	}
 	c.LocalDetector = o.localDetector(node)
-	primary := len(o.NodePortAddresses) == 0
-	var cidrs []netip.Prefix
-	for _, s := range o.NodePortAddresses {
-		if s == "primary" {
-			primary = true
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil || model.FamilyOf(p.Addr()) != o.Family {
-			continue // validated at start; other family's CIDRs are not ours
-		}
-		if p.Bits() == 0 {
-			c.NodePortAllLocal = true
-		}
-		cidrs = append(cidrs, p)
+	configured := o.NodePortAddresses
+	if len(configured) == 0 {
+		configured = []string{nodeports.Primary}
 	}
-	if !c.NodePortAllLocal {
-		seen := map[netip.Addr]bool{}
-		add := func(a netip.Addr) {
-			if !seen[a] && model.FamilyOf(a) == o.Family {
-				seen[a] = true
+	var nodeIP netip.Addr
+	if len(nodeIPs) > 0 {
+		nodeIP = nodeIPs[0]
+	}
+	npa := nodeports.New(o.Family, configured, nodeIP)
+	c.NodePortAllLocal = npa.MatchAll
+	if !npa.MatchAll {
+		for _, a := range npa.Match(localAddrs) {
+			// Never NodePorts on loopback in nftables mode, as upstream
+			// (see nodePortMatch).
+			if !a.IsLoopback() {
 				c.NodePortIPs = append(c.NodePortIPs, a)
-			}
-		}
-		if primary {
-			for _, a := range nodeIPs {
-				add(a)
-			}
-		}
-		for _, a := range localAddrs {
-			for _, p := range cidrs {
-				if p.Contains(a) {
-					add(a)
-				}
 			}
 		}
 	}

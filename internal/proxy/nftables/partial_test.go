@@ -45,7 +45,7 @@ func newSyncer(t testing.TB, c *exampleCluster, f v1.IPFamily) *syncer {
 	o := exampleOptions(f)
 	return &syncer{
 		t:       t,
-		cfg:     o.RenderConfig(c.node, nil),
+		cfg:     o.RenderConfig(c.node, c.node.Addresses),
 		node:    c.node,
 		state:   c.states[f].Clone(),
 		applied: NewApplied(),

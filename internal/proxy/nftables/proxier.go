@@ -36,7 +36,8 @@ type Proxier struct {
 
 var _ proxy.Backend = (*Proxier)(nil)
 
-// NewProxier returns a proxier; ct and localAddrs may be nil.
+// NewProxier returns a proxier; ct and localAddrs may be nil (then the
+// Node's addresses stand in for the host's local addresses).
 func NewProxier(opts Options, nftIface nft.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
 	return &Proxier{opts: opts, nft: nftIface, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
 }
@@ -56,6 +57,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			if addrs, err = p.localAddrs(); err != nil {
 				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
 			}
+		} else if req.Node != nil {
+			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
 		}
 		p.cfg = p.opts.RenderConfig(req.Node, addrs)
 		// Read the kernel before rendering: which of our tables exist
