@@ -75,10 +75,9 @@ if [ "$unit" = 0 ]; then
 fi
 
 t=$SECONDS
-echo "== go vet"
-go vet ./...
-go vet -tags faultinject ./cmd/kproxy
-took vet "$t"
+echo "== verify: gofmt, go vet, staticcheck"
+bash hack/verify.sh
+took verify "$t"
 
 # gts NAME [go test args...]: one group through gotestsum, its events kept
 # for the summary.

@@ -41,13 +41,12 @@ type action struct {
 }
 
 type scenario struct {
-	name                    string
-	min, max, retry         time.Duration
-	outcomes                []outcome // fn results in order; later calls succeed
-	requestsBeforeRun       int
-	startWant               []string // events after Run starts
-	actions                 []action
-	wantRunsAfterCancelling int // -1: don't check
+	name              string
+	min, max, retry   time.Duration
+	outcomes          []outcome // fn results in order; later calls succeed
+	requestsBeforeRun int
+	startWant         []string // events after Run starts
+	actions           []action
 }
 
 var errSync = errors.New("sync failed")

@@ -639,11 +639,6 @@ func (t *table) elementOp(verb string, c *cursor, line int) error {
 	return nil
 }
 
-func (s *set) lookupExact(key []nft.Value) bool {
-	_, ok := s.index[keyString(key)]
-	return ok
-}
-
 // parseElements reads "KEY [timeout T] [expires T] [comment C] [: VERDICT]
 // [, ...] }" after the opening brace. For adds, map elements need a verdict;
 // deletes name keys only.

@@ -75,8 +75,7 @@ var (
 	ip  = netip.MustParseAddr
 	ap  = netip.MustParseAddrPort
 
-	clientIP  = ip("198.18.0.100")
-	clientIP6 = ip("fd00:18::100")
+	clientIP = ip("198.18.0.100")
 	// clientAlt is the client's second address, outside the node range.
 	clientAlt   = ip("203.0.113.100")
 	lbProxyIP   = ip("198.19.200.2")

@@ -102,20 +102,6 @@ func bumpVersion(o map[string]any) {
 	md["resourceVersion"] = strconv.Itoa(rv + 10000)
 }
 
-// services returns the typed Services.
-func (s *snapshot) services(t *testing.T) []v1.Service {
-	t.Helper()
-	var out []v1.Service
-	for _, o := range s.Items {
-		if k, _ := kindName(o); k == "Service" {
-			var svc v1.Service
-			convert(t, o, &svc)
-			out = append(out, svc)
-		}
-	}
-	return out
-}
-
 // endpointSlices returns the typed EndpointSlices.
 func (s *snapshot) endpointSlices(t *testing.T) []discovery.EndpointSlice {
 	t.Helper()

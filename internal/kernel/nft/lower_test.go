@@ -141,11 +141,9 @@ func (v fakeView) setEmpty(table, name string) (bool, error) {
 func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
 	tx := NewTransaction(IPv4, "t")
 	tx.Add(&Set{Name: "m", Key: []DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, Data: TypeVerdict})
-	var addrs []netip.Addr
 	a := netip.MustParseAddr("10.0.0.0")
 	for i := 0; i < 3000; i++ { // more than one message
 		a = a.Next()
-		addrs = append(addrs, a)
 		tx.Add(&Element{Set: "m", Key: []Value{{Addr: a}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &Verdict{Kind: Goto, Chain: "some-chain-with-a-long-name"}})
 	}
 	tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchCtStateNew{}, MatchDport{Proto: v1.ProtocolTCP, Port: 80}, Verdict{Kind: Jump, Chain: "x"}}})

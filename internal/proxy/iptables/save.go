@@ -50,9 +50,3 @@ func ParseExisting(nat, filter []byte) *Existing {
 	scan(tableFilter, filter, false)
 	return e
 }
-
-// hasChain reports whether iptables-save output declares a chain.
-func hasChain(save []byte, name string) bool {
-	needle := []byte("\n:" + name + " ")
-	return bytes.Contains(save, needle) || bytes.HasPrefix(save, needle[1:])
-}

@@ -706,6 +706,9 @@ func TestPartialSyncConflicts(t *testing.T) {
 		Services:  map[model.ServicePortName]*model.ServicePort{npA.Name: npA},
 		Endpoints: map[model.ServicePortName][]*model.Endpoint{npA.Name: {epA}},
 	})
+	if len(p.Conflicts) != 0 {
+		t.Errorf("nodePort conflicts reached the renderer: %v", p.Conflicts)
+	}
 	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
 		{name: "only nodePort claimant serves", src: outside, iif: lanIIF, dst: "198.18.0.10:30500", output: "198.18.129.101:8080", masq: true},
 	})

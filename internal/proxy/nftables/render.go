@@ -741,14 +741,6 @@ func fullSyncOpsEstimate(st *model.State) int {
 	return n
 }
 
-// addRules appends "add rule" operations; the same as tx.Add(rules...)
-// without boxing every rule into a []any first.
-func addRules(tx *nft.Transaction, rules []*nft.Rule) {
-	for _, rule := range rules {
-		tx.Ops = append(tx.Ops, nft.Op{Kind: nft.OpAdd, Rule: rule})
-	}
-}
-
 func (r *renderer) addrType() nft.DataType { return nft.AddrType(r.cfg.family()) }
 
 // mainSets are the sets and maps of the main table.

@@ -526,6 +526,7 @@ func command(t *table, line string) error {
 		}
 		i := slices.IndexFunc(c.rules, func(r rule) bool { return slices.Equal(r.fields, spec) })
 		if i < 0 {
+			//lint:ignore ST1005 iptables' own message, which callers match
 			return fmt.Errorf("Bad rule (does a matching rule exist in that chain?): no such rule in %s", name)
 		}
 		c.rules = slices.Delete(c.rules, i, i+1)
