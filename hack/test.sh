@@ -10,7 +10,8 @@
 # when missing: Debian's nftables, iptables, iproute2 and conntrack; the
 # test VM (test/vm/prepare.sh: qemu and Debian's kernel with SCTP and IPVS
 # modules); kube-apiserver and etcd for the end-to-end tests
-# (test/tools/build.sh, ~10 minutes the first time). Then KPROXY_VM=1 and
+# (test/tools/build.sh, ~10 minutes the first time); the container image
+# (hack/image.sh: mmdebstrap and umoci, a few minutes the first time). Then KPROXY_VM=1 and
 # KPROXY_E2E=1 make a missing VM or control plane a failure, never a skip;
 # what cannot be installed fails the run, naming it. Without root the
 # whole suite refuses to start (use --unit).
@@ -70,6 +71,9 @@ if [ "$unit" = 0 ]; then
   go version
   bash test/vm/prepare.sh
   bash test/tools/build.sh
+  # The container image TestImage runs kproxy from (a no-op when the
+  # archive for this source state exists).
+  bash hack/image.sh
   export KPROXY_VM=1 KPROXY_E2E=1
   took set-up "$t"
 fi

@@ -140,6 +140,10 @@ type env struct {
 	kproxy     *framework.Process
 	kproxyRuns int
 	extraArgs  []string
+	// launch, when set, turns kproxy's environment additions and flags
+	// into the command that runs it (the image test runs the image's
+	// kproxy in its root filesystem); nil runs kproxyBinary.
+	launch func(env, flags []string) []string
 }
 
 // newEnv builds the namespaces, registers node-a, starts kproxy on it and
@@ -147,10 +151,16 @@ type env struct {
 // test fails. extraArgs are added to kproxy's command line.
 func newEnv(t *testing.T, cp *framework.ControlPlane, mode modeCase, extraArgs ...string) *env {
 	t.Helper()
+	return newEnvLaunch(t, cp, mode, nil, extraArgs...)
+}
+
+// newEnvLaunch is newEnv with kproxy started by launch (see env.launch).
+func newEnvLaunch(t *testing.T, cp *framework.ControlPlane, mode modeCase, launch func(env, flags []string) []string, extraArgs ...string) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &env{
-		t: t, cp: cp, mode: mode, ctx: ctx, logDir: t.TempDir(), extraArgs: extraArgs,
+		t: t, cp: cp, mode: mode, ctx: ctx, logDir: t.TempDir(), extraArgs: extraArgs, launch: launch,
 		kns: "e2e-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())),
 	}
 	if len(e.kns) > 63 {
@@ -189,7 +199,7 @@ func newEnv(t *testing.T, cp *framework.ControlPlane, mode modeCase, extraArgs .
 
 // kproxyArgv is kproxy's command line on node-a.
 func (e *env) kproxyArgv() []string {
-	argv := []string{kproxyBinary,
+	flags := []string{
 		"--kubeconfig", e.cp.Kubeconfig(e.t, "system:kube-proxy"),
 		"--hostname-override", nodeA,
 		"--proxy-mode", e.mode.proxyMode,
@@ -200,8 +210,12 @@ func (e *env) kproxyArgv() []string {
 		"--conntrack-max-per-core", "0",
 		"--v=2",
 	}
-	argv = append(argv, e.mode.args...)
-	argv = append(argv, e.extraArgs...)
+	flags = append(flags, e.mode.args...)
+	flags = append(flags, e.extraArgs...)
+	if e.launch != nil {
+		return e.launch(e.mode.env, flags)
+	}
+	argv := append([]string{kproxyBinary}, flags...)
 	if len(e.mode.env) > 0 {
 		// `env` execs kproxy in place: the process is still kproxy.
 		argv = append(append([]string{"env"}, e.mode.env...), argv...)
