@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -252,7 +253,9 @@ func (l *Loop) Sync(ctx context.Context) error {
 		if res != nil {
 			l.cleanup[f] = res.CleanupPending
 			for policy, n := range res.NoLocalEndpoints {
-				metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(policy, fam).Set(float64(n))
+				metrics.SyncProxyRulesNoLocalEndpointsTotal.With(prometheus.Labels{
+					metrics.LabelIPFamily: fam, metrics.LabelTrafficPolicy: policy,
+				}).Set(float64(n))
 			}
 			// Health check ports are per service, not per family; the
 			// primary family's backend is authoritative.

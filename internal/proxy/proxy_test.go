@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 )
 
@@ -223,5 +225,29 @@ func TestLoopFeedsServiceHealth(t *testing.T) {
 	}
 	if s.ports[key] != 32000 || s.local[key] != 2 {
 		t.Fatalf("service health got ports=%v local=%v", s.ports, s.local)
+	}
+}
+
+// TestLoopNoLocalEndpointsLabels checks that the no-local-endpoints gauge
+// gets the family in ip_family and the policy in traffic_policy (they were
+// once swapped, which dashboards grouping by ip_family cannot show).
+func TestLoopNoLocalEndpointsLabels(t *testing.T) {
+	metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset()
+	t.Cleanup(metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset)
+	l, tr, b, _, _, _ := setup(t)
+	b.res = &Result{NoLocalEndpoints: map[string]int{"internal": 2, "external": 3}}
+	tr.Synced()
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g := metrics.SyncProxyRulesNoLocalEndpointsTotal
+	if n := testutil.CollectAndCount(g); n != 2 {
+		t.Errorf("%d series, want 2", n)
+	}
+	for policy, want := range map[string]float64{"internal": 2, "external": 3} {
+		lbl := map[string]string{metrics.LabelIPFamily: "IPv4", metrics.LabelTrafficPolicy: policy}
+		if got := testutil.ToFloat64(g.With(lbl)); got != want {
+			t.Errorf("%v = %v, want %v", lbl, got, want)
+		}
 	}
 }
