@@ -215,6 +215,9 @@ func TestMetricsExported(t *testing.T) {
 // a second; the file source notices a change within about a second).
 const syncTimeout = 20 * time.Second
 
+// ipFamilyRE finds a sample's ip_family label value.
+var ipFamilyRE = regexp.MustCompile(`^[^#].*[{,]ip_family="([^"]*)"`)
+
 // runAndScrape runs kproxy in mode m in a fresh network namespace and
 // returns the metric names of its /metrics.
 func runAndScrape(t *testing.T, m proxyMode) map[string]bool {
@@ -301,6 +304,13 @@ func runAndScrape(t *testing.T, m proxyMode) map[string]bool {
 	body, why := scrape()
 	if why != "" {
 		t.Fatal(why)
+	}
+	// The dashboard groups and joins by ip_family: every series that has
+	// it must say IPv4 or IPv6.
+	for _, line := range strings.Split(body, "\n") {
+		if m := ipFamilyRE.FindStringSubmatch(line); m != nil && m[1] != "IPv4" && m[1] != "IPv6" {
+			t.Errorf("ip_family %q, want IPv4 or IPv6: %s", m[1], line)
+		}
 	}
 	have := exported(body)
 	if len(have) == 0 {
