@@ -251,3 +251,35 @@ func TestLoopNoLocalEndpointsLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopServicePortsGauge checks kproxy_service_ports: the service ports
+// of the last successful sync, unchanged by a failed one.
+func TestLoopServicePortsGauge(t *testing.T) {
+	ctx := context.Background()
+	metrics.ServicePorts.Reset()
+	t.Cleanup(metrics.ServicePorts.Reset)
+	l, tr, b, _, _, _ := setup(t)
+	g := metrics.ServicePorts.WithLabelValues("IPv4")
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.ServiceUpdated(makeService("b", "198.19.0.2"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(g); got != 2 {
+		t.Fatalf("service ports = %v after the first sync, want 2", got)
+	}
+	tr.ServiceUpdated(makeService("c", "198.19.0.3"))
+	b.fail = errors.New("kernel says no")
+	_ = l.Sync(ctx)
+	if got := testutil.ToFloat64(g); got != 2 {
+		t.Fatalf("service ports = %v after a failed sync, want 2 (the last successful one's)", got)
+	}
+	b.fail = nil
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(g); got != 3 {
+		t.Fatalf("service ports = %v, want 3", got)
+	}
+}
