@@ -328,6 +328,16 @@ var (
 		Help:      "Number of service port claims on an address that another service port holds, by the kind of the losing claim",
 	}, []string{LabelIPFamily, LabelKind})
 
+	// ServicePorts is the number of service ports in the rules of the last
+	// successful sync of a family (every mode; upstream has no such metric,
+	// and in nftables mode no rule count either). Refused ones are not
+	// counted (see RefusedServicePorts).
+	ServicePorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: kproxyNamespace,
+		Name:      "service_ports",
+		Help:      "Number of service ports programmed by the last successful sync",
+	}, []string{LabelIPFamily})
+
 	// IPTablesOtherBackendChains is the number of kube-proxy chains found
 	// in the iptables backend kproxy does not use (checked at start and at
 	// every full sync). Rules of both backends run on every packet, legacy
@@ -429,6 +439,7 @@ func allCollectors() []prometheus.Collector {
 		RefusedServicePortsTotal,
 		RefusedServicePorts,
 		ContestedAddresses,
+		ServicePorts,
 		IPTablesOtherBackendChains,
 		IPTablesLockWait,
 		IPTablesLockTimeoutsTotal,

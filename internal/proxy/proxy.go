@@ -148,6 +148,18 @@ func (l *Loop) QueuedUpdate() {
 	metrics.EndpointChangesPending.Set(float64(eps))
 }
 
+// programmed is the number of service ports of a family that its last
+// successful sync programmed: all of its state but the refused ones.
+func (l *Loop) programmed(f v1.IPFamily) int {
+	n := 0
+	for name := range l.states[f].Services {
+		if _, refused := l.refused[f][name]; !refused {
+			n++
+		}
+	}
+	return n
+}
+
 // State returns a copy of one family's current state (for debugging and tests).
 func (l *Loop) State(f v1.IPFamily) *model.State {
 	l.mu.Lock()
@@ -246,6 +258,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 			l.lastFull[f] = now
 		}
 		metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
+		metrics.ServicePorts.WithLabelValues(fam).Set(float64(l.programmed(f)))
 		if l.opts.Health != nil {
 			l.opts.Health.Updated(f)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 )
 
@@ -223,5 +225,61 @@ func TestLoopFeedsServiceHealth(t *testing.T) {
 	}
 	if s.ports[key] != 32000 || s.local[key] != 2 {
 		t.Fatalf("service health got ports=%v local=%v", s.ports, s.local)
+	}
+}
+
+// TestLoopNoLocalEndpointsLabels checks that the no-local-endpoints gauge
+// gets the family in ip_family and the policy in traffic_policy (they were
+// once swapped, which dashboards grouping by ip_family cannot show).
+func TestLoopNoLocalEndpointsLabels(t *testing.T) {
+	metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset()
+	t.Cleanup(metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset)
+	l, tr, b, _, _, _ := setup(t)
+	b.res = &Result{NoLocalEndpoints: map[string]int{"internal": 2, "external": 3}}
+	tr.Synced()
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g := metrics.SyncProxyRulesNoLocalEndpointsTotal
+	if n := testutil.CollectAndCount(g); n != 2 {
+		t.Errorf("%d series, want 2", n)
+	}
+	for policy, want := range map[string]float64{"internal": 2, "external": 3} {
+		lbl := map[string]string{metrics.LabelIPFamily: "IPv4", metrics.LabelTrafficPolicy: policy}
+		if got := testutil.ToFloat64(g.With(lbl)); got != want {
+			t.Errorf("%v = %v, want %v", lbl, got, want)
+		}
+	}
+}
+
+// TestLoopServicePortsGauge checks kproxy_service_ports: the service ports
+// of the last successful sync, unchanged by a failed one.
+func TestLoopServicePortsGauge(t *testing.T) {
+	ctx := context.Background()
+	metrics.ServicePorts.Reset()
+	t.Cleanup(metrics.ServicePorts.Reset)
+	l, tr, b, _, _, _ := setup(t)
+	g := metrics.ServicePorts.WithLabelValues("IPv4")
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.ServiceUpdated(makeService("b", "198.19.0.2"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(g); got != 2 {
+		t.Fatalf("service ports = %v after the first sync, want 2", got)
+	}
+	tr.ServiceUpdated(makeService("c", "198.19.0.3"))
+	b.fail = errors.New("kernel says no")
+	_ = l.Sync(ctx)
+	if got := testutil.ToFloat64(g); got != 2 {
+		t.Fatalf("service ports = %v after a failed sync, want 2 (the last successful one's)", got)
+	}
+	b.fail = nil
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(g); got != 3 {
+		t.Fatalf("service ports = %v, want 3", got)
 	}
 }
