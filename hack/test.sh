@@ -134,6 +134,14 @@ if [ "$unit" = 0 ]; then
   e2e_pid=""
   cat "$out/e2e.log"
   timing+=("$(printf '  %-8s %6ds (beside the others)' e2e "$(cat "$out/e2e.seconds" 2>/dev/null || echo 0)")")
+  # test/monitoring is a module of its own (Prometheus's parser stays out
+  # of kproxy's go.mod): the dashboard and alerts name only metrics a
+  # running kproxy exports, in every mode.
+  t=$SECONDS
+  echo "== test/monitoring: the dashboard and alerts against a running kproxy"
+  go tool gotestsum --format pkgname-and-test-fails --jsonfile "$out/monitoring.json" \
+    --raw-command -- bash -c 'cd test/monitoring && exec go test -json -count=1 ./...' || status=1
+  took monitor "$t"
   # test/tools is a module of its own (it depends on k8s.io/kubernetes):
   # the feature gate table kproxy accepts must be upstream's.
   t=$SECONDS
