@@ -191,5 +191,3 @@ func testGates(t *testing.T) {
 	}
 	sectionDone(kindGate)
 }
-
-func testLive(t *testing.T) {}
