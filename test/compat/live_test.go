@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/test/e2e/framework"
 )
@@ -146,6 +147,59 @@ func testLive(t *testing.T) {
 	sectionDone(kindEndpoint)
 	t.Run("events", func(t *testing.T) { compareEvents(t, cp, nodes) })
 	t.Run("init-only", func(t *testing.T) { compareInitOnly(t, cp, dir, kubeconfig) })
+	// Last: it deletes the Nodes.
+	t.Run("node-deleting", func(t *testing.T) { compareNodeDeleting(t, cp, dir, kubeconfig, nodes) })
+}
+
+// compareNodeDeleting compares the health answers while the Node is being
+// deleted (a finalizer holds it, as during a drain by an autoscaler).
+func compareNodeDeleting(t *testing.T, cp *framework.ControlPlane, dir, kubeconfig string, nodes [2]node) {
+	c := liveConfigs[1] // kubeadm, nftables
+	c.name = "node-deleting"
+	for _, n := range nodes {
+		p := start(t, dir, kubeconfig, n, c)
+		defer func() { _ = p.Stop() }()
+	}
+	for _, n := range nodes {
+		if !waitFor(60*time.Second, func() bool {
+			code, body := get(n.ns, "http://127.0.0.1:10249/metrics")
+			return code == 200 && syncedOnce(body)
+		}) {
+			t.Fatalf("%s: no first sync within 60s", n.binName)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const finalizer = "kproxy.test/compat"
+	for _, n := range nodes {
+		patch := []byte(`{"metadata":{"finalizers":["` + finalizer + `"]}}`)
+		if _, err := cp.Client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("adding finalizer to %s: %v", n.name, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = cp.Client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		})
+		if err := cp.Client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("deleting %s: %v", n.name, err)
+		}
+	}
+	// Both watch their Node; give the deletion timestamp time to arrive
+	// (bounded), then compare.
+	for _, n := range nodes {
+		waitFor(10*time.Second, func() bool { code, _ := get(n.ns, "http://127.0.0.1:10256/healthz"); return code == 503 })
+	}
+	for _, path := range []string{"healthz", "livez"} {
+		t.Run(path, func(t *testing.T) {
+			var got [2]string
+			for i, n := range nodes {
+				code, body := get(n.ns, "http://127.0.0.1:10256/"+path)
+				got[i] = fmt.Sprint(code) + " " + healthShape(body)
+			}
+			compare(t, kindEndpoint, "10256/"+path+" (Node being deleted)", ":10256/"+path+" (Node being deleted)", got[0], got[1])
+		})
+	}
 }
 
 // start runs one binary with c on its node and returns the process.
