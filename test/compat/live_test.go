@@ -149,6 +149,34 @@ func testLive(t *testing.T) {
 	t.Run("init-only", func(t *testing.T) { compareInitOnly(t, cp, dir, kubeconfig) })
 	// Last: it deletes the Nodes.
 	t.Run("node-deleting", func(t *testing.T) { compareNodeDeleting(t, cp, dir, kubeconfig, nodes) })
+	t.Run("node-missing", func(t *testing.T) { compareNodeMissing(t, dir, kubeconfig, nodes) })
+}
+
+// compareNodeMissing compares the health answers when no Node object of the
+// proxy's name exists (upstream waits 30s for its addresses, then runs on).
+func compareNodeMissing(t *testing.T, dir, kubeconfig string, nodes [2]node) {
+	c := liveConfigs[1] // kubeadm, nftables
+	c.name = "node-missing"
+	for _, n := range nodes {
+		n.name = "compat-missing"
+		p := start(t, dir, kubeconfig, n, c)
+		defer func() { _ = p.Stop() }()
+	}
+	for _, n := range nodes {
+		if !waitFor(60*time.Second, func() bool { code, _ := get(n.ns, "http://127.0.0.1:10256/livez"); return code != 0 }) {
+			t.Fatalf("%s: no health server within 60s", n.binName)
+		}
+	}
+	for _, path := range []string{"healthz", "livez"} {
+		t.Run(path, func(t *testing.T) {
+			var got [2]string
+			for i, n := range nodes {
+				code, body := get(n.ns, "http://127.0.0.1:10256/"+path)
+				got[i] = fmt.Sprint(code) + " " + healthShape(body)
+			}
+			compare(t, kindEndpoint, "10256/"+path+" (Node missing)", ":10256/"+path+" (Node missing)", got[0], got[1])
+		})
+	}
 }
 
 // compareNodeDeleting compares the health answers while the Node is being
