@@ -16,10 +16,12 @@
 # what cannot be installed fails the run, naming it. Without root the
 # whole suite refuses to start (use --unit).
 #
-# Groups: unit (every package but the three below; as root their kernel
+# Groups: unit (every package but the ones below; as root their kernel
 # tests run too), kernel (test/kernel), vm (internal/testutil/vm), e2e
-# (test/e2e, run beside the others: it mostly waits). It prints where the
-# time went and one closing line: N passed, N failed, N skipped.
+# (test/e2e and test/compat, upstream kube-proxy as the oracle; run beside
+# the others: they mostly wait), then test/monitoring and test/tools
+# (modules of their own). It prints where the time went and one closing
+# line: N passed, N failed, N skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -92,10 +94,10 @@ gts() {
 }
 
 all=$(go list ./...)
-e2e_pkgs=$(grep -E '/test/e2e(/|$)' <<<"$all" || true)
+e2e_pkgs=$(grep -E '/test/(e2e|compat)(/|$)' <<<"$all" || true)
 kernel_pkgs=$(grep -E '/test/kernel$' <<<"$all" || true)
 vm_pkgs=$(grep -E '/internal/testutil/vm$' <<<"$all" || true)
-unit_pkgs=$(grep -vE '/test/e2e(/|$)|/test/kernel$|/internal/testutil/vm$' <<<"$all")
+unit_pkgs=$(grep -vE '/test/(e2e|compat)(/|$)|/test/kernel$|/internal/testutil/vm$' <<<"$all")
 
 status=0
 if [ "$unit" = 0 ]; then

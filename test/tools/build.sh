@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries the end-to-end tests run (kube-apiserver
-# and a small embedded etcd) into _output/bin of the repository, unless they
-# are already there. Idempotent: a second run does nothing. Pass --force to
+# Builds the upstream binaries the end-to-end and compatibility tests run
+# (kube-apiserver, a small embedded etcd, kube-proxy as the oracle for
+# test/compat and listgates, which lists every gate kube-proxy registers)
+# into _output/bin of the repository, unless they are already there. Idempotent: a second run does nothing. Pass --force to
 # rebuild.
 #
 # The binaries come from this separate module (test/tools) so kproxy's own
 # go.mod never pulls in k8s.io/kubernetes. A cold kube-apiserver build takes
-# about 10 minutes on 2 cores; it runs under `nice` because the machine is
-# shared.
+# about 10 minutes on 2 cores; kube-proxy shares most of its packages and
+# takes a few minutes after it. Builds run under `nice` because the machine
+# is shared.
 #
 # Environment: KPROXY_E2E_BIN overrides the output directory (the test
 # harness reads the same variable).
@@ -45,3 +47,6 @@ build() { # build NAME PACKAGE [go build args...]
 build etcd ./cmd/etcd
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kube_version"
+build kube-proxy k8s.io/kubernetes/cmd/kube-proxy \
+  -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kube_version"
+build listgates ./cmd/listgates
