@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,6 +96,14 @@ func (r *recorder) NodeUpdated(n *v1.Node) {
 }
 func (r *recorder) NodeDeleted(n *v1.Node) {
 	r.record("delete", "Node", key(n), func() { r.next.NodeDeleted(n) })
+}
+func (r *recorder) ServiceCIDRsUpdated(all []*networking.ServiceCIDR) {
+	var cidrs []string
+	for _, o := range all {
+		cidrs = append(cidrs, o.Spec.CIDRs...)
+	}
+	slices.Sort(cidrs)
+	r.record("update", "ServiceCIDRs", strings.Join(cidrs, ","), func() { r.next.ServiceCIDRsUpdated(all) })
 }
 func (r *recorder) Synced() { r.record("synced", "", "", r.next.Synced) }
 
