@@ -115,7 +115,7 @@ type Tracker struct {
 	// serviceCIDRs is the current set, sentCIDRs the one last taken.
 	serviceCIDRs, sentCIDRs []netip.Prefix
 	cidrsDirty              bool
-	triggers    map[types.NamespacedName]time.Time
+	triggers                map[types.NamespacedName]time.Time
 	// start is when the tracker was made: older trigger times describe
 	// changes made before the proxy ran and are not measured (as upstream),
 	// or the first sync would report hours of latency.
