@@ -15,7 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
@@ -30,12 +30,11 @@ func scenarioServiceCIDRs(e *env) {
 	}
 
 	// kproxy's user may list ServiceCIDRs (upstream's system:node-proxier
-	// role, bound to system:kube-proxy), and the API server made the
-	// default one from its flags.
-	cfg, err := clientcmd.BuildConfigFromFlags("", e.cp.Kubeconfig(t, "system:kube-proxy"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// role, bound to system:kube-proxy; impersonated here, as kproxy's
+	// kubeconfig reaches the API server from node-a's namespace only), and
+	// the API server made the default one from its flags.
+	cfg := rest.CopyConfig(e.cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:kube-proxy"}
 	proxyClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -484,19 +484,24 @@ func TestSelectors(t *testing.T) {
 	h := start(t, client)
 	h.rec.waitEvents(t, 5)
 
-	got := map[string]string{}
-	for _, a := range client.Actions() {
-		l, ok := a.(k8stesting.ListActionImpl)
-		if !ok {
-			continue
-		}
-		r := l.GetListRestrictions()
-		got[l.GetResource().Resource] = fmt.Sprintf("labels=%q fields=%q", r.Labels.String(), r.Fields.String())
-	}
 	want := map[string]string{
 		"services":       `labels="!service.kubernetes.io/service-proxy-name" fields="spec.clusterIP!=None"`,
 		"endpointslices": `labels="!service.kubernetes.io/headless" fields=""`,
 		"nodes":          `labels="" fields="metadata.name=node-a"`,
+		// All of them, as upstream (Synced does not wait for them, so
+		// their list may come a little later).
+		"servicecidrs": `labels="" fields=""`,
+	}
+	got := map[string]string{}
+	for deadline := time.Now().Add(waitFor); len(got) < len(want) && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, a := range client.Actions() {
+			l, ok := a.(k8stesting.ListActionImpl)
+			if !ok {
+				continue
+			}
+			r := l.GetListRestrictions()
+			got[l.GetResource().Resource] = fmt.Sprintf("labels=%q fields=%q", r.Labels.String(), r.Fields.String())
+		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("list selectors (-want +got):\n%s", diff)
