@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -72,5 +73,24 @@ func TestServiceCIDRs(t *testing.T) {
 	h.rec.waitServiceCIDRs(t, "198.19.128.0/17")
 	if u := h.tracker.Take(); fmt.Sprint(u.ServiceCIDRs) != "[198.19.128.0/17]" {
 		t.Errorf("tracker after delete: changed=%v cidrs=%v", u.ServiceCIDRsChanged, u.ServiceCIDRs)
+	}
+}
+
+// TestSlimServiceCIDR: slim keeps the name and spec.cidrs, what the model
+// reads, and drops the rest.
+func TestSlimServiceCIDR(t *testing.T) {
+	sc := makeServiceCIDR("kubernetes", "198.19.0.0/17", "fd00:19::/112")
+	sc.Annotations = map[string]string{"a": "b"}
+	sc.Labels = map[string]string{"c": "d"}
+	sc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-apiserver"}}
+	sc.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
+	obj, err := slim(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*networking.ServiceCIDR)
+	want := makeServiceCIDR("kubernetes", "198.19.0.0/17", "fd00:19::/112")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("slimmed ServiceCIDR (-want +got):\n%s", diff)
 	}
 }
