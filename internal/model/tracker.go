@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -25,6 +27,10 @@ type EventHandler interface {
 	EndpointSliceDeleted(s *discovery.EndpointSlice)
 	NodeUpdated(n *v1.Node)
 	NodeDeleted(n *v1.Node)
+	// ServiceCIDRsUpdated hands over every ServiceCIDR the source knows,
+	// after each change (the complete list, as upstream's
+	// OnServiceCIDRsChanged). Sources that have none never call it.
+	ServiceCIDRsUpdated(all []*networking.ServiceCIDR)
 	Synced()
 }
 
@@ -42,6 +48,10 @@ type Update struct {
 	Node *Node
 	// NodeDeleted is set when this node's object was deleted.
 	NodeDeleted bool
+	// ServiceCIDRsChanged is set when the set of service CIDRs changed;
+	// ServiceCIDRs is then the new set (of every family, sorted).
+	ServiceCIDRsChanged bool
+	ServiceCIDRs        []netip.Prefix
 	// ServiceChanges and EndpointChanges count the events folded in.
 	ServiceChanges, EndpointChanges int
 	// TriggerTimes holds, per service whose endpoints changed, the
@@ -51,7 +61,7 @@ type Update struct {
 
 // Empty reports whether the update carries no change.
 func (u *Update) Empty() bool {
-	if u.Node != nil || u.NodeDeleted {
+	if u.Node != nil || u.NodeDeleted || u.ServiceCIDRsChanged {
 		return false
 	}
 	for _, d := range u.Families {
@@ -102,7 +112,10 @@ type Tracker struct {
 	nodeDeleted bool
 	svcEvents   int
 	epEvents    int
-	triggers    map[types.NamespacedName]time.Time
+	// serviceCIDRs is the current set, sentCIDRs the one last taken.
+	serviceCIDRs, sentCIDRs []netip.Prefix
+	cidrsDirty              bool
+	triggers                map[types.NamespacedName]time.Time
 	// start is when the tracker was made: older trigger times describe
 	// changes made before the proxy ran and are not measured (as upstream),
 	// or the first sync would report hours of latency.
@@ -339,6 +352,23 @@ func (t *Tracker) NodeDeleted(n *v1.Node) {
 	t.changed()
 }
 
+// ServiceCIDRsUpdated implements EventHandler. Only a change of the set of
+// CIDRs is passed on (an informer resync re-delivers every object).
+func (t *Tracker) ServiceCIDRsUpdated(all []*networking.ServiceCIDR) {
+	cidrs, errs := ServiceCIDRPrefixes(all)
+	t.report(errs)
+	t.mu.Lock()
+	if slices.Equal(cidrs, t.serviceCIDRs) {
+		t.mu.Unlock()
+		return
+	}
+	t.serviceCIDRs = cidrs
+	t.cidrsDirty = !slices.Equal(cidrs, t.sentCIDRs)
+	t.mu.Unlock()
+	klog.V(2).InfoS("Service CIDRs changed", "cidrs", cidrs)
+	t.changed()
+}
+
 // Synced implements EventHandler.
 func (t *Tracker) Synced() {
 	t.mu.Lock()
@@ -437,6 +467,10 @@ func (t *Tracker) Take() *Update {
 	}
 	if t.nodeDirty {
 		u.Node, u.NodeDeleted = t.node, t.nodeDeleted
+	}
+	if t.cidrsDirty {
+		u.ServiceCIDRsChanged, u.ServiceCIDRs = true, t.serviceCIDRs
+		t.sentCIDRs, t.cidrsDirty = t.serviceCIDRs, false
 	}
 	t.dirtySvcs = sets.New[types.NamespacedName]()
 	t.dirtyEps = sets.New[types.NamespacedName]()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ type Request struct {
 	// since the last successful sync of this family.
 	Changed sets.Set[model.ServicePortName]
 	Node    *model.Node
+	// ServiceCIDRs are the ServiceCIDR objects' CIDRs of this family
+	// (empty when none are known). A change forces a full sync.
+	ServiceCIDRs []netip.Prefix
 	// Full asks the backend to rewrite everything.
 	Full bool
 	Now  time.Time
@@ -103,6 +107,8 @@ type Loop struct {
 	refused  map[v1.IPFamily]map[model.ServicePortName]refusal
 	retrying map[v1.IPFamily]map[model.ServicePortName]refusal
 	node     *model.Node
+	// serviceCIDRs: of every family, as the tracker last reported them.
+	serviceCIDRs []netip.Prefix
 	// triggers: per family, the trigger times of changes not yet applied.
 	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
 }
@@ -194,6 +200,15 @@ func (l *Loop) Sync(ctx context.Context) error {
 		}
 		l.node = u.Node
 	}
+	if u.ServiceCIDRsChanged {
+		// Only full syncs write the rules that use them (nftables mode's
+		// drop of unallocated cluster IPs).
+		klog.V(2).InfoS("Service CIDRs changed; next sync is full", "cidrs", u.ServiceCIDRs)
+		l.serviceCIDRs = u.ServiceCIDRs
+		for f := range l.needFull {
+			l.needFull[f] = true
+		}
+	}
 	for f, st := range l.states {
 		l.pending[f].Insert(st.Apply(u.Families[f]).UnsortedList()...)
 		// Each lost claim was logged once by Apply; count it once too.
@@ -225,7 +240,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 			l.observeTriggers(f)
 			continue
 		}
-		req := &Request{State: view, Changed: l.pending[f], Node: l.node, Full: full, Now: now}
+		req := &Request{State: view, Changed: l.pending[f], Node: l.node, ServiceCIDRs: model.PrefixesOf(l.serviceCIDRs, f), Full: full, Now: now}
 		start := l.opts.Clock.Now()
 		res, err := b.Sync(ctx, req)
 		if err != nil {

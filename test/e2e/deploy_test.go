@@ -307,7 +307,7 @@ func TestDeployPodSpec(t *testing.T) {
 }
 
 // needed is what kproxy's API source does (list+watch of Services,
-// EndpointSlices and its Node) plus what upstream's system:node-proxier
+// EndpointSlices, its Node and ServiceCIDRs) plus what upstream's system:node-proxier
 // grants for events.
 var needed = []struct{ group, resource, verb string }{
 	{"", "services", "list"},
@@ -317,6 +317,8 @@ var needed = []struct{ group, resource, verb string }{
 	{"", "nodes", "get"},
 	{"", "nodes", "list"},
 	{"", "nodes", "watch"},
+	{"networking.k8s.io", "servicecidrs", "list"},
+	{"networking.k8s.io", "servicecidrs", "watch"},
 	{"", "events", "create"},
 	{"", "events", "patch"},
 	{"events.k8s.io", "events", "create"},

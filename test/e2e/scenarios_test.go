@@ -50,6 +50,7 @@ var scenarios = []scenario{
 	{name: "dual-stack", run: scenarioDualStack},
 	{name: "programming-latency", run: scenarioLatency, kproxyArgs: latencyArgs},
 	{name: "api-edge-cases", run: scenarioAPIEdgeCases},
+	{name: "service-cidrs", run: scenarioServiceCIDRs},
 }
 
 // TestScenarios runs every scenario in every mode. The scenarios of a mode

@@ -36,7 +36,9 @@ type Options struct {
 	NodePortAddresses []string
 	// NodeIPs are the node's primary IPs of this family (from
 	// bindAddress); when empty they are taken from the Node object.
-	NodeIPs      []netip.Addr
+	NodeIPs []netip.Addr
+	// ServiceCIDRs stand in when a Request carries none; the ServiceCIDR
+	// objects' CIDRs come in proxy.Request.ServiceCIDRs.
 	ServiceCIDRs []netip.Prefix
 	// ServicesPerShard: see Config (0: DefaultServicesPerShard).
 	ServicesPerShard int

@@ -61,6 +61,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
 		}
 		p.cfg = p.opts.RenderConfig(req.Node, addrs)
+		if len(req.ServiceCIDRs) > 0 {
+			// The ServiceCIDR objects' (the loop syncs in full when
+			// they change); Options' only stand in when there are none.
+			p.cfg.ServiceCIDRs = req.ServiceCIDRs
+		}
 		// Read the kernel before rendering: which of our tables exist
 		// (the main one and its shards), with which chains and sets (left
 		// by a previous run or a failed sync).

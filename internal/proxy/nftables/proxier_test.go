@@ -641,3 +641,27 @@ func TestProxierTakeOverUpstreamTable(t *testing.T) {
 		})
 	}
 }
+
+// TestProxierServiceCIDRsFromRequest: the ServiceCIDRs the loop passes are
+// what a full sync writes (the drop of unallocated cluster IPs), and a full
+// sync without them removes the drop again.
+func TestProxierServiceCIDRsFromRequest(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+	unallocated := packetFlowTest{name: "unallocated", src: localPod, iif: podIIF, dst: "198.19.0.99:80", output: "DROP"}
+	allocated := packetFlowTest{name: "allocated", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: webEps}
+
+	sync := func(cidrs []netip.Prefix) {
+		t.Helper()
+		_, err := r.p.Sync(context.Background(), &proxy.Request{State: r.state, Changed: r.pending.Clone(), Node: r.node, ServiceCIDRs: cidrs, Full: true, Now: r.now})
+		if err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+	sync([]netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")})
+	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{unallocated, allocated})
+
+	sync(nil)
+	unallocated.output = "ACCEPT"
+	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{unallocated, allocated})
+}

@@ -1,6 +1,6 @@
 // Package apiserver is the source that watches the Kubernetes API server, as
-// upstream kube-proxy does: shared informers for Services, EndpointSlices and
-// this node's Node object.
+// upstream kube-proxy does: shared informers for Services, EndpointSlices,
+// this node's Node object and ServiceCIDRs.
 package apiserver
 
 import (
@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -94,7 +95,8 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = nodeFieldSelector(s.hostname)
 		}))
-	factories := []informers.SharedInformerFactory{svcFactory, sliceFactory, nodeFactory}
+	cidrFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync, informers.WithTransform(slim))
+	factories := []informers.SharedInformerFactory{svcFactory, sliceFactory, nodeFactory, cidrFactory}
 
 	// Handlers are registered before the informers start so that no
 	// initial object is missed, and the registrations (not the informers)
@@ -114,6 +116,14 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 		add(svcFactory.Core().V1().Services().Informer(), handlerFuncs(wantService, sh.ServiceUpdated, sh.ServiceDeleted)),
 		add(sliceFactory.Discovery().V1().EndpointSlices().Informer(), handlerFuncs(wantSlice, sh.EndpointSliceUpdated, sh.EndpointSliceDeleted)),
 		add(nodeFactory.Core().V1().Nodes().Informer(), handlerFuncs(s.wantNode, sh.NodeUpdated, sh.NodeDeleted)),
+	}
+	// ServiceCIDRs are not waited for, as upstream does not: the first
+	// sync runs without them (so without the drop of unallocated cluster
+	// IPs) rather than never when they cannot be listed (a ClusterRole
+	// from before they were watched).
+	cidrInf := cidrFactory.Networking().V1().ServiceCIDRs().Informer()
+	if _, err := cidrInf.AddEventHandler(serviceCIDRHandler(cidrInf.GetStore(), sh.ServiceCIDRsUpdated)); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("apiserver source: adding event handlers: %w", err)
@@ -201,7 +211,28 @@ func handlerFuncs[T interface {
 	}
 }
 
-// serialHandler serializes calls from the three informers' goroutines, so a
+// serviceCIDRHandler hands over every ServiceCIDR in store after each event:
+// the proxy needs the union of their CIDRs, as upstream's
+// OnServiceCIDRsChanged gets it. The informer updates its store before it
+// notifies, so the last event's list is the current one.
+func serviceCIDRHandler(store cache.Store, updated func([]*networking.ServiceCIDR)) cache.ResourceEventHandlerFuncs {
+	all := func(any) {
+		var out []*networking.ServiceCIDR
+		for _, obj := range store.List() {
+			if o, ok := obj.(*networking.ServiceCIDR); ok {
+				out = append(out, o)
+			}
+		}
+		updated(out)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    all,
+		UpdateFunc: func(_, newObj any) { all(newObj) },
+		DeleteFunc: all,
+	}
+}
+
+// serialHandler serializes calls from the four informers' goroutines, so a
 // handler sees one ordered stream, and drops calls once closed.
 type serialHandler struct {
 	mu     sync.Mutex
@@ -251,6 +282,11 @@ func (s *serialHandler) NodeUpdated(o *v1.Node) {
 func (s *serialHandler) NodeDeleted(o *v1.Node) {
 	klog.V(5).InfoS("Node deleted", "node", klog.KObj(o))
 	s.do(func(h model.EventHandler) { h.NodeDeleted(o) })
+}
+
+func (s *serialHandler) ServiceCIDRsUpdated(all []*networking.ServiceCIDR) {
+	klog.V(5).InfoS("ServiceCIDRs updated", "count", len(all))
+	s.do(func(h model.EventHandler) { h.ServiceCIDRsUpdated(all) })
 }
 
 func (s *serialHandler) Synced() {

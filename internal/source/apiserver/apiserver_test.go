@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,6 +96,14 @@ func (r *recorder) NodeUpdated(n *v1.Node) {
 }
 func (r *recorder) NodeDeleted(n *v1.Node) {
 	r.record("delete", "Node", key(n), func() { r.next.NodeDeleted(n) })
+}
+func (r *recorder) ServiceCIDRsUpdated(all []*networking.ServiceCIDR) {
+	var cidrs []string
+	for _, o := range all {
+		cidrs = append(cidrs, o.Spec.CIDRs...)
+	}
+	slices.Sort(cidrs)
+	r.record("update", "ServiceCIDRs", strings.Join(cidrs, ","), func() { r.next.ServiceCIDRsUpdated(all) })
 }
 func (r *recorder) Synced() { r.record("synced", "", "", r.next.Synced) }
 
@@ -475,19 +484,24 @@ func TestSelectors(t *testing.T) {
 	h := start(t, client)
 	h.rec.waitEvents(t, 5)
 
-	got := map[string]string{}
-	for _, a := range client.Actions() {
-		l, ok := a.(k8stesting.ListActionImpl)
-		if !ok {
-			continue
-		}
-		r := l.GetListRestrictions()
-		got[l.GetResource().Resource] = fmt.Sprintf("labels=%q fields=%q", r.Labels.String(), r.Fields.String())
-	}
 	want := map[string]string{
 		"services":       `labels="!service.kubernetes.io/service-proxy-name" fields="spec.clusterIP!=None"`,
 		"endpointslices": `labels="!service.kubernetes.io/headless" fields=""`,
 		"nodes":          `labels="" fields="metadata.name=node-a"`,
+		// All of them, as upstream (Synced does not wait for them, so
+		// their list may come a little later).
+		"servicecidrs": `labels="" fields=""`,
+	}
+	got := map[string]string{}
+	for deadline := time.Now().Add(waitFor); len(got) < len(want) && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, a := range client.Actions() {
+			l, ok := a.(k8stesting.ListActionImpl)
+			if !ok {
+				continue
+			}
+			r := l.GetListRestrictions()
+			got[l.GetResource().Resource] = fmt.Sprintf("labels=%q fields=%q", r.Labels.String(), r.Fields.String())
+		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("list selectors (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
@@ -24,7 +25,8 @@ import (
 //     targetRef is ~150 bytes, ten per slice), and the spare room decoding
 //     left in its list of endpoints;
 //   - of a Node, the image list and volume status, which can be tens of
-//     kilobytes. Its labels stay: topology uses them.
+//     kilobytes. Its labels stay: topology uses them;
+//   - of a ServiceCIDR, everything but spec.cidrs and its name.
 //
 // metadata.creationTimestamp stays: it decides which Service keeps an
 // address two of them claim (model/resolve.go).
@@ -61,6 +63,10 @@ func slim(obj any) (any, error) {
 			e.Hostname = nil
 			e.DeprecatedTopology = nil
 		}
+	case *networking.ServiceCIDR:
+		// Only spec.cidrs is read.
+		o.Annotations, o.Labels = nil, nil
+		o.Status.Conditions = nil
 	case *v1.Node:
 		o.Annotations = nil
 		o.Status.Images = nil

@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -96,6 +97,7 @@ func (d *discard) EndpointSliceUpdated(*discovery.EndpointSlice) { d.events++ }
 func (d *discard) EndpointSliceDeleted(*discovery.EndpointSlice) { d.events++ }
 func (d *discard) NodeUpdated(*v1.Node)                          { d.events++ }
 func (d *discard) NodeDeleted(*v1.Node)                          { d.events++ }
+func (d *discard) ServiceCIDRsUpdated([]*networking.ServiceCIDR) { d.events++ }
 func (d *discard) Synced()                                       {}
 
 // BenchmarkReread measures what the watcher does when a 10k snapshot is

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 )
 
 const waitFor = 10 * time.Second
@@ -48,6 +49,9 @@ func (r *recorder) NodeUpdated(n *v1.Node) {
 }
 func (r *recorder) NodeDeleted(n *v1.Node) { r.add("delete Node " + n.Name) }
 func (r *recorder) Synced()                { r.add("synced") }
+func (r *recorder) ServiceCIDRsUpdated(all []*networking.ServiceCIDR) {
+	r.add(fmt.Sprintf("update ServiceCIDRs (%d)", len(all)))
+}
 
 func (r *recorder) snapshot() []string {
 	r.mu.Lock()
