@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
+	"github.com/kproxy/kproxy/internal/testutil/vm"
 )
 
 // peerRule says which source address the answering pod must have seen.
@@ -100,8 +101,13 @@ func (c *kcluster) run(t *testing.T, p probe) {
 		}
 	}
 	opts := netns.DialOptions{Source: p.source}
-	if p.outcome == netns.Timeout {
+	switch {
+	case p.outcome == netns.Timeout:
 		opts.Timeout = dropTimeout
+	case vm.InVM():
+		// The emulated VM (no KVM) answers an SCTP handshake in
+		// seconds when the host is busy.
+		opts.Timeout = 10 * time.Second
 	}
 	seen := map[string]int{}
 	var first string
