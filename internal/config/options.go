@@ -190,12 +190,19 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // config file's logging section.
 var loggingFlags = []string{"logging-format", "log-flush-frequency", "log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
 
-// AddKlogFlags registers klog's flags (-v, --vmodule, --logtostderr, ...) on
-// fs. Flags already present in fs are left alone.
+// AddKlogFlags registers klog's -v and --vmodule on fs, the only klog
+// flags upstream kube-proxy still has: it dropped --logtostderr,
+// --log-dir, --add-dir-header and the other file-logging flags in v1.26,
+// so an operator's command line cannot hold them. Flags already present in
+// fs are left alone.
 func AddKlogFlags(fs *pflag.FlagSet) {
 	gfs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gfs)
-	fs.AddGoFlagSet(gfs)
+	for _, name := range []string{"v", "vmodule"} {
+		if fs.Lookup(name) == nil {
+			fs.AddGoFlag(gfs.Lookup(name))
+		}
+	}
 }
 
 // Complete builds the effective configuration: it reads --config if given,
