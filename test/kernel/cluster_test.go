@@ -248,6 +248,14 @@ var nftablesMode = proxyMode{
 	},
 }
 
+// nodeStates are the two starts a robustness test runs from: the objects
+// under test in the first snapshot (a fresh node: kproxy's first, full
+// sync), or arriving while kproxy runs (a running node: a partial sync).
+var nodeStates = []struct {
+	name    string
+	atStart bool
+}{{"fresh node", true}, {"running node", false}}
+
 // kcluster is a cluster with kproxy running on some nodes.
 type kcluster struct {
 	*netns.Cluster

@@ -68,10 +68,7 @@ func hostileObjects(t *testing.T) []string {
 func TestHostileNames(t *testing.T) { forEachMode(t, testHostileNames) }
 
 func testHostileNames(t *testing.T, m proxyMode) {
-	for _, tc := range []struct {
-		name    string
-		atStart bool
-	}{{"fresh node", true}, {"running node", false}} {
+	for _, tc := range nodeStates {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := exampleSnapshot(t)
 			objs := hostileObjects(t)

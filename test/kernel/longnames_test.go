@@ -105,10 +105,7 @@ items:
 func TestLongNames(t *testing.T) { forEachMode(t, testLongNames) }
 
 func testLongNames(t *testing.T, m proxyMode) {
-	for _, tc := range []struct {
-		name    string
-		atStart bool
-	}{{"fresh node", true}, {"running node", false}} {
+	for _, tc := range nodeStates {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := exampleSnapshot(t)
 			if tc.atStart {

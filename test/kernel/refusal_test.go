@@ -30,10 +30,7 @@ func testKernelRefusesOneService(t *testing.T, m proxyMode) {
 		t.Skip("kproxy with fault injection was not built (KPROXY_KERNEL_TEST_BIN is set)")
 	}
 	m.env = append(append([]string{}, m.env...), "KPROXY_FAULT_REFUSE="+refusedMarker)
-	for _, tc := range []struct {
-		name    string
-		atStart bool
-	}{{"fresh node", true}, {"running node", false}} {
+	for _, tc := range nodeStates {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := exampleSnapshot(t)
 			if tc.atStart {

@@ -62,11 +62,7 @@ func foreignRules(saveOutput string) ([]ForeignRule, error) {
 // operator's, or injected): `kproxy doctor` reports them. A missing binary
 // is an error matching ErrNotInstalled.
 func FindForeignRules(ctx context.Context, b Backend, f Family, opts ...Option) ([]ForeignRule, error) {
-	t, err := newTool(b, f, newOptions(opts), false)
-	if err != nil {
-		return nil, err
-	}
-	out, err := t.dump(ctx)
+	out, t, err := saved(ctx, b, f, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -75,4 +71,14 @@ func FindForeignRules(ctx context.Context, b Backend, f Family, opts ...Option) 
 		return nil, fmt.Errorf("xtables: parsing %s output: %w", t.save, err)
 	}
 	return rules, nil
+}
+
+// saved returns what the backend's save binary prints for the family.
+func saved(ctx context.Context, b Backend, f Family, opts []Option) (string, *tool, error) {
+	t, err := newTool(b, f, newOptions(opts), false)
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := t.dump(ctx)
+	return out, t, err
 }

@@ -289,11 +289,7 @@ func cleanupScript(saveOutput string) (script string, chains []Chain, err error)
 // built-in chains. Empty means CleanupLeftovers has nothing to do. A
 // missing binary is an error matching ErrNotInstalled.
 func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]Chain, error) {
-	t, err := newTool(b, f, newOptions(opts), false)
-	if err != nil {
-		return nil, err
-	}
-	out, err := t.dump(ctx)
+	out, t, err := saved(ctx, b, f, opts)
 	if err != nil {
 		return nil, err
 	}
