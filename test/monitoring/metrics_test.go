@@ -109,6 +109,14 @@ func registered() map[string]bool {
 			out[m[1]] = true
 		}
 	}
+	// The component metrics (go_*, process_*, rest_client_*, ...) are
+	// served from component-base's registry beside kproxy's (see
+	// internal/metrics/component.go); those with a sample count.
+	if families, err := metrics.Gatherer.Gather(); err == nil {
+		for _, f := range families {
+			out[f.GetName()] = true
+		}
+	}
 	return out
 }
 
