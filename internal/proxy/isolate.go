@@ -86,12 +86,21 @@ func (l *Loop) view(f v1.IPFamily, now time.Time) (*model.State, sets.Set[model.
 	return without(st, refused), retried
 }
 
-// without returns a copy of st with the given service ports left out.
+// without returns what a backend reads of st (its resolved service ports
+// and their endpoints) with the given service ports left out. It copies
+// only those two maps: the claim index behind them (State.Clone) is of no
+// use to a backend and is as large again.
 func without[T any](st *model.State, out map[model.ServicePortName]T) *model.State {
-	c := st.Clone()
-	for name := range out {
-		delete(c.Services, name)
-		delete(c.Endpoints, name)
+	c := model.NewState(st.Family)
+	for name, sp := range st.Services {
+		if _, skip := out[name]; !skip {
+			c.Services[name] = sp
+		}
+	}
+	for name, eps := range st.Endpoints {
+		if _, skip := out[name]; !skip {
+			c.Endpoints[name] = eps
+		}
 	}
 	return c
 }
@@ -152,7 +161,7 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 			}
 			return
 		}
-		next := good.Clone()
+		next := without(good, map[model.ServicePortName]struct{}{})
 		for _, n := range group {
 			next.Services[n] = req.State.Services[n]
 			if eps, ok := req.State.Endpoints[n]; ok {
