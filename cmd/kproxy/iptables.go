@@ -31,6 +31,9 @@ type iptablesSetup struct {
 	// falls back to single-stack.
 	families []v1.IPFamily
 	backends map[v1.IPFamily]proxy.Backend
+	// after removes the nftables mode's tables, IPVS leftovers and
+	// kube-proxy's chains in the other backend once every family synced.
+	after *afterFirstSync
 }
 
 // iptablesEnv points the iptables mode set-up somewhere else than this
@@ -97,9 +100,12 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		s.families = append(s.families, f)
 		s.backends[f] = iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
 	}
-	// The primary family watches the other backend at every full sync.
+	s.after = newAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
+		func(ctx context.Context) error { return cleanupForIPTablesMode(ctx, b, env.xtables) })
+	// The primary family watches the other backend at every full sync
+	// once the switch's removal is over.
 	primary := s.families[0]
-	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables}
+	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables, after: s.after}
 	return s, nil
 }
 
@@ -138,16 +144,19 @@ func xtablesFamily(f v1.IPFamily) xtables.Family {
 }
 
 // otherBackendWatch checks, after every full sync, whether the iptables
-// backend kproxy does not use holds kube-proxy chains.
+// backend kproxy does not use holds kube-proxy chains. Until the removal
+// after the first sync is over it stays quiet: those chains are the
+// previous run's, about to go.
 type otherBackendWatch struct {
 	proxy.Backend
 	chosen xtables.Backend
 	opts   []xtables.Option
+	after  *afterFirstSync
 }
 
 func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	res, err := w.Backend.Sync(ctx, req)
-	if err == nil && req.Full {
+	if err == nil && req.Full && w.after.done() {
 		reportOtherBackend(ctx, w.chosen, w.opts)
 	}
 	return res, err
@@ -157,9 +166,12 @@ func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy
 const maxNamedChains = 8
 
 // reportOtherBackend warns when the backend kproxy does not use holds
-// kube-proxy chains: rules of both backends run on every packet (legacy
-// first), so they can send service traffic to stale endpoints. It never
-// changes them; `kproxy --cleanup` does.
+// kube-proxy chains: rules of both backends run on every packet, so they
+// can send service traffic to stale endpoints. It never changes them:
+// kproxy removes the other backend's kube-proxy chains once, after its
+// first sync (a switch of backends); chains that come back later were
+// written by something else (another kube-proxy still running), which
+// kproxy does not fight. `kproxy --cleanup` removes them.
 func reportOtherBackend(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) int {
 	other := chosen.Other()
 	found, err := xtables.OtherBackendRules(ctx, chosen, opts...)
@@ -178,25 +190,38 @@ func reportOtherBackend(ctx context.Context, chosen xtables.Backend, opts []xtab
 		}
 		names = append(names, l.String())
 	}
-	klog.InfoS("WARNING: kube-proxy rules found in the iptables backend kproxy does not use; both backends' rules run on every packet, so they can misroute service traffic. Remove them with `kproxy --cleanup` (stop kproxy first) or let the tool that wrote them remove them",
+	klog.InfoS("WARNING: kube-proxy rules found in the iptables backend kproxy does not use; both backends' rules run on every packet, so they can misroute service traffic. Something else wrote them after kproxy started (another kube-proxy?); stop it, then remove them with `kproxy --cleanup` (stop kproxy first)",
 		"using", chosen, "otherBackend", other, "chains", len(found), "names", strings.Join(names, ", "))
 	return len(found)
 }
 
 // cleanupForIPTablesMode removes what nftables and IPVS modes left, as
-// upstream's iptables mode does at start: their rules would catch service
-// traffic before or beside the iptables rules. kproxy's own iptables
+// upstream's iptables mode does at start (kproxy: after its first sync,
+// see afterFirstSync), and kube-proxy's chains in the other iptables
+// backend (a switch between backends; upstream leaves them): their rules
+// would catch service traffic before or beside the iptables rules, with
+// the endpoints of the day their proxy stopped. kproxy's own iptables
 // chains in the chosen backend are left to the first full sync, which
-// replaces them without a gap.
-func cleanupForIPTablesMode(ctx context.Context) error {
+// replaces them without a gap; the kubelet's chains in either backend
+// stay (xtables.CleanupLeftovers).
+func cleanupForIPTablesMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
 	var errs []error
 	if err := deleteNFTablesTables(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
 		errs = append(errs, err)
 	}
 	if err := cleanupIPVS(ctx, leftoverOptions{}); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err == nil {
+		// The metric and the warning say what is left (nothing, unless
+		// something writes there again).
+		reportOtherBackend(ctx, chosen, opts)
+	}
+	return err
 }
 
 // deleteNFTablesTables deletes the nftables mode's tables (kproxy's main

@@ -189,13 +189,12 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	}
 	backends := map[v1.IPFamily]proxy.Backend{}
 	backendName := ""
+	// after removes the previous mode's rules once kproxy's are in place.
+	var after *afterFirstSync
 	switch mode {
 	case config.ModeNFTables:
 		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName+" and "+nftables.ShardTable(nftables.DefaultTableName, 0)+"...")
 		backendName = "nftables"
-		if err := cleanupOtherModes(ctx); err != nil {
-			klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's iptables and IPVS modes; running nftables mode anyway")
-		}
 		for _, f := range fams {
 			iface, err := nft.NewNetlink()
 			if err != nil {
@@ -203,17 +202,14 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			}
 			backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
 		}
+		after = newAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", backends, cleanupOtherModes)
 	case config.ModeIPTables:
 		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{compact: compact})
 		if err != nil {
 			return err
 		}
 		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families)
-		fams, backends, backendName = s.families, s.backends, string(s.backend)
-		reportOtherBackend(ctx, s.backend, nil)
-		if err := cleanupForIPTablesMode(ctx); err != nil {
-			klog.ErrorS(err, "Could not remove all leftovers of kube-proxy's nftables and IPVS modes; running iptables mode anyway")
-		}
+		fams, backends, backendName, after = s.families, s.backends, string(s.backend), s.after
 	default:
 		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)}
 	}
@@ -255,7 +251,11 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	run = runner.New("sync-runner", func() error { return loop.Sync(ctx) }, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
+	run = runner.New("sync-runner", func() error {
+		err := loop.Sync(ctx)
+		after.run(ctx)
+		return err
+	}, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 
 	src, client, err := newSource(o, fromFile, node, health)
 	if err != nil {

@@ -432,6 +432,23 @@ func (c *kcluster) waitSynced(node string) {
 	})
 }
 
+// oldModesRemovedLine is what kproxy logs once it removed the rules of the
+// mode the node ran before (after its first sync of every IP family).
+const oldModesRemovedLine = "Removed the rules of the mode this node ran before"
+
+// waitOldModesRemoved waits until the current kproxy run on the node has
+// removed the other modes' rules: a test that writes such rules itself
+// must wait for it, or kproxy may remove them too.
+func (c *kcluster) waitOldModesRemoved(node string) {
+	c.t.Helper()
+	p := c.kproxy[node]
+	netns.Eventually(c.t, syncTimeout, "kproxy's removal of the other modes' rules on "+node, func() (bool, string) {
+		log := p.Log()
+		run := log[max(strings.LastIndex(log, "==== "), 0):]
+		return strings.Contains(run, oldModesRemovedLine), "not logged yet"
+	})
+}
+
 // metricPositive reports whether the metric line (name with labels) has a
 // value above zero.
 func metricPositive(body, series string) bool {

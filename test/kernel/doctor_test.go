@@ -30,6 +30,7 @@ func TestDoctor(t *testing.T) {
 	// kproxy in nftables mode, then an old kube-proxy's legacy rules.
 	c.startKproxy(nodeA)
 	c.waitSynced(nodeA)
+	c.waitOldModesRemoved(nodeA)
 	restore := func(bin string) {
 		t.Helper()
 		if out, err := node.Exec(10*time.Second, "sh", "-c", `printf '%s' "$0" | `+bin+` --noflush`, staleLegacyRules); err != nil {

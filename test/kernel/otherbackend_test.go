@@ -22,45 +22,86 @@ COMMIT
 `
 
 // TestOtherBackendRules: kproxy uses the nft backend (IPTABLES_MODE=nft)
-// on a node whose legacy backend still holds an old kube-proxy's rules.
-// kproxy must not touch them, must say so loudly (log and metric), keep
-// serving, and `kproxy --cleanup` must remove them.
+// on a node whose legacy backend still holds an old kube-proxy's rules (a
+// switch of backends). kproxy removes them once its own rules are in place
+// (after its first sync). Rules that appear there later were written by
+// something else while kproxy runs: kproxy must not touch them (no fight
+// with another kube-proxy), must say so loudly (log and metric) at its
+// full syncs, keep serving, and `kproxy --cleanup` must remove them.
 func TestOtherBackendRules(t *testing.T) {
 	t.Parallel()
 	m := iptablesMode(xtables.NFT)
 	for _, bin := range append(m.needs, "iptables-legacy-restore", "iptables-legacy-save") {
 		netns.Require(t, bin)
 	}
-	c := newCluster(t, clusterOptions{mode: m, kproxyOn: []string{}})
+	// Full syncs (which check the other backend) every 2 s.
+	c := newCluster(t, clusterOptions{mode: m, kproxyOn: []string{}, args: []string{"--iptables-sync-period", "2s"}})
 	node := c.Nodes[nodeA]
-	if out, err := node.Exec(10*time.Second, "sh", "-c", `printf '%s' "$0" | iptables-legacy-restore --noflush`, staleLegacyRules); err != nil {
-		t.Fatalf("writing stale legacy rules: %v\n%s", err, out)
+	writeStale := func() {
+		t.Helper()
+		if out, err := node.Exec(10*time.Second, "sh", "-c", `printf '%s' "$0" | iptables-legacy-restore --noflush`, staleLegacyRules); err != nil {
+			t.Fatalf("writing stale legacy rules: %v\n%s", err, out)
+		}
 	}
+	legacyNAT := func() string {
+		t.Helper()
+		out, err := node.Exec(10*time.Second, "iptables-legacy-save", "-t", "nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	otherChains := func() string {
+		t.Helper()
+		_, body, err := node.HTTPGet("http://127.0.0.1:10249/metrics", 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(l, `kproxy_iptables_other_backend_chains{backend="legacy"} `); ok {
+				return v
+			}
+		}
+		return "(missing)"
+	}
+	writeStale()
 	c.startKproxy(nodeA)
 	c.waitSynced(nodeA)
 
 	if log := c.kproxy[nodeA].Log(); !strings.Contains(log, "Using iptables Proxier in nft mode (IPTABLES_MODE=nft)") {
 		t.Errorf("kproxy's log does not name the backend and why:\n%s", log)
 	}
+	// The switch: the old kube-proxy's legacy rules go after the first
+	// sync, without a warning about them.
+	netns.Eventually(t, syncTimeout, "the legacy rules removed after the first sync", func() (bool, string) {
+		return !strings.Contains(legacyNAT(), "KUBE-"), "legacy nat still has KUBE- chains"
+	})
+	netns.Eventually(t, syncTimeout, "kproxy_iptables_other_backend_chains 0", func() (bool, string) {
+		v := otherChains()
+		return v == "0", "metric " + v
+	})
+	if log := c.kproxy[nodeA].Log(); strings.Contains(log, "kube-proxy rules found in the iptables backend kproxy does not use") {
+		t.Errorf("kproxy warned about the rules it was about to remove:\n%s", log)
+	}
+
+	// Written again while kproxy runs: reported, left alone.
+	writeStale()
 	netns.Eventually(t, syncTimeout, "the warning about the legacy backend", func() (bool, string) {
 		log := c.kproxy[nodeA].Log()
 		return strings.Contains(log, "kube-proxy rules found in the iptables backend kproxy does not use") &&
 			strings.Contains(log, "legacy IPv4 nat/KUBE-SERVICES"), "no warning naming legacy IPv4 nat/KUBE-SERVICES yet"
 	})
-	_, body, err := node.HTTPGet("http://127.0.0.1:10249/metrics", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !metricPositive(body, `kproxy_iptables_other_backend_chains{backend="legacy"}`) {
-		t.Errorf("kproxy_iptables_other_backend_chains{backend=\"legacy\"} not above 0")
+	if v := otherChains(); v == "0" || v == "(missing)" {
+		t.Errorf("kproxy_iptables_other_backend_chains{backend=\"legacy\"} = %s, want above 0", v)
 	}
 	if code, proxyMode, err := node.HTTPGet("http://127.0.0.1:10249/proxyMode?verbose", 2*time.Second); err != nil || code != 200 || proxyMode != "iptables (backend: nft)" {
 		t.Errorf("/proxyMode?verbose = %d %q %v, want iptables (backend: nft)", code, proxyMode, err)
 	}
-	// kproxy left the legacy rules alone and serves through nft.
-	legacy, err := node.Exec(10*time.Second, "iptables-legacy-save", "-t", "nat")
-	if err != nil || !strings.Contains(legacy, "KUBE-SVC-STALESTALESTALEZ") {
-		t.Errorf("kproxy changed the legacy backend (err %v):\n%s", err, legacy)
+	// kproxy left the new legacy rules alone (several full syncs later)
+	// and serves through nft.
+	time.Sleep(5 * time.Second)
+	if legacy := legacyNAT(); !strings.Contains(legacy, "KUBE-SVC-STALESTALESTALEZ") {
+		t.Errorf("kproxy changed the legacy backend while running:\n%s", legacy)
 	}
 	runProbes(t, c, []probe{
 		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+// scriptedBackend fails its first fails syncs, then succeeds.
+type scriptedBackend struct {
+	fails, calls int
+}
+
+func (b *scriptedBackend) Sync(context.Context, *proxy.Request) (*proxy.Result, error) {
+	b.calls++
+	if b.calls <= b.fails {
+		return nil, errors.New("kernel said no")
+	}
+	return &proxy.Result{}, nil
+}
+
+// TestAfterFirstSync: the old mode's rules are removed only once every
+// family has synced successfully, exactly once when that works, and a
+// failing removal is retried after later syncs, a bounded number of times.
+func TestAfterFirstSync(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// v4Fails, v6Fails: failed syncs before each family's first success.
+		v4Fails, v6Fails int
+		// removeFails: failed removals before one works (-1: never works).
+		removeFails int
+		syncs       int
+		// wantRemoveAt: the loop sync (1-based) after which each removal
+		// attempt ran.
+		wantRemoveAt []int
+		wantDone     bool
+	}{
+		{name: "both families sync at once", syncs: 4, wantRemoveAt: []int{1}, wantDone: true},
+		{name: "IPv6 fails twice first", v6Fails: 2, syncs: 5, wantRemoveAt: []int{3}, wantDone: true},
+		{name: "IPv4 never syncs", v4Fails: 100, syncs: 10, wantRemoveAt: nil, wantDone: false},
+		{name: "removal fails once", removeFails: 1, syncs: 5, wantRemoveAt: []int{1, 2}, wantDone: true},
+		{name: "removal never works", removeFails: -1, syncs: 9, wantRemoveAt: []int{1, 2, 3, 4, 5}, wantDone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v4, v6 := &scriptedBackend{fails: tc.v4Fails}, &scriptedBackend{fails: tc.v6Fails}
+			backends := map[v1.IPFamily]proxy.Backend{model.IPv4: v4, model.IPv6: v6}
+			sync := 0
+			var removedAt []int
+			a := newAfterFirstSync("test rules", backends, func(context.Context) error {
+				removedAt = append(removedAt, sync)
+				if tc.removeFails < 0 || len(removedAt) <= tc.removeFails {
+					return errors.New("xtables lock held")
+				}
+				return nil
+			})
+			for sync = 1; sync <= tc.syncs; sync++ {
+				for _, b := range backends {
+					_, _ = b.Sync(ctx, &proxy.Request{})
+				}
+				if v4.calls != sync || v6.calls != sync {
+					t.Fatalf("sync %d: the wrapped backends were called %d and %d times", sync, v4.calls, v6.calls)
+				}
+				a.run(ctx)
+			}
+			if !slices.Equal(removedAt, tc.wantRemoveAt) {
+				t.Errorf("removal ran after syncs %v, want %v", removedAt, tc.wantRemoveAt)
+			}
+			if a.done() != tc.wantDone {
+				t.Errorf("done() = %v, want %v", a.done(), tc.wantDone)
+			}
+		})
+	}
+}
+
+// TestAfterFirstSyncCanceled: a stopping kproxy removes nothing.
+func TestAfterFirstSyncCanceled(t *testing.T) {
+	backends := map[v1.IPFamily]proxy.Backend{model.IPv4: &scriptedBackend{}}
+	called := false
+	a := newAfterFirstSync("test rules", backends, func(context.Context) error { called = true; return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	_, _ = backends[model.IPv4].Sync(ctx, &proxy.Request{})
+	cancel()
+	a.run(ctx)
+	if called || a.done() {
+		t.Errorf("removal ran (%v) or done (%v) after the context ended", called, a.done())
+	}
+	var none *afterFirstSync
+	none.run(ctx) // no mode with old rules to remove: a no-op
+	if !none.done() {
+		t.Error("a nil afterFirstSync is not done")
+	}
+}
