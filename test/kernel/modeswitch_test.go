@@ -15,10 +15,8 @@ package kernel
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,20 +24,8 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
-// Intervals of the traffic watched across a switch.
-const (
-	probeEvery  = 20 * time.Millisecond
-	streamEvery = 50 * time.Millisecond
-	// lostSYN: a new connection that takes this long had its SYN
-	// dropped and retransmitted (after 1 s): a window without rules,
-	// even though the connection succeeded in the end. Between
-	// namespaces a connection takes well under a millisecond.
-	lostSYN = 900 * time.Millisecond
-	// afterSwitch keeps the traffic going after the old rules are gone.
-	afterSwitch = time.Second
-	// switchTraffic bounds how long the probers and streams run at most.
-	switchTraffic = 3 * time.Minute
-)
+// afterSwitch keeps the traffic going after the old rules are gone.
+const afterSwitch = time.Second
 
 // TestModeSwitch: restarting kproxy in another mode (or the same) breaks
 // nothing. The new mode's rules are in place (first sync of both
@@ -79,23 +65,23 @@ func testModeSwitch(t *testing.T, from, to proxyMode) {
 		t.Fatalf("before the switch: %v", err)
 	}
 	tester := c.Pod(t, testerA)
-	streams := []*stream{
-		startStream(t, c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web),
-		startStream(t, tester.NS, "pod to web-clusterip", ap("198.19.0.10:80"), web),
-		startStream(t, c.Client, "client to web-nodeport", ap("198.18.0.10:30080"), web),
-		startStream(t, tester.NS, "pod to dual-stack over IPv6", ap("[fd00:19::17]:80"), dual),
+	streams := []*netns.Stream{
+		netns.StartStream(t, c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web),
+		netns.StartStream(t, tester.NS, "pod to web-clusterip", ap("198.19.0.10:80"), web),
+		netns.StartStream(t, c.Client, "client to web-nodeport", ap("198.18.0.10:30080"), web),
+		netns.StartStream(t, tester.NS, "pod to dual-stack over IPv6", ap("[fd00:19::17]:80"), dual),
 	}
-	probers := []*connProber{
-		startConnProber(c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web, false),
-		startConnProber(tester.NS, "pod to web-clusterip", ap("198.19.0.10:80"), web, true),
-		startConnProber(tester.NS, "pod to dual-stack over IPv6", ap("[fd00:19::17]:80"), dual, true),
+	probers := []*netns.Prober{
+		netns.StartProber(c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web, masqueraded),
+		netns.StartProber(tester.NS, "pod to web-clusterip", ap("198.19.0.10:80"), web, notMasqueraded),
+		netns.StartProber(tester.NS, "pod to dual-stack over IPv6", ap("[fd00:19::17]:80"), dual, notMasqueraded),
 	}
 	stopAll := func() {
 		for _, p := range probers {
-			p.stop()
+			p.Stop()
 		}
 		for _, s := range streams {
-			s.stop()
+			s.Stop()
 		}
 	}
 	defer stopAll()
@@ -150,27 +136,27 @@ func testModeSwitch(t *testing.T, from, to proxyMode) {
 
 	attempted, failed := 0, 0
 	for _, p := range probers {
-		n, failures := p.result()
+		n, failures := p.Result()
 		attempted += n
 		failed += len(failures)
 		if n == 0 {
-			t.Errorf("prober %s made no connection", p.name)
+			t.Errorf("prober %s made no connection", p.Name)
 		}
 		for i, f := range failures {
 			if i == 10 {
-				t.Errorf("prober %s: and %d more failures", p.name, len(failures)-10)
+				t.Errorf("prober %s: and %d more failures", p.Name, len(failures)-10)
 				break
 			}
-			t.Errorf("prober %s: %s", p.name, f)
+			t.Errorf("prober %s: %s", p.Name, f)
 		}
 	}
 	echoes, broken := 0, 0
 	for _, s := range streams {
-		n, err := s.result()
+		n, err := s.Result()
 		echoes += n
 		if err != nil {
 			broken++
-			t.Errorf("stream %s broke after %d echoes: %v", s.name, n, err)
+			t.Errorf("stream %s to %s broke after %d echoes: %v", s.Name, s.Server, n, err)
 		}
 	}
 	t.Logf("switch %s -> %s: connections attempted %d, failed %d; streams held %d of %d (%d echoes), broken %d; first sync %v and old rules gone %v after the start",
@@ -235,153 +221,19 @@ func otherModesLeft(n *netns.NS, m proxyMode) error {
 	return nil
 }
 
-// connProber opens a new TCP connection every probeEvery until stopped
-// (or switchTraffic passed) and records each that did not reach one of the
-// expected servers at once.
-type connProber struct {
-	name string
-	done chan struct{}
-	wg   sync.WaitGroup
-
-	mu       sync.Mutex
-	n        int
-	failures []string
-}
-
-// startConnProber starts probing dst from the namespace. own: the server
-// must see the client's own address (pod traffic is not masqueraded);
-// otherwise it must see another one (the client is outside the cluster
-// CIDR, so its traffic is masqueraded).
-func startConnProber(from *netns.NS, name string, dst netip.AddrPort, servers []string, own bool) *connProber {
-	p := &connProber{name: name, done: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		deadline := time.After(switchTraffic)
-		for {
-			select {
-			case <-p.done:
-				return
-			case <-deadline:
-				return
-			case <-time.After(probeEvery):
-			}
-			r := from.Request("tcp", dst, netns.DialOptions{})
-			var why string
-			switch {
-			case r.Outcome != netns.Answered:
-				why = r.String()
-			case !slices.Contains(servers, r.Server):
-				why = fmt.Sprintf("%v; want one of %v", r, servers)
-			case r.Took >= lostSYN:
-				why = fmt.Sprintf("%v took %v: a SYN was lost", r, r.Took.Round(time.Millisecond))
-			case own && r.Peer.Addr() != r.Local.Addr():
-				why = fmt.Sprintf("%v; want the pod to see %s", r, r.Local.Addr())
-			case !own && r.Peer.Addr() == r.Local.Addr():
-				why = fmt.Sprintf("%v; want it masqueraded", r)
-			}
-			p.mu.Lock()
-			p.n++
-			if why != "" {
-				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+why)
-			}
-			p.mu.Unlock()
-		}
-	}()
-	return p
-}
-
-func (p *connProber) stop() {
-	p.mu.Lock()
-	select {
-	case <-p.done:
-	default:
-		close(p.done)
+// masqueraded: the client is outside the cluster CIDR, so the pod must
+// see another source than the client's own.
+func masqueraded(r netns.Reply) string {
+	if r.Peer.Addr() == r.Local.Addr() {
+		return "not masqueraded"
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	return ""
 }
 
-// result is the number of connections made and the failures among them.
-func (p *connProber) result() (int, []string) {
-	p.stop()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n, p.failures
-}
-
-// stream is a long-lived connection that echoes a line every streamEvery
-// until stopped; the first error ends it.
-type stream struct {
-	name string
-	done chan struct{}
-	wg   sync.WaitGroup
-
-	mu  sync.Mutex
-	n   int
-	err error
-}
-
-// startStream opens a connection to dst and keeps it busy. The pod it
-// landed on must answer every line.
-func startStream(t *testing.T, from *netns.NS, name string, dst netip.AddrPort, servers []string) *stream {
-	t.Helper()
-	sess, err := from.OpenSession(dst, netns.DialOptions{})
-	if err != nil {
-		t.Fatalf("stream %s: %v", name, err)
+// notMasqueraded: a pod's traffic keeps its source.
+func notMasqueraded(r netns.Reply) string {
+	if r.Peer.Addr() != r.Local.Addr() {
+		return fmt.Sprintf("masqueraded; want the pod to see %s", r.Local.Addr())
 	}
-	t.Cleanup(func() { sess.Close() })
-	pod := sess.Greeting.Server
-	if !slices.Contains(servers, pod) {
-		t.Fatalf("stream %s: greeted by %s, want one of %v", name, pod, servers)
-	}
-	s := &stream{name: name, done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		deadline := time.After(switchTraffic)
-		for i := 0; ; i++ {
-			select {
-			case <-s.done:
-				return
-			case <-deadline:
-				return
-			case <-time.After(streamEvery):
-			}
-			msg := fmt.Sprintf("%d", i)
-			got, err := sess.Echo(msg, 2*time.Second)
-			if err == nil && got != pod+" "+msg {
-				err = fmt.Errorf("echo %q answered %q, want %q", msg, got, pod+" "+msg)
-			}
-			s.mu.Lock()
-			if err != nil {
-				s.err = fmt.Errorf("%s: %w", time.Now().Format("15:04:05.000"), err)
-				s.mu.Unlock()
-				return
-			}
-			s.n++
-			s.mu.Unlock()
-		}
-	}()
-	return s
-}
-
-func (s *stream) stop() {
-	s.mu.Lock()
-	select {
-	case <-s.done:
-	default:
-		close(s.done)
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-// result is the number of lines echoed and the error that ended the
-// stream (nil if it was stopped while healthy).
-func (s *stream) result() (int, error) {
-	s.stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n, s.err
+	return ""
 }
