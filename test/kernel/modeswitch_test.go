@@ -22,6 +22,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
+	"github.com/kproxy/kproxy/internal/testutil/proxyrules"
 )
 
 // afterSwitch keeps the traffic going after the old rules are gone.
@@ -165,58 +166,16 @@ func testModeSwitch(t *testing.T, from, to proxyMode) {
 }
 
 // otherModesLeft reports the kube-proxy rules on the node that do not
-// belong to mode m: nftables mode's tables (kube-proxy and its shards) in
-// either family, and kube-proxy's iptables chains in each backend and
-// family but m's own. The kubelet's chains (KUBE-FIREWALL,
-// KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, KUBE-MARK-DROP) are not
-// kube-proxy's: they stay. The names are read here, not with kproxy's own
-// leftover code.
+// belong to mode m (see package proxyrules).
 func otherModesLeft(n *netns.NS, m proxyMode) error {
-	var left []string
-	if m.iptables {
-		for _, fam := range []string{"ip", "ip6"} {
-			out, err := n.Exec(10*time.Second, "nft", "list", "tables", fam)
-			if err != nil {
-				return fmt.Errorf("nft list tables %s: %v", fam, err)
-			}
-			for _, l := range strings.Split(out, "\n") {
-				if name, ok := strings.CutPrefix(strings.TrimSpace(l), "table "+fam+" "); ok && strings.HasPrefix(name, "kube-proxy") {
-					left = append(left, "nftables "+fam+" "+name)
-				}
-			}
-		}
-	}
-	kubelet := []string{"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT", "KUBE-MARK-DROP"}
+	keep := proxyrules.Keep{NFTables: !m.iptables}
 	for _, b := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		if m.iptables && slices.Contains(m.env, xtables.EnvMode+"="+string(b)) {
-			continue
-		}
-		for _, bin := range []string{"iptables-" + string(b) + "-save", "ip6tables-" + string(b) + "-save"} {
-			if netns.Missing(bin) != "" {
-				continue
-			}
-			out, err := n.Exec(10*time.Second, bin)
-			if err != nil {
-				return fmt.Errorf("%s: %v", bin, err)
-			}
-			table := ""
-			for _, l := range strings.Split(out, "\n") {
-				if t, ok := strings.CutPrefix(l, "*"); ok {
-					table = t
-				}
-				name, ok := strings.CutPrefix(l, ":KUBE-")
-				if !ok {
-					continue
-				}
-				name = "KUBE-" + strings.Fields(name)[0]
-				if !slices.Contains(kubelet, name) {
-					left = append(left, bin+" "+table+"/"+name)
-				}
-			}
+			keep.Backend = string(b)
 		}
 	}
-	if len(left) > 0 {
-		return fmt.Errorf("rules of another mode left beside %s: %s", m.name, strings.Join(left, ", "))
+	if err := proxyrules.CheckOnly(n, keep); err != nil {
+		return fmt.Errorf("beside %s: %w", m.name, err)
 	}
 	return nil
 }
