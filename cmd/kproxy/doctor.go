@@ -277,7 +277,7 @@ func diagnose(f hostFacts) []finding {
 		if ipvsLeft {
 			which = append(which, "ipvs")
 		}
-		add(levelWarn, "rules of several proxy modes at once (%s): stale rules after a mode switch. A proxy removes the other modes' rules when it starts; if they stay, `kproxy --cleanup` with the proxy stopped removes them all", strings.Join(which, ", "))
+		add(levelWarn, "rules of several proxy modes at once (%s): stale rules after a mode switch. kproxy removes the other modes' rules once its own first sync is done (upstream kube-proxy when it starts); if they stay, `kproxy --cleanup` with the proxy stopped removes them all", strings.Join(which, ", "))
 	}
 	if f.RunningMode != "" {
 		running := f.RunningMode
