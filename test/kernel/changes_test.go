@@ -186,6 +186,13 @@ func testKproxyKilledAndRestarted(t *testing.T, m proxyMode) {
 	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
 	fromPod := openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB)
 	fromOutside := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webA)
+	// New connections to the unchanged web-clusterip all along, and a
+	// stream echoing every 50 ms: neither the crash nor the restart may
+	// leave a moment without rules.
+	prober := netns.StartProber(c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web, masqueraded)
+	defer prober.Stop()
+	stream := netns.StartStream(t, c.Pod(t, testerA).NS, "pod to web-clusterip", ap("198.19.0.10:80"), web)
+	defer stream.Stop()
 
 	if err := c.kproxy[nodeA].Kill(); err != nil {
 		t.Fatal(err)
@@ -203,6 +210,13 @@ func testKproxyKilledAndRestarted(t *testing.T, m proxyMode) {
 
 	checkSession(t, "pod's connection to web-clusterip after the restart", fromPod, webB)
 	checkSession(t, "client's connection to web-clusterip after the restart", fromOutside, webA)
+	n, failures := prober.Result()
+	echoes, err := stream.Result()
+	if n == 0 || len(failures) > 0 || err != nil {
+		t.Errorf("during the kill and restart: %d of %d new connections failed %v; stream after %d echoes: %v", len(failures), n, failures, echoes, err)
+	} else {
+		t.Logf("during the kill and restart: %d new connections, none failed; a stream echoed %d times unbroken", n, echoes)
+	}
 	runProbes(t, c, []probe{
 		{from: testerA, network: "tcp", dst: "198.19.0.10:80", servers: web, every: true, peer: peerOwn},
 		{from: client, network: "tcp", dst: "198.18.0.10:30080", n: 10, servers: []string{webA}, peer: peerMasq, masqBy: nodeA},
