@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -268,6 +269,42 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 
+	t.Run("each run is timed and counted, also when nothing is stale", func(t *testing.T) {
+		ct := &conntrack.Fake{Flows6: []conntrack.Flow{flow("2001:db8::1", 5000, "[fd00:19::18]:53", "[fd00:18:1:a::53]:53")}}
+		s6 := state(model.IPv6, map[*model.ServicePort][]*model.Endpoint{udpSP("dns6", "fd00:19::18", 53, nil): {ep("fd00:18:1:a::53", 53, true)}})
+		metrics.ReconcileConntrackFlowsDeletedEntriesTotal.DeleteLabelValues(string(model.IPv6))
+		before := sampleCount(t, model.IPv6)
+		Reconcile(ct, model.IPv6, s6)
+		if d := sampleCount(t, model.IPv6) - before; d != 1 {
+			t.Errorf("reconciler duration observed %d times, want 1", d)
+		}
+		if !hasSeries(t, "kubeproxy_conntrack_reconciler_deleted_entries_total", model.IPv6) {
+			t.Errorf("the deleted entries counter has no IPv6 series after a run that deleted nothing")
+		}
+	})
+
+	t.Run("no UDP service port: nothing listed, nothing observed", func(t *testing.T) {
+		// Like upstream, whose reconciler runs only when a UDP service
+		// port's endpoints changed, the metric appears with the first
+		// run that had something to check.
+		ct := &listCounter{}
+		tcp := udpSP("web", "198.19.1.80", 80, func(sp *model.ServicePort) { sp.Protocol = model.TCP })
+		before := sampleCount(t, model.IPv4)
+		Reconcile(ct, model.IPv4, state(model.IPv4, map[*model.ServicePort][]*model.Endpoint{tcp: {ep("198.18.129.80", 80, true)}}))
+		if ct.lists != 0 || sampleCount(t, model.IPv4) != before {
+			t.Errorf("listed %d times, %d observations added; want none", ct.lists, sampleCount(t, model.IPv4)-before)
+		}
+	})
+
+	t.Run("a listing failure is not timed", func(t *testing.T) {
+		ct := &conntrack.Fake{ListErr: errors.New("netlink: no buffer space available")}
+		before := sampleCount(t, model.IPv4)
+		Reconcile(ct, model.IPv4, s)
+		if d := sampleCount(t, model.IPv4) - before; d != 0 {
+			t.Errorf("a failed run was observed %d times", d)
+		}
+	})
+
 	t.Run("nil conntrack or state", func(t *testing.T) {
 		Reconcile(nil, model.IPv4, s) // must not panic
 		ct := &conntrack.Fake{Flows4: []conntrack.Flow{dead}}
@@ -276,4 +313,60 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("reconciled without a state: %+v", ct.Calls)
 		}
 	})
+}
+
+// listCounter counts ListUDP calls.
+type listCounter struct {
+	conntrack.Fake
+	lists int
+}
+
+func (l *listCounter) ListUDP(ipv6 bool) ([]conntrack.Flow, error) {
+	l.lists++
+	return l.Fake.ListUDP(ipv6)
+}
+
+// sampleCount is the number of observations of the reconciler duration
+// histogram for family (0 without a series).
+func sampleCount(t *testing.T, family v1.IPFamily) uint64 {
+	t.Helper()
+	for _, m := range gather(t, "kubeproxy_conntrack_reconciler_sync_duration_seconds") {
+		if labelIs(m, metrics.LabelIPFamily, string(family)) {
+			return m.GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func hasSeries(t *testing.T, name string, family v1.IPFamily) bool {
+	t.Helper()
+	for _, m := range gather(t, name) {
+		if labelIs(m, metrics.LabelIPFamily, string(family)) {
+			return true
+		}
+	}
+	return false
+}
+
+func gather(t *testing.T, name string) []*dto.Metric {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
+func labelIs(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue() == value
+		}
+	}
+	return false
 }
