@@ -12,6 +12,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
@@ -63,6 +64,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	if v, err := env.read("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
 		liberal = strings.TrimSpace(v) != "0"
 	}
+	acct := nfacct.Netlink{}
 	for i, f := range fams {
 		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
 		if err == nil {
@@ -95,8 +97,13 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			}
 		}
 		s.families = append(s.families, f)
-		s.backends[f] = iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
+		p := iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
+		p.SetNFAcct(acct)
+		s.backends[f] = p
 	}
+	// Upstream's nfacct counters, created by the proxiers' full syncs.
+	metrics.IPTablesCTStateInvalidDroppedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctInvalidDropped))
+	metrics.IPTablesLocalhostNodePortsAcceptedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctLocalhostNodePorts))
 	// The primary family watches the other backend at every full sync.
 	primary := s.families[0]
 	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables}
