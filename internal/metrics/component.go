@@ -5,9 +5,9 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	// As upstream's cmd/kube-proxy/proxy.go: client-go's metrics
-	// (rest_client_*, workqueue_*, ...) and kubernetes_build_info.
+	// (rest_client_*, workqueue_*, ...). kubernetes_build_info is
+	// buildinfo.go's, with kproxy's version.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	_ "k8s.io/component-base/metrics/prometheus/version"
 )
 
 // Component metrics are those upstream kube-proxy serves beside
