@@ -20,8 +20,11 @@ import (
 // types, help and labels are upstream's by construction.
 //
 // registered_metrics_total counts metrics registered through
-// component-base only; kproxy's kubeproxy_* are plain client_golang
-// metrics and are not counted, so its ALPHA count is lower than upstream's.
+// component-base: upstream's kubeproxy_* (metrics.go registers them there,
+// all of them, where upstream registers those of its mode), not kproxy's
+// own kproxy_* (plain client_golang, in Registry) nor the kernel packet
+// counters (custom collectors, which upstream's count does not include
+// either).
 
 // Gatherer is what /metrics serves: the component-base legacy registry and
 // kproxy's Registry.

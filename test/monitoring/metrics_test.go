@@ -98,7 +98,7 @@ var modes = []proxyMode{
 func registered() map[string]bool {
 	descs := make(chan *prometheus.Desc)
 	go func() {
-		metrics.Registry.Describe(descs)
+		metrics.Describe(descs)
 		close(descs)
 	}()
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)

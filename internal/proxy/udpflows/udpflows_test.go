@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
@@ -172,7 +173,7 @@ func TestClear(t *testing.T) {
 
 	t.Run("deletes the stale and rejected flows", func(t *testing.T) {
 		ct := &conntrack.Fake{Flows4: slices.Clone(flows)}
-		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4))
+		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4)).(prometheus.Counter)
 		before := testutil.ToFloat64(deleted)
 		Clear(ct, model.IPv4, stale, []*model.ServicePort{served})
 		if len(ct.Calls) != 1 || ct.Calls[0].IPv6 {
@@ -218,7 +219,7 @@ func TestClear(t *testing.T) {
 
 	t.Run("a failed delete still counts what was deleted", func(t *testing.T) {
 		ct := &failingConntrack{conntrack.Fake{Flows4: slices.Clone(flows)}}
-		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4))
+		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4)).(prometheus.Counter)
 		before := testutil.ToFloat64(deleted)
 		Clear(ct, model.IPv4, stale, []*model.ServicePort{served})
 		if d := testutil.ToFloat64(deleted) - before; d != 3 {
@@ -236,7 +237,7 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("deletes what is stale, keeps the rest", func(t *testing.T) {
 		ct := &conntrack.Fake{Flows4: []conntrack.Flow{live, dead, other}, Flows6: []conntrack.Flow{dead}}
-		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4))
+		deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4)).(prometheus.Counter)
 		before := testutil.ToFloat64(deleted)
 		Reconcile(ct, model.IPv4, s)
 		if diff := cmp.Diff([]conntrack.Flow{live, other}, ct.Flows4, cmpAddr); diff != "" {
@@ -350,7 +351,7 @@ func hasSeries(t *testing.T, name string, family v1.IPFamily) bool {
 
 func gather(t *testing.T, name string) []*dto.Metric {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
+	mfs, err := metrics.Gatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
