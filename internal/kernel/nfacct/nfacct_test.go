@@ -53,7 +53,9 @@ func TestNames(t *testing.T) {
 // it, and checks that the counter belongs to its namespace and that
 // Ensure keeps its counts.
 func TestKernel(t *testing.T) {
-	netns.Require(t, "iptables-legacy", "bash")
+	// iptables-nft: no xtables lock, which iptables-legacy shares with
+	// every other namespace of the host (and waits for).
+	netns.Require(t, "iptables-nft", "bash")
 	ns := netns.New(t, netns.RandomID(4), "nfacct")
 	other := netns.New(t, netns.RandomID(4), "nfacct-other")
 	k := Netlink{NetNSPath: "/run/netns/" + ns.Name}
@@ -76,7 +78,7 @@ func TestKernel(t *testing.T) {
 	if out, err := ns.Exec(10*time.Second, "ip", "link", "set", "lo", "up"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if out, err := ns.Exec(10*time.Second, "iptables-legacy", "-A", "OUTPUT", "-o", "lo", "-p", "udp", "--dport", "9",
+	if out, err := ns.Exec(30*time.Second, "iptables-nft", "-A", "OUTPUT", "-o", "lo", "-p", "udp", "--dport", "9",
 		"-m", "nfacct", "--nfacct-name", name); err != nil {
 		t.Fatalf("the kernel refused a rule naming the counter: %v: %s", err, out)
 	}
