@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +22,17 @@ import (
 )
 
 func TestVersionFlag(t *testing.T) {
+	mm := regexp.MustCompile(`^v(\d+)\.(\d+)`).FindStringSubmatch(version)
+	if mm == nil {
+		t.Fatalf("version %q does not start with vMAJOR.MINOR", version)
+	}
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--version"}, "kproxy " + version + "\n"},
 		{[]string{"--version=true"}, "kproxy " + version + "\n"},
-		{[]string{"--version=raw"}, `version.Info{Major:"", Minor:"", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"` + version + `"`},
+		{[]string{"--version=raw"}, `version.Info{Major:"` + mm[1] + `", Minor:"` + mm[2] + `", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"` + version + `"`},
 	} {
 		out, _, err := execute(t, tt.args...)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
@@ -66,6 +67,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	if v, err := env.read("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
 		liberal = strings.TrimSpace(v) != "0"
 	}
+	acct := nfacct.Netlink{}
 	for i, f := range fams {
 		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
 		if err == nil {
@@ -98,8 +100,13 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			}
 		}
 		s.families = append(s.families, f)
-		s.backends[f] = iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
+		p := iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
+		p.SetNFAcct(acct)
+		s.backends[f] = p
 	}
+	// Upstream's nfacct counters, created by the proxiers' full syncs.
+	metrics.IPTablesCTStateInvalidDroppedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctInvalidDropped))
+	metrics.IPTablesLocalhostNodePortsAcceptedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctLocalhostNodePorts))
 	s.after = newAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPTablesMode(ctx, b, env.xtables) })
 	// The primary family watches the other backend at every full sync

@@ -214,6 +214,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)}
 	}
 	metrics.SetInfo(mode, backendName, version)
+	metrics.SetBuildInfo(versionInfo())
 
 	syncPeriod, minSyncPeriod := config.SyncPeriods(c)
 	clk := clock.RealClock{}

@@ -3,12 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 	apiversion "k8s.io/apimachinery/pkg/version"
+
+	"github.com/kproxy/kproxy/internal/metrics"
 )
 
 // versionFlag is --version as component-base's verflag defines it for
@@ -62,11 +63,6 @@ func (v *versionFlag) print(w io.Writer) bool {
 	return false
 }
 
-func versionInfo() apiversion.Info {
-	return apiversion.Info{
-		GitVersion: version,
-		GoVersion:  runtime.Version(),
-		Compiler:   runtime.Compiler,
-		Platform:   fmt.Sprintf("%s/%s", runtime.GOOS, runtime.GOARCH),
-	}
-}
+// versionInfo is what --version=raw prints and kubernetes_build_info
+// says: kproxy's version, and the commit and Go toolchain it was built from.
+func versionInfo() apiversion.Info { return metrics.BuildInfo(version) }

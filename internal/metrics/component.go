@@ -5,9 +5,9 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	// As upstream's cmd/kube-proxy/proxy.go: client-go's metrics
-	// (rest_client_*, workqueue_*, ...) and kubernetes_build_info.
+	// (rest_client_*, workqueue_*, ...). kubernetes_build_info is
+	// buildinfo.go's, with kproxy's version.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	_ "k8s.io/component-base/metrics/prometheus/version"
 )
 
 // Component metrics are those upstream kube-proxy serves beside
@@ -20,8 +20,11 @@ import (
 // types, help and labels are upstream's by construction.
 //
 // registered_metrics_total counts metrics registered through
-// component-base only; kproxy's kubeproxy_* are plain client_golang
-// metrics and are not counted, so its ALPHA count is lower than upstream's.
+// component-base: upstream's kubeproxy_* (metrics.go registers them there,
+// all of them, where upstream registers those of its mode), not kproxy's
+// own kproxy_* (plain client_golang, in Registry) nor the kernel packet
+// counters (custom collectors, which upstream's count does not include
+// either).
 
 // Gatherer is what /metrics serves: the component-base legacy registry and
 // kproxy's Registry.

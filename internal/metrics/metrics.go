@@ -3,12 +3,13 @@
 // The kubeproxy_* metrics keep upstream kube-proxy's names, help texts,
 // types, labels and buckets (pkg/proxy/metrics, checked against the v1.36
 // metrics reference and the v1.37 sources), so that dashboards and alerts
-// written for kube-proxy work unchanged. Upstream builds them with
-// k8s.io/component-base/metrics, which prefixes the help of every ALPHA
-// metric with "[ALPHA] "; we use plain client_golang and write that prefix
-// ourselves so the /metrics text is the same.
+// written for kube-proxy work unchanged. They are built, as upstream's,
+// with k8s.io/component-base/metrics (which prefixes the help of every
+// ALPHA metric with "[ALPHA] ") and registered in its legacy registry, so
+// registered_metrics_total counts them.
 //
-// kproxy's own metrics use the kproxy_ prefix.
+// kproxy's own metrics use the kproxy_ prefix and plain client_golang, in
+// Registry; the kernel packet counters are custom collectors there too.
 //
 // Label values: ip_family is "IPv4" or "IPv6" (string(v1.IPFamily)); code is
 // the HTTP status code as decimal text; table is an iptables table name;
@@ -23,6 +24,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 )
 
@@ -71,190 +74,193 @@ func mergeBuckets(parts ...[]float64) []float64 {
 	return out
 }
 
-// Upstream kube-proxy metrics.
+// Upstream kube-proxy metrics, built with component-base's metric types
+// and registered in its legacy registry as upstream's
+// (pkg/proxy/metrics): the help gets "[ALPHA] " from there, and they count
+// in registered_metrics_total.
 var (
 	// SyncProxyRulesLatency is the duration of one sync, full or partial.
-	SyncProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	SyncProxyRulesLatency = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_duration_seconds",
-		Help:      alpha + "SyncProxyRules latency in seconds",
+		Help:      "SyncProxyRules latency in seconds",
 		Buckets:   syncBuckets,
 	}, []string{LabelIPFamily})
 
 	// SyncFullProxyRulesLatency is the duration of one full sync.
-	SyncFullProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	SyncFullProxyRulesLatency = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_full_proxy_rules_duration_seconds",
-		Help:      alpha + "SyncProxyRules latency in seconds for full resyncs",
+		Help:      "SyncProxyRules latency in seconds for full resyncs",
 		Buckets:   syncBuckets,
 	}, []string{LabelIPFamily})
 
 	// SyncPartialProxyRulesLatency is the duration of one partial sync.
-	SyncPartialProxyRulesLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	SyncPartialProxyRulesLatency = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_partial_proxy_rules_duration_seconds",
-		Help:      alpha + "SyncProxyRules latency in seconds for partial resyncs",
+		Help:      "SyncProxyRules latency in seconds for partial resyncs",
 		Buckets:   syncBuckets,
 	}, []string{LabelIPFamily})
 
 	// SyncProxyRulesLastTimestamp is the Unix time of the last successful sync.
-	SyncProxyRulesLastTimestamp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	SyncProxyRulesLastTimestamp = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_last_timestamp_seconds",
-		Help:      alpha + "The last time proxy rules were successfully synced",
+		Help:      "The last time proxy rules were successfully synced",
 	}, []string{LabelIPFamily})
 
 	// SyncProxyRulesLastQueuedTimestamp is the Unix time a sync was last
 	// requested. Much larger than SyncProxyRulesLastTimestamp means a hung
 	// sync loop.
-	SyncProxyRulesLastQueuedTimestamp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	SyncProxyRulesLastQueuedTimestamp = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_last_queued_timestamp_seconds",
-		Help:      alpha + "The last time a sync of proxy rules was queued",
+		Help:      "The last time a sync of proxy rules was queued",
 	}, []string{LabelIPFamily})
 
 	// NetworkProgrammingLatency is the time from an object change (the
 	// EndpointSlice's endpoints.kubernetes.io/last-change-trigger-time
 	// annotation) to the rules being applied. Observed once per changed
 	// object in a sync. Relies on the node and control-plane clocks agreeing.
-	NetworkProgrammingLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	NetworkProgrammingLatency = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "network_programming_duration_seconds",
-		Help:      alpha + "In Cluster Network Programming Latency in seconds",
+		Help:      "In Cluster Network Programming Latency in seconds",
 		Buckets:   networkProgrammingBuckets,
 	}, []string{LabelIPFamily})
 
 	// EndpointChangesPending is the number of EndpointSlice changes not yet
 	// synced.
-	EndpointChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+	EndpointChangesPending = k8smetrics.NewGauge(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_endpoint_changes_pending",
-		Help:      alpha + "Pending proxy rules Endpoint changes",
+		Help:      "Pending proxy rules Endpoint changes",
 	})
 
 	// EndpointChangesTotal counts EndpointSlice changes seen.
-	EndpointChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	EndpointChangesTotal = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_endpoint_changes_total",
-		Help:      alpha + "Cumulative proxy rules Endpoint changes",
+		Help:      "Cumulative proxy rules Endpoint changes",
 	})
 
 	// ServiceChangesPending is the number of Service changes not yet synced.
-	ServiceChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+	ServiceChangesPending = k8smetrics.NewGauge(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_service_changes_pending",
-		Help:      alpha + "Pending proxy rules Service changes",
+		Help:      "Pending proxy rules Service changes",
 	})
 
 	// ServiceChangesTotal counts Service changes seen.
-	ServiceChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	ServiceChangesTotal = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_service_changes_total",
-		Help:      alpha + "Cumulative proxy rules Service changes",
+		Help:      "Cumulative proxy rules Service changes",
 	})
 
 	// IPTablesRestoreFailuresTotal counts failed iptables-restore runs
 	// (iptables and ipvs modes).
-	IPTablesRestoreFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	IPTablesRestoreFailuresTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_iptables_restore_failures_total",
-		Help:      alpha + "Cumulative proxy iptables restore failures",
+		Help:      "Cumulative proxy iptables restore failures",
 	}, []string{LabelIPFamily})
 
 	// IPTablesPartialRestoreFailuresTotal counts failed partial restores,
 	// each followed by a full one.
-	IPTablesPartialRestoreFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	IPTablesPartialRestoreFailuresTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_iptables_partial_restore_failures_total",
-		Help:      alpha + "Cumulative proxy iptables partial restore failures",
+		Help:      "Cumulative proxy iptables partial restore failures",
 	}, []string{LabelIPFamily})
 
 	// IPTablesRulesTotal is the number of iptables rules kube-proxy owns, per
 	// table. Labels: ip_family, table.
-	IPTablesRulesTotal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	IPTablesRulesTotal = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_iptables_total",
-		Help:      alpha + "Total number of iptables rules owned by kube-proxy",
+		Help:      "Total number of iptables rules owned by kube-proxy",
 	}, []string{LabelIPFamily, LabelTable})
 
 	// IPTablesRulesLastSync is the number of iptables rules written in the
 	// last sync, per table. Labels: ip_family, table.
-	IPTablesRulesLastSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	IPTablesRulesLastSync = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_iptables_last",
-		Help:      alpha + "Number of iptables rules written by kube-proxy in last sync",
+		Help:      "Number of iptables rules written by kube-proxy in last sync",
 	}, []string{LabelIPFamily, LabelTable})
 
 	// NFTablesSyncFailuresTotal counts failed nftables transactions.
-	NFTablesSyncFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	NFTablesSyncFailuresTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_nftables_sync_failures_total",
-		Help:      alpha + "Cumulative proxy nftables sync failures",
+		Help:      "Cumulative proxy nftables sync failures",
 	}, []string{LabelIPFamily})
 
 	// NFTablesCleanupFailuresTotal counts failed deletions of stale chains.
-	NFTablesCleanupFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	NFTablesCleanupFailuresTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_nftables_cleanup_failures_total",
-		Help:      alpha + "Cumulative proxy nftables cleanup failures",
+		Help:      "Cumulative proxy nftables cleanup failures",
 	}, []string{LabelIPFamily})
 
 	// SyncProxyRulesNoLocalEndpointsTotal is, despite the _total suffix, a
 	// gauge (as upstream): the number of services with a Local traffic policy
 	// and no local endpoints. Labels (upstream's order): traffic_policy
 	// ("internal", "external"), ip_family.
-	SyncProxyRulesNoLocalEndpointsTotal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	SyncProxyRulesNoLocalEndpointsTotal = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "sync_proxy_rules_no_local_endpoints_total",
-		Help:      alpha + "Number of services with a Local traffic policy and no endpoints",
+		Help:      "Number of services with a Local traffic policy and no endpoints",
 	}, []string{LabelTrafficPolicy, LabelIPFamily})
 
 	// ProxyHealthzTotal counts /healthz answers by HTTP status code.
-	ProxyHealthzTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	ProxyHealthzTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "proxy_healthz_total",
-		Help:      alpha + "Cumulative proxy healthz HTTP status",
+		Help:      "Cumulative proxy healthz HTTP status",
 	}, []string{LabelCode})
 
 	// ProxyLivezTotal counts /livez answers by HTTP status code.
-	ProxyLivezTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	ProxyLivezTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "proxy_livez_total",
-		Help:      alpha + "Cumulative proxy livez HTTP status",
+		Help:      "Cumulative proxy livez HTTP status",
 	}, []string{LabelCode})
 
 	// ReconcileConntrackFlowsLatency is the duration of one conntrack
 	// reconciliation (removal of stale UDP/SCTP flows).
-	ReconcileConntrackFlowsLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	ReconcileConntrackFlowsLatency = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "conntrack_reconciler_sync_duration_seconds",
-		Help:      alpha + "ReconcileConntrackFlowsLatency latency in seconds",
+		Help:      "ReconcileConntrackFlowsLatency latency in seconds",
 		Buckets:   syncBuckets,
 	}, []string{LabelIPFamily})
 
 	// ReconcileConntrackFlowsDeletedEntriesTotal counts conntrack flows the
 	// reconciler deleted.
-	ReconcileConntrackFlowsDeletedEntriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	ReconcileConntrackFlowsDeletedEntriesTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "conntrack_reconciler_deleted_entries_total",
-		Help:      alpha + "Cumulative conntrack flows deleted by conntrack reconciler",
+		Help:      "Cumulative conntrack flows deleted by conntrack reconciler",
 	}, []string{LabelIPFamily})
 
 	// NFTablesLocalhostNodePortListeners is the number of userspace
 	// listeners serving localhost NodePorts in nftables mode (KEP-6032,
 	// v1.37).
-	NFTablesLocalhostNodePortListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	NFTablesLocalhostNodePortListeners = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "nftables_localhost_nodeport_listeners",
-		Help:      alpha + "Number of localhost NodePort listeners",
+		Help:      "Number of localhost NodePort listeners",
 	}, []string{LabelIPFamily})
 
 	// NFTablesLocalhostNodePortListenerCreationFailuresTotal counts failures
 	// to bind a localhost NodePort listener (KEP-6032, v1.37).
-	NFTablesLocalhostNodePortListenerCreationFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	NFTablesLocalhostNodePortListenerCreationFailuresTotal = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Subsystem: kubeProxySubsystem,
 		Name:      "nftables_localhost_nodeport_listener_creation_failures_total",
-		Help:      alpha + "Cumulative localhost NodePort listener creation failures",
+		Help:      "Cumulative localhost NodePort listener creation failures",
 	}, []string{LabelIPFamily})
 )
 
@@ -402,13 +408,15 @@ func SetInfo(mode, backend, version string) {
 	Info.WithLabelValues(mode, backend, version).Set(1)
 }
 
-// allCollectors lists everything Register registers. Upstream registers
-// some metrics only in the mode that uses them; registering all of them is
-// equivalent on the wire, because a vector without series and a kernel
-// counter without a reader produce no output, and the unlabelled metrics
-// are the ones upstream registers in every mode.
-func allCollectors() []prometheus.Collector {
-	return []prometheus.Collector{
+// upstreamMetrics are upstream's kubeproxy_* metrics (component-base
+// types), registered in component-base's legacy registry at start.
+// Upstream registers some only in the mode that uses them; registering all
+// of them is equivalent on the wire (a vector without series produces no
+// output, and the unlabelled metrics are the ones upstream registers in
+// every mode), but registered_metrics_total{stability_level="ALPHA"}
+// counts every one of them.
+func upstreamMetrics() []k8smetrics.Registerable {
+	return []k8smetrics.Registerable{
 		SyncProxyRulesLatency,
 		SyncFullProxyRulesLatency,
 		SyncPartialProxyRulesLatency,
@@ -432,6 +440,14 @@ func allCollectors() []prometheus.Collector {
 		ReconcileConntrackFlowsDeletedEntriesTotal,
 		NFTablesLocalhostNodePortListeners,
 		NFTablesLocalhostNodePortListenerCreationFailuresTotal,
+	}
+}
+
+// ownCollectors lists what Registry holds: the kernel packet counters
+// (custom collectors, as upstream's, which component-base does not count)
+// and kproxy's own kproxy_* metrics.
+func ownCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
 		IPTablesCTStateInvalidDroppedPackets,
 		IPTablesLocalhostNodePortsAcceptedPackets,
 		NFTablesLocalhostNodePortRejectedPackets,
@@ -449,11 +465,15 @@ func allCollectors() []prometheus.Collector {
 	}
 }
 
-// Register registers all kproxy metrics with reg. Registering twice with
-// the same registry is harmless. Any other registration error means two
-// metrics share a name, a programming error, and panics.
+func init() {
+	legacyregistry.MustRegister(upstreamMetrics()...)
+}
+
+// Register registers kproxy's own collectors with reg. Registering twice
+// with the same registry is harmless. Any other registration error means
+// two metrics share a name, a programming error, and panics.
 func Register(reg prometheus.Registerer) {
-	registerAll(reg, allCollectors())
+	registerAll(reg, ownCollectors())
 }
 
 func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) {
@@ -468,9 +488,20 @@ func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) {
 	}
 }
 
-// Registry holds every kproxy metric. /metrics serves it through Gatherer,
-// together with the component metrics (Go runtime and process metrics
-// among them, see component.go).
+// Describe sends the descriptions of every kubeproxy_ and kproxy_ metric
+// /metrics serves (upstream's in the legacy registry, kproxy's own in
+// Registry), whether or not it has a series yet.
+func Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range upstreamMetrics() {
+		m.Describe(ch)
+	}
+	Registry.Describe(ch)
+}
+
+// Registry holds kproxy's own collectors; /metrics serves it through
+// Gatherer, together with component-base's legacy registry (upstream's
+// kubeproxy_* metrics, the Go runtime and process metrics, see
+// component.go).
 var Registry = newDefaultRegistry()
 
 func newDefaultRegistry() *prometheus.Registry {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	k8smetrics "k8s.io/component-base/metrics"
 )
 
 // want lists every kubeproxy_ metric of upstream v1.36's metrics reference
@@ -57,16 +58,51 @@ var want = []struct {
 	{"kproxy_source_file_last_good_read_timestamp_seconds", dto.MetricType_GAUGE, "The last time every snapshot file of the file source was read without a fault", nil, false},
 }
 
+// registerForTest registers every kubeproxy_ and kproxy_ metric with reg:
+// kproxy's own as Register does, and upstream's, which the package
+// registered in component-base's legacy registry.
+func registerForTest(reg prometheus.Registerer) {
+	Register(reg)
+	for _, m := range upstreamMetrics() {
+		reg.MustRegister(m)
+	}
+}
+
+// TestRegisteredMetricsTotal: upstream's metrics count in component-base's
+// registered_metrics_total, as upstream's do.
+func TestRegisteredMetricsTotal(t *testing.T) {
+	mfs, err := Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "registered_metrics_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stability_level" && l.GetValue() == "ALPHA" {
+					if v := m.GetCounter().GetValue(); v < float64(len(upstreamMetrics())) {
+						t.Errorf("registered_metrics_total{stability_level=\"ALPHA\"} = %v, want at least the %d kubeproxy_ metrics", v, len(upstreamMetrics()))
+					}
+					return
+				}
+			}
+		}
+	}
+	t.Fatal("no registered_metrics_total{stability_level=\"ALPHA\"}")
+}
+
 // touchAll gives every vector one series and every kernel counter a reader,
 // so that each metric shows up in a gather.
 func touchAll() {
-	for _, h := range []*prometheus.HistogramVec{SyncProxyRulesLatency, SyncFullProxyRulesLatency, SyncPartialProxyRulesLatency, NetworkProgrammingLatency, ReconcileConntrackFlowsLatency} {
+	for _, h := range []*k8smetrics.HistogramVec{SyncProxyRulesLatency, SyncFullProxyRulesLatency, SyncPartialProxyRulesLatency, NetworkProgrammingLatency, ReconcileConntrackFlowsLatency} {
 		h.WithLabelValues("IPv4").Observe(0.5)
 	}
-	for _, c := range []*prometheus.CounterVec{IPTablesRestoreFailuresTotal, IPTablesPartialRestoreFailuresTotal, NFTablesSyncFailuresTotal, NFTablesCleanupFailuresTotal, ReconcileConntrackFlowsDeletedEntriesTotal, NFTablesLocalhostNodePortListenerCreationFailuresTotal} {
+	for _, c := range []*k8smetrics.CounterVec{IPTablesRestoreFailuresTotal, IPTablesPartialRestoreFailuresTotal, NFTablesSyncFailuresTotal, NFTablesCleanupFailuresTotal, ReconcileConntrackFlowsDeletedEntriesTotal, NFTablesLocalhostNodePortListenerCreationFailuresTotal} {
 		c.WithLabelValues("IPv4").Inc()
 	}
-	for _, g := range []*prometheus.GaugeVec{SyncProxyRulesLastTimestamp, SyncProxyRulesLastQueuedTimestamp, NFTablesLocalhostNodePortListeners} {
+	for _, g := range []*k8smetrics.GaugeVec{SyncProxyRulesLastTimestamp, SyncProxyRulesLastQueuedTimestamp, NFTablesLocalhostNodePortListeners} {
 		g.WithLabelValues("IPv4").Set(1)
 	}
 	IPTablesRulesTotal.WithLabelValues("IPv4", "nat").Set(10)
@@ -96,7 +132,7 @@ func resetReaders() {
 
 func TestMetricsNamesHelpLabels(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	Register(reg)
+	registerForTest(reg)
 	touchAll()
 	t.Cleanup(resetReaders)
 
@@ -159,7 +195,7 @@ func TestHistogramBuckets(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		h    *prometheus.HistogramVec
+		h    *k8smetrics.HistogramVec
 		want []float64
 	}{
 		{"sync_proxy_rules_duration_seconds", SyncProxyRulesLatency, exp},
@@ -192,7 +228,7 @@ func TestHistogramBuckets(t *testing.T) {
 // way upstream's own tests compare against exposition text.
 func TestExposition(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	Register(reg)
+	registerForTest(reg)
 	ProxyHealthzTotal.Reset()
 	ProxyHealthzTotal.WithLabelValues("200").Add(2)
 	ProxyHealthzTotal.WithLabelValues("503").Inc()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -246,7 +247,7 @@ func TestLoopNoLocalEndpointsLabels(t *testing.T) {
 	}
 	for policy, want := range map[string]float64{"internal": 2, "external": 3} {
 		lbl := map[string]string{metrics.LabelIPFamily: "IPv4", metrics.LabelTrafficPolicy: policy}
-		if got := testutil.ToFloat64(g.With(lbl)); got != want {
+		if got := testutil.ToFloat64(g.With(lbl).(prometheus.Gauge)); got != want {
 			t.Errorf("%v = %v, want %v", lbl, got, want)
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -274,7 +274,7 @@ func (h *ProxyHealth) LivezHandler() http.Handler {
 
 // write sends st as JSON with 200 or 503, counting the answer in counter by
 // status code.
-func (h *ProxyHealth) write(w http.ResponseWriter, st HealthStatus, healthy bool, counter *prometheus.CounterVec) {
+func (h *ProxyHealth) write(w http.ResponseWriter, st HealthStatus, healthy bool, counter *k8smetrics.CounterVec) {
 	code := http.StatusOK
 	if healthy {
 		// Upstream compatibility: a healthy answer reports lastUpdated as

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
@@ -249,9 +250,9 @@ func waitForWaiters(t *testing.T, clk interface{ HasWaiters() bool }) {
 func counterValue(t *testing.T, code string, healthz bool) float64 {
 	t.Helper()
 	if healthz {
-		return testutil.ToFloat64(metrics.ProxyHealthzTotal.WithLabelValues(code))
+		return testutil.ToFloat64(metrics.ProxyHealthzTotal.WithLabelValues(code).(prometheus.Counter))
 	}
-	return testutil.ToFloat64(metrics.ProxyLivezTotal.WithLabelValues(code))
+	return testutil.ToFloat64(metrics.ProxyLivezTotal.WithLabelValues(code).(prometheus.Counter))
 }
 
 var errTestListen = errors.New("test: address in use")

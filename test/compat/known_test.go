@@ -39,12 +39,4 @@ const newFinding = 0
 // the item number: their subtests log instead of failing. An exact entry
 // that matches upstream fails, so the list shrinks as fixes merge. "<kind> *"
 // covers every item of a kind.
-var pendingFixes = map[string]int{
-	// Upstream registers this histogram only once its conntrack reconciler
-	// ran; kproxy at start.
-	"Metric kubeproxy_conntrack_reconciler_sync_duration_seconds": newFinding,
-	// Upstream's nfacct counters (iptables mode) have no kproxy
-	// counterpart yet: kproxy registers them but never reads nfacct.
-	"Metric kubeproxy_iptables_ct_state_invalid_dropped_packets_total":     newFinding,
-	"Metric kubeproxy_iptables_localhost_nodeports_accepted_packets_total": newFinding,
-}
+var pendingFixes = map[string]int{}

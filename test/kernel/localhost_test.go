@@ -60,6 +60,18 @@ func testLocalhostGuard(t *testing.T, m proxyMode, b xtables.Backend) {
 		// Another host does not reach the loopback daemon.
 		{from: client, network: "tcp", dst: "127.0.0.2:9999", outcome: netns.Timeout},
 	})
+	// The localhost node port packets were counted in upstream's nfacct
+	// counter, which /metrics reads; the INVALID drop's counter exists.
+	code, body, err := node.HTTPGet("http://127.0.0.1:10249/metrics", 2*time.Second)
+	if err != nil || code != 200 {
+		t.Fatalf("metrics: %d %v", code, err)
+	}
+	if !metricPositive(body, "kubeproxy_iptables_localhost_nodeports_accepted_packets_total") {
+		t.Errorf("kubeproxy_iptables_localhost_nodeports_accepted_packets_total is not positive after localhost node port traffic:\n%s", grepLines(body, "kubeproxy_iptables_"))
+	}
+	if !strings.Contains(body, "\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total ") {
+		t.Errorf("kubeproxy_iptables_ct_state_invalid_dropped_packets_total is not exported:\n%s", grepLines(body, "kubeproxy_iptables_"))
+	}
 
 	// Remove the guard by hand: now the client gets through.
 	dump, err := node.Exec(10*time.Second, "iptables-"+string(b)+"-save", "-t", "filter")

@@ -72,7 +72,6 @@ var afterEvent = map[string]string{
 	"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total": "the first failed partial iptables-restore",
 	"kubeproxy_sync_proxy_rules_nftables_sync_failures_total":            "the first failed nftables transaction",
 	"kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total":         "the first failed nftables clean-up",
-	"kubeproxy_conntrack_reconciler_deleted_entries_total":               "the first stale UDP/SCTP flow deleted",
 	"kproxy_invalid_objects_total":                                       "the first invalid object (labelled by its kind and the reason)",
 	"kproxy_sync_refused_service_ports_total":                            "the first service port the kernel refuses",
 }
@@ -99,7 +98,7 @@ var modes = []proxyMode{
 func registered() map[string]bool {
 	descs := make(chan *prometheus.Desc)
 	go func() {
-		metrics.Registry.Describe(descs)
+		metrics.Describe(descs)
 		close(descs)
 	}()
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)

@@ -38,6 +38,17 @@ const (
 	chainIPTablesHint = "KUBE-IPTABLES-HINT"
 )
 
+// nfacct counters the rules count in, with upstream's names
+// (pkg/proxy/metrics), read by its metrics
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total and
+// kubeproxy_iptables_localhost_nodeports_accepted_packets_total. A node
+// that ran upstream keeps its counts. nfacct objects belong to the network
+// namespace, not to a family: both families' rules count in the same one.
+const (
+	NFAcctInvalidDropped     = "ct_state_invalid_dropped_pkts"
+	NFAcctLocalhostNodePorts = "localhost_nps_accepted_pkts"
+)
+
 // Per-service chain prefixes. Each is followed by 16 characters of base32
 // of a SHA-256: iptables chain names are at most 28 characters.
 const (

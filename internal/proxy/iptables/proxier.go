@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -32,6 +33,8 @@ type Proxier struct {
 	// cfg is nil until the first successful full sync and after a
 	// failure: then the next sync is full and reads the kernel first.
 	cfg *Config
+	// nfacct creates the counters the rules count in; nil: none.
+	nfacct nfacct.Interface
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -43,6 +46,42 @@ var _ proxy.Backend = (*Proxier)(nil)
 // when it cannot).
 func NewProxier(opts Options, ipt xtables.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
 	return &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+}
+
+// SetNFAcct has the rules count in upstream's nfacct counters
+// (NFAcctInvalidDropped, NFAcctLocalhostNodePorts), which every full sync
+// creates when missing; a counter that cannot be created is logged and its
+// rule counts nothing, as upstream.
+func (p *Proxier) SetNFAcct(n nfacct.Interface) { p.nfacct = n }
+
+// ensureCounter reports whether the nfacct counter name exists (after
+// creating it if needed).
+func (p *Proxier) ensureCounter(name string) bool {
+	if p.nfacct == nil {
+		return false
+	}
+	if err := p.nfacct.Ensure(name); err != nil {
+		klog.ErrorS(err, "Failed to create nfacct counter; the corresponding metric will not be updated", "counter", name, "ipFamily", p.opts.Family)
+		return false
+	}
+	return true
+}
+
+// NFAcctReader reads one nfacct counter for a metrics.KernelPacketCounter
+// without labels. A counter not created yet (no full sync, or its rule is
+// not written: nf_conntrack_tcp_be_liberal on, localhost node ports off)
+// gives no sample.
+func NFAcctReader(n nfacct.Interface, name string) metrics.PacketCountReader {
+	return func(context.Context) ([]metrics.PacketCount, error) {
+		c, err := n.Get(name)
+		if errors.Is(err, nfacct.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []metrics.PacketCount{{Packets: c.Packets}}, nil
+	}
 }
 
 // Sync implements proxy.Backend.
@@ -63,6 +102,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
 		}
 		cfg := p.opts.RenderConfig(req.Node, addrs)
+		cfg.CountInvalidDropped = !cfg.ConntrackTCPBeLiberal && p.ensureCounter(NFAcctInvalidDropped)
+		cfg.CountLocalhostNodePorts = cfg.LocalhostNodePorts && p.ensureCounter(NFAcctLocalhostNodePorts)
 		switch {
 		case cfg.MaxChainsPerRestore < 0:
 			cfg.MaxChainsPerRestore = 0

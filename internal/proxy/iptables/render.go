@@ -55,6 +55,13 @@ type Config struct {
 	// LocalhostNodePorts: IPv4 node ports answer on 127.0.0.0/8 too, and
 	// KUBE-FIREWALL guards it.
 	LocalhostNodePorts bool
+	// CountInvalidDropped and CountLocalhostNodePorts: the nfacct counters
+	// NFAcctInvalidDropped and NFAcctLocalhostNodePorts exist (the proxier
+	// created them), so the INVALID drop and the localhost node port
+	// rules count in them, as upstream's (the kernel refuses a rule that
+	// names a missing counter).
+	CountInvalidDropped     bool
+	CountLocalhostNodePorts bool
 	// MaxChainsPerRestore > 0 splits a sync into several restores of at
 	// most about this many chains each (see DefaultMaxChainsPerRestore).
 	MaxChainsPerRestore int
@@ -543,7 +550,11 @@ func (r *renderer) renderFull() {
 	if !cfg.ConntrackTCPBeLiberal {
 		// Packets conntrack considers INVALID (out of window) would reach
 		// a pod un-DNATed and get reset (kubernetes#74839).
-		o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n"...)
+		if cfg.CountInvalidDropped {
+			o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name "+NFAcctInvalidDropped+" -j DROP\n"...)
+		} else {
+			o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n"...)
+		}
 		o.filterN++
 	}
 	// Forward what was marked for masquerade, whatever FORWARD's policy.
@@ -1029,6 +1040,12 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	if sp.NodePort != 0 {
 		np := strconv.Itoa(int(sp.NodePort))
 		if hasEndpoints {
+			if r.cfg.LocalhostNodePorts && r.cfg.CountLocalhostNodePorts {
+				// Counted, as upstream, by a rule of its own before
+				// the one for every address.
+				add(tableNAT, chainNodePorts, "-m", "comment", "--comment", commentArg(name), pm[0], pm[1], pm[2], pm[3], "-d", "127.0.0.0/8", "--dport", np,
+					"-m", "nfacct", "--nfacct-name", NFAcctLocalhostNodePorts, "-j", names.ext)
+			}
 			// Node ports are not subject to loadBalancerSourceRanges.
 			add(tableNAT, chainNodePorts, "-m", "comment", "--comment", commentArg(name), pm[0], pm[1], pm[2], pm[3], "--dport", np, "-j", names.ext)
 		}

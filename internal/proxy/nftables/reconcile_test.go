@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -238,7 +239,7 @@ func TestProxierReconcilesConntrackOnFullSyncs(t *testing.T) {
 	dead := udpFlow("198.18.129.5", 5001, vip, "198.18.130.250:53")
 	other := udpFlow("198.18.129.5", 5002, "192.0.2.80:53", "192.0.2.80:53")
 	r.ct.Flows4 = []conntrack.Flow{live, dead, other}
-	deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4))
+	deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(model.IPv4)).(prometheus.Counter)
 	before := testutil.ToFloat64(deleted)
 
 	r.mustSync(false) // the first sync of a proxier is full

@@ -81,32 +81,44 @@ func Clear(ct conntrack.Interface, family v1.IPFamily, stale []Stale, newlyServe
 // a serving endpoint. Clear only sees changes this process observed;
 // entries to endpoints that died while kproxy was down, or whose deletion
 // failed, are found only here. ct or state nil does nothing.
+//
+// A state without UDP service ports has nothing to reconcile (StaleFlows
+// would find nothing), so the table is not listed. As upstream's
+// reconciler, which runs only when a UDP service port's endpoints changed,
+// a run that completes is timed and counted (also when it deletes
+// nothing), a run whose listing fails is not: the duration histogram
+// appears with the first run that had something to check.
 func Reconcile(ct conntrack.Interface, family v1.IPFamily, state *model.State) {
-	if ct == nil || state == nil {
+	if ct == nil || state == nil || !hasUDP(state) {
 		return
 	}
 	ipv6 := family == model.IPv6
 	start := time.Now()
-	defer func() {
-		metrics.ReconcileConntrackFlowsLatency.WithLabelValues(string(family)).Observe(time.Since(start).Seconds())
-	}()
 	flows, err := ct.ListUDP(ipv6)
 	if err != nil {
 		klog.ErrorS(err, "Failed to list UDP conntrack entries for reconciliation", "ipFamily", family)
 		return
 	}
-	filters := StaleFlows(state, flows)
-	if len(filters) == 0 {
+	n := 0
+	if filters := StaleFlows(state, flows); len(filters) == 0 {
 		klog.V(4).InfoS("No stale UDP conntrack entries", "ipFamily", family, "entries", len(flows))
-		return
-	}
-	n, err := ct.DeleteUDP(ipv6, filters)
-	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
-	if err != nil {
+	} else if n, err = ct.DeleteUDP(ipv6, filters); err != nil {
 		klog.ErrorS(err, "Failed to delete stale UDP conntrack entries found by reconciliation", "ipFamily", family, "stale", len(filters), "deleted", n)
-		return
+	} else {
+		klog.V(2).InfoS("Deleted stale UDP conntrack entries found by reconciliation", "ipFamily", family, "entries", n, "listed", len(flows))
 	}
-	klog.V(2).InfoS("Deleted stale UDP conntrack entries found by reconciliation", "ipFamily", family, "entries", n, "listed", len(flows))
+	metrics.ReconcileConntrackFlowsLatency.WithLabelValues(string(family)).Observe(time.Since(start).Seconds())
+	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
+}
+
+// hasUDP reports whether the state holds a UDP service port.
+func hasUDP(state *model.State) bool {
+	for _, sp := range state.Services {
+		if sp.Protocol == model.UDP {
+			return true
+		}
+	}
+	return false
 }
 
 type ipPort struct {

@@ -8,7 +8,9 @@ package file
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -132,6 +134,9 @@ func TestFileFaults(t *testing.T) {
 		// reasons the fault may be counted under; the first is also
 		// looked for in the reported problem.
 		reasons []string
+		// dropDAC: the reader must not have CAP_DAC_OVERRIDE and
+		// CAP_DAC_READ_SEARCH (see runWithoutDACOverride).
+		dropDAC bool
 	}{{
 		name:    "missing",
 		breakIt: func(t *testing.T, path string) { remove(t, path) },
@@ -209,18 +214,42 @@ func TestFileFaults(t *testing.T) {
 		},
 		reasons: []string{ReasonTooLarge},
 	}, {
-		name: "unreadable",
+		// Mode 000. Root reads it anyway (CAP_DAC_OVERRIDE), so as root
+		// the case runs in a child without that capability (dropDAC).
+		name:    "unreadable",
+		dropDAC: true,
 		breakIt: func(t *testing.T, path string) {
-			if os.Geteuid() == 0 {
-				t.Skip("root reads files whatever their mode")
-			}
 			if err := os.Chmod(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		reasons: []string{ReasonUnreadable},
+	}, {
+		// A file whose read() fails whoever reads it, as on a failing
+		// disk or a dead NFS server: the snapshot path becomes a symlink
+		// (followed, as ConfigMap volumes need) to /proc/self/mem, a
+		// regular file (mode 0600, size 0) that opens and then reads
+		// with EIO, since nothing is mapped at offset 0 of the reader.
+		name: "read error",
+		breakIt: func(t *testing.T, path string) {
+			tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".lnk")
+			if err := os.Symlink("/proc/self/mem", tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
 				t.Fatal(err)
 			}
 		},
 		reasons: []string{ReasonUnreadable},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.dropDAC {
+				if os.Geteuid() == 0 && os.Getenv(envNoDACOverride) != "1" {
+					runWithoutDACOverride(t)
+					return
+				}
+				requireNoDACOverride(t)
+			}
 			dir := t.TempDir()
 			path := filepath.Join(dir, "state.yaml")
 			writeFile(t, path, dumpList(t, "1"))
@@ -254,7 +283,7 @@ func TestFileFaults(t *testing.T) {
 
 			// A good file, written as it should be (rename over
 			// whatever is there now), applies promptly.
-			if st, err := os.Lstat(path); err == nil && st.IsDir() {
+			if st, err := os.Lstat(path); err == nil && (st.IsDir() || st.Mode()&os.ModeSymlink != 0) {
 				remove(t, path)
 			}
 			if err := os.Chmod(path, 0o644); err != nil && !os.IsNotExist(err) {
@@ -326,6 +355,53 @@ func TestRunRefusesFIFO(t *testing.T) {
 		}
 	case <-time.After(waitFor):
 		t.Fatal("Run on a FIFO blocked")
+	}
+}
+
+// envNoDACOverride is set in the child runWithoutDACOverride starts.
+const envNoDACOverride = "KPROXY_TEST_NO_DAC_OVERRIDE"
+
+// runWithoutDACOverride runs t (a subtest of this binary) again in a child
+// process that is root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH
+// (setpriv drops them from the bounding set, so the exec'd child never has
+// them), as kproxy in a container that drops them: permission bits then
+// apply to it as to any user. It fails t if the child fails or does not run
+// the subtest.
+func runWithoutDACOverride(t *testing.T) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pattern []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", "--bounding-set=-dac_override,-dac_read_search", "--",
+		exe, "-test.run", strings.Join(pattern, "/"), "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envNoDACOverride+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("as root without CAP_DAC_OVERRIDE (setpriv):\n%s", out)
+	if err != nil {
+		t.Fatalf("the child failed: %v", err)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()+" ") {
+		t.Fatalf("the child did not pass %s", t.Name())
+	}
+}
+
+// requireNoDACOverride fails unless permission bits apply to this process.
+func requireNoDACOverride(t *testing.T) {
+	t.Helper()
+	probe := filepath.Join(t.TempDir(), "mode-000")
+	if err := os.WriteFile(probe, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.Open(probe); err == nil {
+		f.Close()
+		t.Fatalf("this process reads a mode 000 file (uid %d): it has CAP_DAC_OVERRIDE", os.Geteuid())
 	}
 }
 

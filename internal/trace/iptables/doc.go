@@ -1,4 +1,4 @@
-// Package iptrace answers "where does this packet go?" for an iptables
+// Package iptables answers "where does this packet go?" for an iptables
 // ruleset given as iptables-save text, the way package trace does for
 // nftables: the iptables proxier's tests run it on what the proxier
 // restores, and `kproxy trace` runs it on what a live node holds. It
@@ -100,4 +100,4 @@
 //     table's SELinux context, ip6tables extension headers, fragments.
 //   - nftables rules living beside iptables (iptables-nft's own tables run
 //     at the same priorities; other nft tables are not seen).
-package iptrace
+package iptables

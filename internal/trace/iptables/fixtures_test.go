@@ -1,4 +1,4 @@
-package iptrace
+package iptables
 
 // Addresses in these tests:
 //

@@ -1,4 +1,4 @@
-package iptrace
+package iptables
 
 import (
 	"errors"
