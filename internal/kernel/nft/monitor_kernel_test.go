@@ -29,7 +29,9 @@ func TestKernelMonitorTellsOwnChangesFromOthers(t *testing.T) {
 	var mu sync.Mutex
 	var got []Event
 	done := make(chan error, 1)
-	go func() { done <- mon.Watch(ctx, func(evs []Event) { mu.Lock(); got = append(got, evs...); mu.Unlock() }) }()
+	go func() {
+		done <- mon.Watch(ctx, func(evs []Event) { mu.Lock(); got = append(got, evs...); mu.Unlock() })
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
