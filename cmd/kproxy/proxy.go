@@ -347,13 +347,13 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 				checkers[f] = c
 			}
 		}
-		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 20})
+		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
 }
 
 // driftCheckMin is the shortest pause between two comparisons of the
-// iptables rules with what kproxy wrote (longer when they are slow: 20
+// iptables rules with what kproxy wrote (longer when they are slow: 10
 // times what the last one took, at most the sync period).
 const driftCheckMin = time.Second
 

@@ -108,9 +108,11 @@ type DriftChecker interface {
 // DriftCheckOptions bound how often CheckDrifts runs the checks.
 type DriftCheckOptions struct {
 	// Min and Max bound the pause between checks; within them it is
-	// CostFactor times what the last check took, so that checking costs
-	// at most 1/CostFactor of a core (an iptables-save of 10k services
-	// through iptables-nft takes over a second).
+	// CostFactor times what a check takes (the cheaper of the last two,
+	// so that one check slowed by a busy host does not stretch the next
+	// pause), so that checking costs about 1/CostFactor of a core (an
+	// iptables-save of 10k services through iptables-nft takes over a
+	// second).
 	Min, Max   time.Duration
 	CostFactor int
 }
@@ -119,9 +121,10 @@ type DriftCheckOptions struct {
 // drift is reported (mode, "comparison") and repaired through l.Repair.
 func (l *Loop) CheckDrifts(ctx context.Context, mode string, checkers map[v1.IPFamily]DriftChecker, o DriftCheckOptions) {
 	if o.CostFactor <= 0 {
-		o.CostFactor = 20
+		o.CostFactor = 10
 	}
 	wait := o.Min
+	var prevCost time.Duration
 	for {
 		select {
 		case <-ctx.Done():
@@ -142,6 +145,12 @@ func (l *Loop) CheckDrifts(ctx context.Context, mode string, checkers map[v1.IPF
 				l.Repair(f)
 			}
 		}
-		wait = min(max(time.Duration(o.CostFactor)*time.Since(start), o.Min), o.Max)
+		last := time.Since(start)
+		cost := last
+		if prevCost > 0 {
+			cost = min(cost, prevCost)
+		}
+		prevCost = last
+		wait = min(max(time.Duration(o.CostFactor)*cost, o.Min), o.Max)
 	}
 }
