@@ -53,6 +53,10 @@ type hostFacts struct {
 	// is not programmed as written (contested addresses, refused service
 	// ports), "metric{labels} value" per series above zero.
 	RunningProblems []string
+	// Mode is the configured proxy mode; IPTablesModeEnv is IPTABLES_MODE.
+	Mode, IPTablesModeEnv string
+	// Foreign are the other netfilter users (doctor_netfilter.go).
+	Foreign foreignUsers
 }
 
 // finding is one line of doctor's verdict.
@@ -87,9 +91,14 @@ which iptables backends are installed and which one kproxy's iptables mode
 would choose (IPTABLES_MODE, else detection) and why; kube-proxy rules in
 each backend; the nftables mode's tables; IPVS leftovers; the sysctls a
 proxy depends on; and what a running kproxy or kube-proxy says on
-/proxyMode. Then it lists what is wrong: rules of two modes or two
+/proxyMode; the other netfilter users it sees (nftables base chains of
+other tables with their hooks, priorities and policies; non-KUBE chains
+hooked into the built-in chains kube-proxy uses, in both iptables
+backends). Then it lists what is wrong: rules of two modes or two
 iptables backends at once (they all run, and stale ones misroute
-traffic), missing binaries, IP forwarding off. Run it as root on the node.
+traffic), chains of others that drop service traffic (a forward-hook
+chain with policy drop), IPTABLES_MODE set in nftables mode (no effect),
+missing binaries, IP forwarding off. Run it as root on the node.
 Exit status 1 when it found an error.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -99,6 +108,7 @@ Exit status 1 when it found an error.`,
 				return err
 			}
 			facts := gatherFacts(cmd.Context(), o.IPTablesMode, metricsURL)
+			facts.Mode, facts.IPTablesModeEnv = config.EffectiveMode(o.Config), o.IPTablesMode
 			findings := diagnose(facts)
 			printFacts(cmd.OutOrStdout(), facts, findings)
 			for _, f := range findings {
@@ -169,6 +179,7 @@ func gatherFacts(ctx context.Context, iptablesMode, metricsURL string) hostFacts
 		}
 		_ = iface.Close()
 	}
+	f.Foreign = gatherForeign(ctx)
 	f.IPVS, f.IPVSErr = ipvs.FindLeftovers(ctx)
 	for _, s := range doctorSysctls {
 		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
@@ -319,6 +330,14 @@ func diagnose(f hostFacts) []finding {
 	if f.NFTErr != nil {
 		add(levelWarn, "nf_tables not usable (nftables mode and iptables-nft need it): %v", f.NFTErr)
 	}
+	mode, backend := f.Mode, f.Chosen
+	if f.RunningMode != "" {
+		mode = f.RunningMode
+		if f.RunningBackend != "" {
+			backend = xtables.Backend(f.RunningBackend)
+		}
+	}
+	diagnoseForeign(f.Foreign, mode, backend, f.IPTablesModeEnv, add)
 	if v, ok := f.Sysctls["net/ipv4/ip_forward"]; ok && v != "1" {
 		add(levelError, "net.ipv4.ip_forward=%s: the node does not forward, so traffic to pods on other nodes and from outside dies (the CNI or kubelet normally sets it)", v)
 	}
@@ -337,6 +356,7 @@ func printFacts(w io.Writer, f hostFacts, findings []finding) {
 		p("  %-6s %-10s kube-proxy chains: %d%s", b, state, len(f.KubeChains[b]), sample(f.KubeChains[b]))
 	}
 	p("nftables mode tables: %s", listOrNone(f.NFTables))
+	printForeign(p, f.Foreign)
 	switch {
 	case f.IPVSErr != nil:
 		p("IPVS: cannot tell (%v)", f.IPVSErr)

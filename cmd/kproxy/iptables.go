@@ -161,6 +161,14 @@ type otherBackendWatch struct {
 	after  *afterFirstSync
 }
 
+// CheckDrift passes the wrapped backend's drift check on.
+func (w otherBackendWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
+	if c, ok := w.Backend.(proxy.DriftChecker); ok {
+		return c.CheckDrift(ctx)
+	}
+	return nil, nil
+}
+
 func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	res, err := w.Backend.Sync(ctx, req)
 	if err == nil && req.Full && w.after.done() {

@@ -191,6 +191,8 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	backendName := ""
 	// after removes the previous mode's rules once kproxy's are in place.
 	var after *afterFirstSync
+	// nftables mode: the adapters whose sockets are kproxy's own (drift).
+	var nls []*nft.Netlink
 	switch mode {
 	case config.ModeNFTables:
 		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName+" and "+nftables.ShardTable(nftables.DefaultTableName, 0)+"...")
@@ -200,6 +202,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			if err != nil {
 				return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 			}
+			nls = append(nls, iface)
 			backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
 		}
 		after = newAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", backends, cleanupOtherModes)
@@ -257,6 +260,8 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		after.run(ctx)
 		return err
 	}, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
+	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod)
+	defer stopDrift()
 
 	src, client, err := newSource(o, fromFile, node, health)
 	if err != nil {
@@ -304,6 +309,54 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		return nil
 	}
 }
+
+// watchDrift starts what notices rules changed behind kproxy's back:
+// nf_tables notifications in nftables mode, a scheduled comparison of
+// iptables-save with what kproxy wrote in iptables mode. Either repairs
+// through loop.Repair. The returned function releases the listener.
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nft.Netlink, fams []v1.IPFamily, syncPeriod time.Duration) func() {
+	switch mode {
+	case config.ModeNFTables:
+		mon, err := nft.NewMonitor()
+		if err != nil {
+			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync")
+			return func() {}
+		}
+		w := &nftables.DriftWatch{
+			Watcher:  mon,
+			Families: fams,
+			Repair:   loop.Repair,
+			Own: func(port uint32) bool {
+				for _, n := range nls {
+					if n.OwnPort(port) {
+						return true
+					}
+				}
+				return false
+			},
+		}
+		go func() {
+			if err := w.Run(ctx); err != nil {
+				klog.ErrorS(err, "Stopped listening to nf_tables notifications; rules changed by others are repaired only at the next full sync")
+			}
+		}()
+		return func() { _ = mon.Close() }
+	case config.ModeIPTables:
+		checkers := map[v1.IPFamily]proxy.DriftChecker{}
+		for f, b := range backends {
+			if c, ok := b.(proxy.DriftChecker); ok {
+				checkers[f] = c
+			}
+		}
+		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
+	}
+	return func() {}
+}
+
+// driftCheckMin is the shortest pause between two comparisons of the
+// iptables rules with what kproxy wrote (longer when they are slow: 10
+// times what the last one took, at most the sync period).
+const driftCheckMin = time.Second
 
 // retryInterval: a failed sync is retried soon, but not in a hot loop.
 func retryInterval(syncPeriod time.Duration) time.Duration {

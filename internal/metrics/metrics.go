@@ -392,6 +392,18 @@ var (
 		Help:      "The last time every snapshot file of the file source was read without a fault",
 	})
 
+	// RulesDriftTotal counts differences between the rules kproxy wrote
+	// and what the kernel holds that kproxy did not cause: someone else
+	// deleted, flushed or added a table, chain, rule, set, map or element
+	// of kproxy's (kind "unknown": nf_tables notifications were lost, so
+	// what changed is not known). Each is repaired by a full sync of the
+	// family. mode is the proxy mode ("nftables", "iptables").
+	RulesDriftTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: kproxyNamespace,
+		Name:      "rules_drift_total",
+		Help:      "Number of changes to kproxy's rules made by someone else, found and repaired, by kind of object",
+	}, []string{LabelMode, LabelKind})
+
 	// Info is always 1; its labels say what this kproxy runs. Set it with
 	// SetInfo.
 	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -461,6 +473,7 @@ func ownCollectors() []prometheus.Collector {
 		IPTablesLockTimeoutsTotal,
 		SourceFileErrorsTotal,
 		SourceFileLastGoodTimestamp,
+		RulesDriftTotal,
 		Info,
 	}
 }

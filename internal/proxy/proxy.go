@@ -111,6 +111,11 @@ type Loop struct {
 	serviceCIDRs []netip.Prefix
 	// triggers: per family, the trigger times of changes not yet applied.
 	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
+
+	// repair: families Repair asked a full sync for (drift.go); its own
+	// lock, as Repair is called while a sync holds mu.
+	repairMu sync.Mutex
+	repair   map[v1.IPFamily]bool
 }
 
 // New creates a loop; the first sync of each family is full.
@@ -128,6 +133,7 @@ func New(opts Options) *Loop {
 		refused:  map[v1.IPFamily]map[model.ServicePortName]refusal{},
 		retrying: map[v1.IPFamily]map[model.ServicePortName]refusal{},
 		triggers: map[v1.IPFamily]map[types.NamespacedName]time.Time{},
+		repair:   map[v1.IPFamily]bool{},
 	}
 	for f := range opts.Backends {
 		l.states[f] = model.NewState(f)
@@ -185,6 +191,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.takeRepairs()
 
 	u := l.opts.Tracker.Take()
 	metrics.ServiceChangesTotal.Add(float64(u.ServiceChanges))

@@ -76,3 +76,44 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor with a foreign rule in KUBE-SERVICES: err %v, want exit 1 and an ERROR line naming it:\n%s", err, out)
 	}
 }
+
+// TestDoctorForeignUsers: doctor lists other netfilter users of a node
+// (an nftables table of its own with a forward chain of policy drop, a
+// DOCKER-USER chain hooked into FORWARD of the legacy backend, FORWARD
+// policy DROP in the nft backend) and warns about those that drop service
+// traffic, and about IPTABLES_MODE in nftables mode. Nothing else runs in
+// the namespace, so its verdict cannot come from anywhere else.
+func TestDoctorForeignUsers(t *testing.T) {
+	t.Parallel()
+	requireKernel(t)
+	netns.Require(t, "nft", "iptables-legacy", "iptables-nft")
+	n := netns.New(t, netns.RandomID(8), "doctor")
+	for _, argv := range [][]string{
+		{"nft", "add", "table", "inet", "fw"},
+		{"nft", "add", "chain", "inet", "fw", "fw_forward", "{ type filter hook forward priority 0 ; policy drop ; }"},
+		{"iptables-legacy", "-N", "DOCKER-USER"},
+		{"iptables-legacy", "-A", "FORWARD", "-j", "DOCKER-USER"},
+		{"iptables-nft", "-P", "FORWARD", "DROP"},
+	} {
+		if out, err := n.Exec(10*time.Second, argv...); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+		}
+	}
+	out, _ := n.Exec(60*time.Second, "env", "IPTABLES_MODE=nft", kproxyBin, "doctor", "--proxy-mode", "nftables", "--metrics-url", "")
+	for _, want := range []string{
+		"nftables inet fw/fw_forward: type filter hook forward priority 0 policy drop",
+		"iptables-legacy IPv4 filter/FORWARD policy ACCEPT -> DOCKER-USER",
+		"iptables-nft IPv4 filter/FORWARD policy DROP",
+		"WARN  IPTABLES_MODE=nft is set but the proxy mode is nftables: it has no effect there",
+		"WARN  nftables chain inet fw/fw_forward",
+		"WARN  iptables nft IPv4 filter/FORWARD policy DROP: policy DROP, and kproxy's rules are not in that backend",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	// The legacy FORWARD accepts by default: listed, not flagged.
+	if strings.Contains(out, "WARN  iptables legacy") {
+		t.Errorf("doctor flags the legacy FORWARD chain, whose policy is ACCEPT:\n%s", out)
+	}
+}

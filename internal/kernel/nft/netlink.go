@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,22 @@ import (
 type Netlink struct {
 	netnsFd int
 	netns   *os.File // opened by WithNetNSPath; closed by Close
+
+	// apply is the socket every transaction is sent on, kept open so
+	// that its port id, which the kernel puts in the header of each
+	// change notification the transaction causes, stays ours and stays
+	// the same: that is how kproxy's drift monitor tells its own changes
+	// from others'. Port ids are unique per network namespace while the
+	// socket is bound. It is replaced only after a transport failure
+	// (its receive queue may then hold stale replies).
+	mu    sync.Mutex
+	apply *nlConn
+	// ports are the port ids of every apply socket this adapter has
+	// used (a handful at most), since notifications of a transaction on
+	// a replaced socket may still be queued at the monitor. Guarded by
+	// portsMu, not mu: the monitor asks while a transaction is sent.
+	portsMu sync.Mutex
+	ports   []uint32
 }
 
 var _ Interface = (*Netlink)(nil)
@@ -82,8 +99,15 @@ func NewNetlink(opts ...NetlinkOption) (*Netlink, error) {
 	return n, nil
 }
 
-// Close releases the network namespace opened by WithNetNSPath.
+// Close releases the apply socket and the network namespace opened by
+// WithNetNSPath.
 func (n *Netlink) Close() error {
+	n.mu.Lock()
+	if n.apply != nil {
+		_ = n.apply.Close()
+		n.apply = nil
+	}
+	n.mu.Unlock()
 	if n.netns != nil {
 		err := n.netns.Close()
 		n.netns = nil
@@ -106,17 +130,24 @@ func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
 		return nil
 	}
 	start := time.Now()
-	c, err := n.dial()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, err := n.applyConn()
 	if err != nil {
 		return wrapApply(tx, err)
 	}
-	defer c.Close()
 
 	l := newLowerer(tx, &nlView{n: n, ctx: ctx, tx: tx})
 	if err := l.lower(); err != nil {
 		return wrapApply(tx, err)
 	}
 	errs, err := c.sendBatch(ctx, l.msgs)
+	if err != nil {
+		// Replies of this batch may still arrive; the next batch must
+		// not read them as its own.
+		_ = c.Close()
+		n.apply = nil
+	}
 	if err == nil && len(errs) > 0 {
 		err = l.explain(errs)
 	}
@@ -126,6 +157,42 @@ func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
 	klog.V(4).InfoS("Applied nftables transaction", "family", tx.Family, "tables", tx.Tables(),
 		"operations", tx.Len(), "messages", len(l.msgs), "elapsed", time.Since(start))
 	return nil
+}
+
+// applyConn returns the apply socket, opening it if needed. n.mu is held.
+func (n *Netlink) applyConn() (*nlConn, error) {
+	if n.apply != nil {
+		return n.apply, nil
+	}
+	c, err := n.dial()
+	if err != nil {
+		return nil, err
+	}
+	n.apply = c
+	n.portsMu.Lock()
+	defer n.portsMu.Unlock()
+	if !slices.Contains(n.ports, c.pid) {
+		if len(n.ports) == maxOwnPorts {
+			n.ports = n.ports[1:]
+		}
+		n.ports = append(n.ports, c.pid)
+	}
+	return c, nil
+}
+
+// maxOwnPorts bounds the port ids remembered: a replaced socket's late
+// notifications are read within milliseconds, and an old id may be
+// reused by another process's socket after ours closed.
+const maxOwnPorts = 4
+
+// OwnPort reports whether a change notification's port id is that of a
+// socket this adapter sent a transaction on: the change is kproxy's own.
+// Changes made through other sockets (nft, iptables-nft, another
+// program, or this adapter's DeleteTable) are not.
+func (n *Netlink) OwnPort(portID uint32) bool {
+	n.portsMu.Lock()
+	defer n.portsMu.Unlock()
+	return portID != 0 && slices.Contains(n.ports, portID)
 }
 
 // explain turns the kernel's errors into OpErrors naming the operation,

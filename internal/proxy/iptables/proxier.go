@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -35,6 +36,15 @@ type Proxier struct {
 	cfg *Config
 	// nfacct creates the counters the rules count in; nil: none.
 	nfacct nfacct.Interface
+
+	// mu serialises Sync and CheckDrift (drift.go), which runs on its own
+	// schedule: a comparison in the middle of a sync would see half of it.
+	mu sync.Mutex
+	// written follows what the restores left in kproxy's chains;
+	// driftReported: CheckDrift reported drift that the next full sync
+	// repairs (it must not report it again).
+	written       *written
+	driftReported bool
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -45,7 +55,7 @@ var _ proxy.Backend = (*Proxier)(nil)
 // when opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start
 // when it cannot).
 func NewProxier(opts Options, ipt xtables.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
-	return &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+	return &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied(), written: newWritten()}
 }
 
 // SetNFAcct has the rules count in upstream's nfacct counters
@@ -86,6 +96,8 @@ func NFAcctReader(n nfacct.Interface, name string) metrics.PacketCountReader {
 
 // Sync implements proxy.Backend.
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	fam := string(p.opts.Family)
 	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full || p.cfg == nil, NodeName: p.opts.Hostname}
 	if req.Node != nil {
@@ -123,6 +135,17 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		}
 		in.Existing = ParseExisting(nat, filter)
 		p.cfg = cfg
+		// What changed since the last sync that kproxy did not write is
+		// drift; this sync repairs it.
+		if !p.driftReported {
+			ds := p.written.diff(map[string][]byte{tableNAT: nat, tableFilter: filter})
+			for i := range ds {
+				ds[i].Family = p.opts.Family
+			}
+			proxy.ReportDrift("iptables", "full sync", ds)
+		}
+		p.driftReported = false
+		p.written.reset()
 	}
 	start := time.Now()
 	plan := Render(p.cfg, in, p.applied)
@@ -144,6 +167,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			}
 			// Whatever we knew of the kernel may be wrong now.
 			p.cfg = nil
+			p.written.reset()
 			var re *xtables.RestoreError
 			if errors.As(err, &re) && re.Line > 0 {
 				line := lineOf(data, re.Line)
@@ -154,6 +178,13 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			}
 			return nil, fmt.Errorf("iptables-restore %d of %d (%d bytes, full=%v): %w", i+1, len(plan.Restores), len(data), in.Full, err)
 		}
+	}
+	for _, data := range plan.Restores {
+		p.written.follow(data)
+	}
+	if in.Full {
+		p.written.valid = true
+		p.written.jumps = JumpRuleLines(false)
 	}
 	plan.Commit(p.applied)
 	klog.V(2).InfoS("Applied iptables rules", "ipFamily", p.opts.Family, "full", in.Full, "servicePorts", plan.ServicePorts,

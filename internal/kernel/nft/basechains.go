@@ -1,0 +1,159 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// BaseChain is a chain hooked into the packet path, of any table and
+// family: what `kproxy doctor` lists of other netfilter users.
+type BaseChain struct {
+	Family   Family
+	Table    string
+	Name     string
+	Type     string // filter, nat, route
+	Hook     string // prerouting, input, forward, output, postrouting, ingress, egress
+	Priority int32
+	// Drop: the chain's policy is drop (packets that no rule accepts are
+	// dropped).
+	Drop bool
+}
+
+func (b BaseChain) String() string {
+	policy := "accept"
+	if b.Drop {
+		policy = "drop"
+	}
+	return fmt.Sprintf("%s %s/%s: type %s hook %s priority %d policy %s", b.Family, b.Table, b.Name, b.Type, b.Hook, b.Priority, policy)
+}
+
+// hookName names a hook number as nft does, by family.
+func hookName(fam Family, n uint32) string {
+	switch fam {
+	case "netdev":
+		if n == 0 {
+			return "ingress"
+		}
+		return "egress"
+	case "arp":
+		return [...]string{"input", "output", "forward"}[min(n, 2)]
+	}
+	names := []string{"prerouting", "input", "forward", "output", "postrouting", "ingress"}
+	if int(n) < len(names) {
+		return names[n]
+	}
+	return fmt.Sprintf("hook-%d", n)
+}
+
+// ListBaseChains lists every base chain of every table and family,
+// sorted by family, hook and priority.
+func (n *Netlink) ListBaseChains(ctx context.Context) ([]BaseChain, error) {
+	c, err := n.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var out []BaseChain
+	err = c.dumpEachFamily(ctx, unix.NFT_MSG_GETCHAIN, func(family uint8, b []byte) {
+		ch := BaseChain{Family: familyName(family)}
+		hooked := false
+		forEachAttr(b, func(typ uint16, data []byte) {
+			switch typ {
+			case unix.NFTA_CHAIN_TABLE:
+				ch.Table = cString(data)
+			case unix.NFTA_CHAIN_NAME:
+				ch.Name = cString(data)
+			case unix.NFTA_CHAIN_TYPE:
+				ch.Type = cString(data)
+			case unix.NFTA_CHAIN_POLICY:
+				if len(data) >= 4 {
+					ch.Drop = binary.BigEndian.Uint32(data) == 0 // NF_DROP
+				}
+			case unix.NFTA_CHAIN_HOOK:
+				hooked = true
+				forEachAttr(data, func(t uint16, d []byte) {
+					if len(d) < 4 {
+						return
+					}
+					switch t {
+					case unix.NFTA_HOOK_HOOKNUM:
+						ch.Hook = hookName(ch.Family, binary.BigEndian.Uint32(d))
+					case unix.NFTA_HOOK_PRIORITY:
+						ch.Priority = int32(binary.BigEndian.Uint32(d))
+					}
+				})
+			}
+		})
+		if hooked {
+			// The family is known only once all attributes are read.
+			out = append(out, ch)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nft: listing base chains: %w", err)
+	}
+	slices.SortFunc(out, func(a, b BaseChain) int {
+		if c := strings.Compare(string(a.Family), string(b.Family)); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Hook, b.Hook); c != 0 {
+			return c
+		}
+		if a.Priority != b.Priority {
+			return int(a.Priority) - int(b.Priority)
+		}
+		return strings.Compare(a.Table+"/"+a.Name, b.Table+"/"+b.Name)
+	})
+	return out, nil
+}
+
+// dumpEachFamily runs a dump of every family (NFPROTO_UNSPEC) and passes
+// each reply's family and attributes.
+func (c *nlConn) dumpEachFamily(ctx context.Context, msg uint16, fn func(family uint8, attrs []byte)) error {
+	seq := c.nextSeq()
+	req := appendMsg(nil, nftType(msg), unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, unix.NFPROTO_UNSPEC, 0, nil)
+	if _, err := c.sock.Sendmsg(ctx, req, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+		return err
+	}
+	rb := make([]byte, defaultDump)
+	for {
+		n, _, _, _, err := c.sock.Recvmsg(ctx, rb, nil, 0)
+		if err != nil {
+			return err
+		}
+		done := false
+		var derr error
+		if err := forEachMsg(rb[:n], func(typ, flags uint16, s uint32, payload []byte) error {
+			if s != seq || done {
+				return nil
+			}
+			switch typ {
+			case unix.NLMSG_DONE:
+				done = true
+			case unix.NLMSG_ERROR:
+				if e := parseNlErr(flags, payload); e.errno != 0 {
+					derr = e.errno
+				}
+				done = true
+			default:
+				if len(payload) >= nfgenHdrLen {
+					fn(payload[0], payload[nfgenHdrLen:])
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if derr != nil {
+			return derr
+		}
+		if done {
+			return nil
+		}
+	}
+}

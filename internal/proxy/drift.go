@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/metrics"
+)
+
+// This file is what every mode shares about drift: rules changed behind
+// kproxy's back (another program, an operator's `nft flush ruleset` or
+// `iptables -F`). A mode finds drift its own way (nftables: change
+// notifications; iptables: comparing iptables-save with what it wrote);
+// here it is reported, one log line and kproxy_rules_drift_total, and
+// repaired by asking the loop for a full sync of the family. The render
+// stays pure: nothing here touches rules.
+
+// Drift is one difference between kproxy's rules and the kernel's.
+type Drift struct {
+	Family v1.IPFamily
+	// Kind is the kind of object: table, chain, rule, set, map, element,
+	// or unknown (notifications lost).
+	Kind string
+	// Name names the object: "ip kube-proxy", "ip kube-proxy/services"
+	// in nftables mode, "nat/KUBE-SERVICES" in iptables mode.
+	Name string
+	// Change says what happened: "deleted", "added", "3 deleted",
+	// "flushed (had 12 rules, now 0)"...
+	Change string
+}
+
+func (d Drift) String() string {
+	if d.Name == "" {
+		return d.Kind + " " + d.Change
+	}
+	return d.Kind + " " + d.Name + " " + d.Change
+}
+
+// maxLoggedDrift bounds the differences named in one log line; the rest
+// are counted.
+const maxLoggedDrift = 8
+
+// ReportDrift logs what differed in one line and counts each difference
+// in kproxy_rules_drift_total{mode,kind}.
+func ReportDrift(mode, source string, ds []Drift) {
+	if len(ds) == 0 {
+		return
+	}
+	var fams []string
+	var names []string
+	for i, d := range ds {
+		metrics.RulesDriftTotal.WithLabelValues(mode, d.Kind).Inc()
+		if !slices.Contains(fams, string(d.Family)) {
+			fams = append(fams, string(d.Family))
+		}
+		if i < maxLoggedDrift {
+			names = append(names, d.String())
+		}
+	}
+	if len(ds) > maxLoggedDrift {
+		names = append(names, fmt.Sprintf("(+%d more)", len(ds)-maxLoggedDrift))
+	}
+	slices.Sort(fams)
+	klog.InfoS("Rules changed behind kproxy's back; repairing with a full sync",
+		"mode", mode, "foundBy", source, "ipFamilies", strings.Join(fams, ","), "changes", strings.Join(names, "; "))
+}
+
+// Repair asks for a full sync of a family soon (through the runner, so at
+// most minSyncPeriod after the previous sync): the next Sync rewrites its
+// rules whatever changed. Safe to call from any goroutine, also while a
+// sync runs (then the one after it is full).
+func (l *Loop) Repair(f v1.IPFamily) {
+	l.repairMu.Lock()
+	if _, ok := l.opts.Backends[f]; ok {
+		l.repair[f] = true
+	}
+	l.repairMu.Unlock()
+	if l.opts.Request != nil {
+		l.opts.Request()
+	}
+}
+
+// takeRepairs marks the families Repair asked for as needing a full sync.
+// l.mu is held.
+func (l *Loop) takeRepairs() {
+	l.repairMu.Lock()
+	defer l.repairMu.Unlock()
+	for f := range l.repair {
+		klog.V(2).InfoS("Repair requested; this sync is full", "ipFamily", f)
+		l.needFull[f] = true
+	}
+	clear(l.repair)
+}
+
+// DriftChecker is a backend that can compare the kernel's rules with what
+// it last wrote (iptables mode). It returns nothing when it has not
+// written yet or its next sync is full anyway.
+type DriftChecker interface {
+	CheckDrift(ctx context.Context) ([]Drift, error)
+}
+
+// DriftCheckOptions bound how often CheckDrifts runs the checks.
+type DriftCheckOptions struct {
+	// Min and Max bound the pause between checks; within them it is
+	// CostFactor times what a check takes (the cheaper of the last two,
+	// so that one check slowed by a busy host does not stretch the next
+	// pause), so that checking costs about 1/CostFactor of a core (an
+	// iptables-save of 10k services through iptables-nft takes over a
+	// second).
+	Min, Max   time.Duration
+	CostFactor int
+}
+
+// CheckDrifts runs the checkers on a bounded schedule until ctx ends;
+// drift is reported (mode, "comparison") and repaired through l.Repair.
+func (l *Loop) CheckDrifts(ctx context.Context, mode string, checkers map[v1.IPFamily]DriftChecker, o DriftCheckOptions) {
+	if o.CostFactor <= 0 {
+		o.CostFactor = 10
+	}
+	wait := o.Min
+	var prevCost time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		start := time.Now()
+		for f, c := range checkers {
+			ds, err := c.CheckDrift(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					klog.V(2).InfoS("Could not compare the rules with what kproxy wrote", "ipFamily", f, "err", err)
+				}
+				continue
+			}
+			if len(ds) > 0 {
+				ReportDrift(mode, "comparison", ds)
+				l.Repair(f)
+			}
+		}
+		last := time.Since(start)
+		cost := last
+		if prevCost > 0 {
+			cost = min(cost, prevCost)
+		}
+		prevCost = last
+		wait = min(max(time.Duration(o.CostFactor)*cost, o.Min), o.Max)
+	}
+}

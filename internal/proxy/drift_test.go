@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// TestLoopRepair: Repair asks for a sync and makes the next one full,
+// once; a family the loop does not program is ignored.
+func TestLoopRepair(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, clk, _, _ := setup(t)
+	requests := 0
+	l.opts.Request = func() { requests++ }
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	l.Repair(model.IPv4)
+	l.Repair(model.IPv6)
+	if requests != 2 {
+		t.Errorf("Repair asked for %d syncs, want 2", requests)
+	}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != 2 || !b.last(t).Full {
+		t.Fatalf("after Repair: %d syncs, last full=%v; want a second, full sync", len(b.reqs), b.last(t).Full)
+	}
+	n := len(b.reqs)
+	clk.Step(time.Second)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != n {
+		t.Errorf("the repair was done twice")
+	}
+}
+
+type fakeChecker struct {
+	drift []Drift
+	calls int
+}
+
+func (c *fakeChecker) CheckDrift(context.Context) ([]Drift, error) {
+	c.calls++
+	d := c.drift
+	c.drift = nil
+	return d, nil
+}
+
+// TestCheckDrifts: drift found by a checker is counted by kind and its
+// family repaired; the schedule respects Min.
+func TestCheckDrifts(t *testing.T) {
+	l, _, _, _, _, _ := setup(t)
+	repaired := make(chan struct{}, 4)
+	l.opts.Request = func() { repaired <- struct{}{} }
+	c := &fakeChecker{drift: []Drift{{Family: model.IPv4, Kind: "chain", Name: "nat/KUBE-SERVICES", Change: "flushed"}}}
+	before := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		l.CheckDrifts(ctx, "test", map[v1.IPFamily]DriftChecker{model.IPv4: c}, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
+		close(done)
+	}()
+	select {
+	case <-repaired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no repair requested")
+	}
+	cancel()
+	<-done
+	if got := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain")); got != before+1 {
+		t.Errorf("kproxy_rules_drift_total{mode=test,kind=chain} went from %v to %v, want +1", before, got)
+	}
+	l.repairMu.Lock()
+	if !l.repair[model.IPv4] {
+		t.Errorf("IPv4 not marked for repair")
+	}
+	l.repairMu.Unlock()
+}

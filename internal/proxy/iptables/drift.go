@@ -1,0 +1,227 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+// Drift in iptables mode: kproxy keeps a count of the rules it wrote in
+// each of its chains, followed through every restore it applied (a chain
+// line ":C" creates or flushes C, "-A"/"-I" add, "-D" removes, "-F"
+// flushes, "-X" deletes), and the jump rules from the built-in chains a
+// full sync guarantees. Comparing that with iptables-save finds a chain
+// deleted or flushed, a rule deleted or added, a jump removed, by
+// whoever. Rule text is not compared: iptables-save prints matches in
+// its own normal form (-m tcp, /32), so counts are what is exact. The
+// canary chains (KUBE-PROXY-CANARY in mangle, nat and filter) are among
+// the chains checked, as upstream's monitor checks them.
+//
+// The comparison runs at every full sync (on the iptables-save the sync
+// reads anyway, before it rewrites everything) and, through
+// proxy.Loop.CheckDrifts, on a bounded schedule between syncs.
+
+// chainKey is a chain of a table.
+type chainKey struct{ table, chain string }
+
+// written is what kproxy's restores left in its chains.
+type written struct {
+	valid bool
+	rules map[chainKey]int
+	// jumps are the jump rules from built-in chains, by table, exactly
+	// as iptables-save prints them.
+	jumps map[string][]string
+}
+
+func newWritten() *written { return &written{rules: map[chainKey]int{}} }
+
+// reset forgets everything: after a failed restore nothing is known.
+func (w *written) reset() {
+	w.valid = false
+	clear(w.rules)
+	w.jumps = nil
+}
+
+// follow applies one restore input (--noflush) to the model. Only chains
+// named KUBE-* are followed; built-in chains hold others' rules too.
+func (w *written) follow(data []byte) {
+	table := ""
+	for len(data) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		if len(line) < 2 {
+			continue
+		}
+		switch line[0] {
+		case '*':
+			table = string(line[1:])
+			continue
+		case ':':
+			name, _, _ := bytes.Cut(line[1:], []byte(" "))
+			if followed(name) {
+				w.rules[chainKey{table, string(name)}] = 0
+			}
+			continue
+		case '-':
+		default:
+			continue
+		}
+		f := bytes.Fields(line)
+		if len(f) < 2 || !followed(f[1]) {
+			continue
+		}
+		k := chainKey{table, string(f[1])}
+		switch string(f[0]) {
+		case "-A", "-I":
+			w.rules[k]++
+		case "-D":
+			w.rules[k]--
+		case "-F":
+			if _, ok := w.rules[k]; ok {
+				w.rules[k] = 0
+			}
+		case "-X":
+			delete(w.rules, k)
+		}
+	}
+}
+
+// followed reports whether kproxy alone writes a chain: a KUBE-* chain
+// but those the kubelet writes too (its KUBE-FIREWALL copy may differ
+// from ours; the hint is the kubelet's to keep).
+func followed(chain []byte) bool {
+	switch string(chain) {
+	case chainKubeletFirewall, chainIPTablesHint, "KUBE-KUBELET-CANARY":
+		return false
+	}
+	return bytes.HasPrefix(chain, []byte("KUBE-"))
+}
+
+// savedTable is what one table's iptables-save says about KUBE-* chains.
+type savedTable struct {
+	chains map[string]int // rules per KUBE-* chain
+	lines  map[string]bool
+}
+
+func parseSavedTable(data []byte) savedTable {
+	s := savedTable{chains: map[string]int{}, lines: map[string]bool{}}
+	for len(data) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		line = bytes.TrimRight(line, " \r")
+		switch {
+		case len(line) > 1 && line[0] == ':':
+			name, _, _ := bytes.Cut(line[1:], []byte(" "))
+			if _, ok := s.chains[string(name)]; !ok {
+				s.chains[string(name)] = 0
+			}
+		case bytes.HasPrefix(line, []byte("-A ")):
+			s.lines[string(line)] = true
+			f := bytes.Fields(line)
+			if len(f) > 1 {
+				s.chains[string(f[1])]++
+			}
+		}
+	}
+	return s
+}
+
+// diff compares the model with iptables-save output of some tables (a
+// table not in saves is not compared).
+func (w *written) diff(saves map[string][]byte) []proxy.Drift {
+	if !w.valid {
+		return nil
+	}
+	parsed := map[string]savedTable{}
+	for t, data := range saves {
+		parsed[t] = parseSavedTable(data)
+	}
+	var out []proxy.Drift
+	keys := make([]chainKey, 0, len(w.rules))
+	for k := range w.rules {
+		if _, ok := parsed[k.table]; ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b chainKey) int {
+		return strings.Compare(a.table+"/"+a.chain, b.table+"/"+b.chain)
+	})
+	for _, k := range keys {
+		want := w.rules[k]
+		have, ok := parsed[k.table].chains[k.chain]
+		name := k.table + "/" + k.chain
+		switch {
+		case !ok:
+			out = append(out, proxy.Drift{Kind: "chain", Name: name, Change: "deleted"})
+		case have == 0 && want > 0:
+			out = append(out, proxy.Drift{Kind: "chain", Name: name, Change: fmt.Sprintf("flushed (kproxy wrote %d rules)", want)})
+		case have < want:
+			out = append(out, proxy.Drift{Kind: "rule", Name: name, Change: fmt.Sprintf("%d deleted (has %d of kproxy's %d)", want-have, have, want)})
+		case have > want:
+			out = append(out, proxy.Drift{Kind: "rule", Name: name, Change: fmt.Sprintf("%d added (has %d, kproxy wrote %d)", have-want, have, want)})
+		}
+	}
+	tables := make([]string, 0, len(w.jumps))
+	for t := range w.jumps {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	for _, t := range tables {
+		p, ok := parsed[t]
+		if !ok {
+			continue
+		}
+		for _, j := range w.jumps[t] {
+			if !p.lines[j] {
+				chain, _, _ := strings.Cut(strings.TrimPrefix(j, "-A "), " ")
+				target := j[strings.LastIndex(j, " ")+1:]
+				out = append(out, proxy.Drift{Kind: "rule", Name: t + "/" + chain, Change: "jump to " + target + " deleted"})
+			}
+		}
+	}
+	return out
+}
+
+// driftTables are the tables the scheduled comparison reads.
+var driftTables = []string{tableMangle, tableNAT, tableFilter}
+
+// CheckDrift implements proxy.DriftChecker: it compares iptables-save of
+// the mangle, nat and filter tables with what kproxy wrote. It finds
+// nothing before the first successful sync and after a failed one (the
+// next sync is full then anyway).
+func (p *Proxier) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg == nil || !p.written.valid || p.driftReported {
+		return nil, nil
+	}
+	saves := map[string][]byte{}
+	for _, t := range driftTables {
+		data, err := p.ipt.Save(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		saves[t] = data
+	}
+	ds := p.written.diff(saves)
+	for i := range ds {
+		ds[i].Family = p.opts.Family
+	}
+	if len(ds) > 0 {
+		// The repair's full sync would find the same; report once.
+		p.driftReported = true
+	}
+	return ds, nil
+}
