@@ -273,6 +273,9 @@ type kcluster struct {
 	servers map[string][]*netns.EchoServer
 	// bin is the kproxy binary (kproxyBin unless clusterOptions say).
 	bin string
+	// prefix runs before kproxy's command line (a wrapper that puts the
+	// process into a cgroup).
+	prefix []string
 }
 
 type clusterOptions struct {
@@ -288,6 +291,8 @@ type clusterOptions struct {
 	fromDir bool
 	// args are more kproxy flags.
 	args []string
+	// prefix is a command kproxy's command line is handed to.
+	prefix []string
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -313,6 +318,7 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},
 		bin:     cmp.Or(o.bin, kproxyBin),
+		prefix:  o.prefix,
 	}
 	c.snapPath = filepath.Join(t.TempDir(), "snapshot.yaml")
 	for _, p := range pods {
@@ -362,9 +368,9 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	if c.fromDir {
 		from = filepath.Dir(c.snapPath)
 	}
-	var argv []string
+	argv := slices.Clone(c.prefix)
 	if len(c.mode.env) > 0 {
-		argv = append([]string{"env"}, c.mode.env...)
+		argv = append(append(argv, "env"), c.mode.env...)
 	}
 	return append(append(argv, c.bin,
 		"--proxy-mode", flag,
