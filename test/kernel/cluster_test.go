@@ -273,9 +273,6 @@ type kcluster struct {
 	servers map[string][]*netns.EchoServer
 	// bin is the kproxy binary (kproxyBin unless clusterOptions say).
 	bin string
-	// prefix runs before kproxy's command line (a wrapper that puts the
-	// process into a cgroup).
-	prefix []string
 }
 
 type clusterOptions struct {
@@ -291,8 +288,6 @@ type clusterOptions struct {
 	fromDir bool
 	// args are more kproxy flags.
 	args []string
-	// prefix is a command kproxy's command line is handed to.
-	prefix []string
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -318,7 +313,6 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},
 		bin:     cmp.Or(o.bin, kproxyBin),
-		prefix:  o.prefix,
 	}
 	c.snapPath = filepath.Join(t.TempDir(), "snapshot.yaml")
 	for _, p := range pods {
@@ -368,9 +362,9 @@ func (c *kcluster) kproxyArgs(node string) []string {
 	if c.fromDir {
 		from = filepath.Dir(c.snapPath)
 	}
-	argv := slices.Clone(c.prefix)
+	var argv []string
 	if len(c.mode.env) > 0 {
-		argv = append(append(argv, "env"), c.mode.env...)
+		argv = append([]string{"env"}, c.mode.env...)
 	}
 	return append(append(argv, c.bin,
 		"--proxy-mode", flag,

@@ -306,11 +306,11 @@ type faultEnv struct {
 	m   proxyMode
 	dir string
 	// env and args are added to kproxy's; bin replaces it.
-	env, args, prefix []string
-	bin               string
-	snap              *snapshot
-	c                 *kcluster
-	w                 *faultWatch
+	env, args []string
+	bin       string
+	snap      *snapshot
+	c         *kcluster
+	w         *faultWatch
 }
 
 // start builds the cluster with kproxy on node-a and starts the watch.
@@ -321,7 +321,7 @@ func (f *faultEnv) start() {
 	if f.snap == nil {
 		f.snap = exampleSnapshot(f.t)
 	}
-	f.c = newCluster(f.t, clusterOptions{mode: m, snapshot: f.snap, kproxyOn: []string{nodeA}, bin: f.bin, prefix: f.prefix,
+	f.c = newCluster(f.t, clusterOptions{mode: m, snapshot: f.snap, kproxyOn: []string{nodeA}, bin: f.bin,
 		args: append([]string{"--iptables-sync-period", faultSyncPeriod.String()}, f.args...)})
 	f.w = watchFaults(f.t, f.c)
 	f.w.waitHealth("start", 200, time.Time{}, syncTimeout)
