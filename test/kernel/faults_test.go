@@ -661,7 +661,10 @@ exit $rc
 				if svc == nil {
 					f.t.Fatalf("no KUBE-SVC chain of web-clusterip in:\n%s", d)
 				}
-				argv = [][]string{{ipt, "-t", "nat", "-F", svc[1]}, {ipt, "-t", "nat", "-F", "KUBE-SERVICES"}}
+				// The node's private xtables lock (see start), not the
+				// host's, which other tests may hold.
+				lock := "XTABLES_LOCKFILE=" + filepath.Join(f.dir, "xtables.lock")
+				argv = [][]string{{"env", lock, ipt, "-w", "5", "-t", "nat", "-F", svc[1]}, {"env", lock, ipt, "-w", "5", "-t", "nat", "-F", "KUBE-SERVICES"}}
 			} else {
 				argv = [][]string{{"nft", "delete", "table", "ip", "kube-proxy"}}
 			}
