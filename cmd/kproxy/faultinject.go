@@ -22,13 +22,32 @@ import (
 // failed"). "*" refuses every operation.
 const faultEnv = "KPROXY_FAULT_REFUSE"
 
+// faultFileEnv names a file that holds that text instead, read again at
+// every operation: a test turns the fault on and off while kproxy runs
+// (netlink errors that come and go). A missing or empty file refuses
+// nothing.
+const faultFileEnv = "KPROXY_FAULT_REFUSE_FILE"
+
 func init() {
-	marker := os.Getenv(faultEnv)
-	if marker == "" {
+	marker, file := os.Getenv(faultEnv), os.Getenv(faultFileEnv)
+	var match func(string) bool
+	switch {
+	case marker != "":
+		klog.InfoS("Fault injection: the kernel refuses operations that mention a text", "text", marker)
+		match = func(s string) bool { return marker == "*" || strings.Contains(s, marker) }
+	case file != "":
+		klog.InfoS("Fault injection: the kernel refuses operations that mention the text in a file", "file", file)
+		match = func(s string) bool {
+			b, err := os.ReadFile(file)
+			m := strings.TrimSpace(string(b))
+			if err != nil || m == "" {
+				return false
+			}
+			return m == "*" || strings.Contains(s, m)
+		}
+	default:
 		return
 	}
-	klog.InfoS("Fault injection: the kernel refuses operations that mention a text", "text", marker)
-	match := func(s string) bool { return marker == "*" || strings.Contains(s, marker) }
 	wrapNFT = func(i nft.Interface) nft.Interface { return refusingNFT{Interface: i, match: match} }
 	wrapXtables = func(i xtables.Interface) xtables.Interface { return refusingXtables{Interface: i, match: match} }
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 	"github.com/kproxy/kproxy/internal/runner"
 	"github.com/kproxy/kproxy/internal/server"
 	"github.com/kproxy/kproxy/internal/source"
@@ -125,6 +126,51 @@ func localAddrs() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// healthCheckAddrs are the addresses the health check node ports listen
+// on: as upstream's service health server, the node's addresses inside
+// nodePortAddresses (nftables mode's default "primary": the node's primary
+// IPs; iptables mode's default: every address), an unspecified address for
+// a family that matches every local address. Resolved like the rules' node
+// port addresses (internal/proxy/nodeports), from the Node kproxy holds, so
+// that they follow a changed node IP. When the local addresses cannot be
+// read it falls back to every address, as upstream does.
+func healthCheckAddrs(c *v1alpha1.KubeProxyConfiguration, mode string, fams []v1.IPFamily, node *model.Node, local func() ([]netip.Addr, error)) []netip.Addr {
+	configured := c.NodePortAddresses
+	if mode == config.ModeNFTables && len(configured) == 0 {
+		configured = []string{nodeports.Primary}
+	}
+	var out []netip.Addr
+	var addrs []netip.Addr
+	for _, f := range fams {
+		var override []netip.Addr
+		if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
+			override = []netip.Addr{ip}
+		}
+		var nodeIP netip.Addr
+		if ips := nodeports.NodeIPs(f, override, node); len(ips) > 0 {
+			nodeIP = ips[0]
+		}
+		npa := nodeports.New(f, configured, nodeIP)
+		if npa.MatchAll {
+			if f == model.IPv6 {
+				out = append(out, netip.IPv6Unspecified())
+			} else {
+				out = append(out, netip.IPv4Unspecified())
+			}
+			continue
+		}
+		if addrs == nil {
+			var err error
+			if addrs, err = local(); err != nil {
+				klog.ErrorS(err, "Failed to get node ip address matching node port addresses, health check port will listen to all node addresses", "nodePortAddresses", configured)
+				return []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+			}
+		}
+		out = append(out, npa.Match(addrs)...)
+	}
+	return out
 }
 
 // nodeHealth forwards this node's object to the health server as well.
@@ -237,6 +283,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		},
 	})
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
+	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
 	defer svcHealth.Close()
 	loop = proxy.New(proxy.Options{
 		Tracker:    tracker,

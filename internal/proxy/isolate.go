@@ -117,7 +117,7 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 	trials := 0
 	try := func(st *model.State, changed sets.Set[model.ServicePortName], full bool) (*Result, error) {
 		trials++
-		r := &Request{State: st, Changed: changed, Node: req.Node, ServiceCIDRs: req.ServiceCIDRs, Full: full, Now: req.Now}
+		r := &Request{State: st, Changed: changed, Node: req.Node, ServiceCIDRs: req.ServiceCIDRs, Full: full, Trial: true, Now: req.Now}
 		res, terr := b.Sync(ctx, r)
 		if terr != nil {
 			klog.V(2).InfoS("Isolation trial failed", "ipFamily", f, "servicePorts", len(st.Services), "full", full, "err", terr)

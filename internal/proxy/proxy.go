@@ -36,7 +36,14 @@ type Request struct {
 	ServiceCIDRs []netip.Prefix
 	// Full asks the backend to rewrite everything.
 	Full bool
-	Now  time.Time
+	// Trial marks the syncs of failure isolation (isolate.go), which
+	// follow a failed sync. A backend whose apply is not one atomic
+	// transaction (iptables-restore commits table by table) checks the
+	// input first, so that a trial that fails changes nothing: a trial
+	// programs a subset of the services, which must never be left half
+	// in place.
+	Trial bool
+	Now   time.Time
 }
 
 // Result is what a backend reports after a successful sync.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -22,10 +23,10 @@ import (
 // 503, so the load balancer stops sending traffic that would be dropped.
 type ServiceHealthServer struct {
 	hostname string
-	// nodeIPs are the addresses to listen on; empty means all addresses.
-	nodeIPs []netip.Addr
-	health  *ProxyHealth
-	listen  ListenFunc
+	// addrs returns the addresses to listen on (see SetAddresses).
+	addrs  func() []netip.Addr
+	health *ProxyHealth
+	listen ListenFunc
 
 	mu       sync.RWMutex
 	services map[types.NamespacedName]*hcInstance
@@ -33,7 +34,9 @@ type ServiceHealthServer struct {
 
 // hcInstance is one service's health check: one HTTP server per node IP.
 type hcInstance struct {
-	port      uint16
+	port uint16
+	// addrs are the addresses it was opened on (as addrs returned them).
+	addrs     []netip.Addr
 	servers   []*http.Server
 	listeners []net.Listener
 	endpoints int // local endpoints
@@ -41,19 +44,63 @@ type hcInstance struct {
 
 // NewServiceHealthServer returns a ServiceHealthServer. hostname names the
 // node in errors. nodeIPs are the addresses to listen on (upstream listens
-// on the nodePortAddresses the node has); empty means all addresses. A nil
-// health counts as always healthy. A nil listen means DefaultListen.
+// on the nodePortAddresses the node has; see SetAddresses); empty means all
+// addresses. A nil health counts as always healthy. A nil listen means
+// DefaultListen.
 func NewServiceHealthServer(hostname string, nodeIPs []netip.Addr, health *ProxyHealth, listen ListenFunc) *ServiceHealthServer {
 	if listen == nil {
 		listen = DefaultListen
 	}
+	static := append([]netip.Addr(nil), nodeIPs...)
+	if len(static) == 0 {
+		static = []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+	}
 	return &ServiceHealthServer{
 		hostname: hostname,
-		nodeIPs:  append([]netip.Addr(nil), nodeIPs...),
+		addrs:    func() []netip.Addr { return static },
 		health:   health,
 		listen:   listen,
 		services: map[types.NamespacedName]*hcInstance{},
 	}
+}
+
+// SetAddresses makes fn the source of the addresses to listen on, asked at
+// every SyncServices: the node's addresses inside nodePortAddresses, as
+// upstream's health check servers listen (GetNodeIPs). An unspecified
+// address (0.0.0.0, ::) stands for every address of its family; both mean
+// one dual-stack listener; an empty list means no listener at all (no
+// local address matches). A health check already open on other addresses
+// is moved to the new ones (the node's IP changed). Call it before the
+// first SyncServices.
+func (s *ServiceHealthServer) SetAddresses(fn func() []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs = fn
+}
+
+// listenAddrs turns the addresses into (network, address) pairs for port.
+func listenAddrs(ips []netip.Addr, port uint16) [][2]string {
+	p := strconv.Itoa(int(port))
+	all4 := slices.ContainsFunc(ips, func(a netip.Addr) bool { return a.Is4() && a.IsUnspecified() })
+	all6 := slices.ContainsFunc(ips, func(a netip.Addr) bool { return a.Is6() && a.IsUnspecified() })
+	if all4 && all6 {
+		return [][2]string{{"tcp", net.JoinHostPort("", p)}}
+	}
+	var out [][2]string
+	for _, ip := range ips {
+		switch {
+		case ip.IsUnspecified() && ip.Is4():
+			out = append(out, [2]string{"tcp4", net.JoinHostPort("0.0.0.0", p)})
+		case ip.IsUnspecified():
+			// tcp6 on :: sets IPV6_V6ONLY: IPv6 addresses only.
+			out = append(out, [2]string{"tcp6", net.JoinHostPort("::", p)})
+		case all4 && ip.Is4(), all6 && ip.Is6():
+			// Covered by the family's unspecified address.
+		default:
+			out = append(out, [2]string{"tcp", netip.AddrPortFrom(ip, port).String()})
+		}
+	}
+	return out
 }
 
 // SyncServices makes newServices (service → health check node port) the set
@@ -65,9 +112,12 @@ func (s *ServiceHealthServer) SyncServices(newServices map[types.NamespacedName]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
+	addrs := s.addrs()
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
 	for nsn, hc := range s.services {
-		if port, ok := newServices[nsn]; !ok || port != hc.port {
-			klog.V(2).InfoS("Closing healthcheck", "service", nsn, "port", hc.port)
+		if port, ok := newServices[nsn]; !ok || port != hc.port || !slices.Equal(addrs, hc.addrs) {
+			klog.V(2).InfoS("Closing healthcheck", "service", nsn, "port", hc.port, "addresses", hc.addrs)
 			hc.closeAll(nsn)
 			delete(s.services, nsn)
 		}
@@ -78,8 +128,8 @@ func (s *ServiceHealthServer) SyncServices(newServices map[types.NamespacedName]
 		if s.services[nsn] != nil {
 			continue
 		}
-		klog.V(2).InfoS("Opening healthcheck", "service", nsn, "port", port)
-		hc, err := s.open(nsn, port)
+		klog.V(2).InfoS("Opening healthcheck", "service", nsn, "port", port, "addresses", addrs)
+		hc, err := s.open(nsn, port, addrs)
 		if err != nil {
 			klog.ErrorS(err, "Failed to start healthcheck", "node", s.hostname, "service", nsn, "port", port)
 			errs = append(errs, fmt.Errorf("node %s failed to start healthcheck %q on port %d: %w", s.hostname, nsn.String(), port, err))
@@ -90,20 +140,13 @@ func (s *ServiceHealthServer) SyncServices(newServices map[types.NamespacedName]
 	return errors.Join(errs...)
 }
 
-// open listens on port on every node IP. On failure it closes what it
+// open listens on port on the addresses. On failure it closes what it
 // opened, so that the port is free for a retry or another owner.
-func (s *ServiceHealthServer) open(nsn types.NamespacedName, port uint16) (*hcInstance, error) {
-	hc := &hcInstance{port: port}
-	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
-	if len(s.nodeIPs) > 0 {
-		addrs = addrs[:0]
-		for _, ip := range s.nodeIPs {
-			addrs = append(addrs, netip.AddrPortFrom(ip, port).String())
-		}
-	}
+func (s *ServiceHealthServer) open(nsn types.NamespacedName, port uint16, addrs []netip.Addr) (*hcInstance, error) {
+	hc := &hcInstance{port: port, addrs: addrs}
 	handler := hcHandler{nsn: nsn, s: s}
-	for _, addr := range addrs {
-		ln, err := s.listen(context.Background(), "tcp", addr)
+	for _, na := range listenAddrs(addrs, port) {
+		ln, err := s.listen(context.Background(), na[0], na[1])
 		if err != nil {
 			hc.closeAll(nsn)
 			return nil, err

@@ -223,3 +223,70 @@ func TestServiceHealthAllAddresses(t *testing.T) {
 		t.Errorf("code %d, want 503", resp.code)
 	}
 }
+
+// TestServiceHealthAddresses: the health check node ports listen on the
+// addresses SetAddresses gives (upstream: the node's IPs inside
+// nodePortAddresses), follow them when they change, and listen nowhere when
+// no address matches.
+func TestServiceHealthAddresses(t *testing.T) {
+	tn := newTestNet()
+	s := NewServiceHealthServer("node-a", nil, nil, tn.listen)
+	t.Cleanup(s.Close)
+	addrs := []netip.Addr{lo1}
+	s.SetAddresses(func() []netip.Addr { return addrs })
+	svcs := map[types.NamespacedName]uint16{svcA: 30006}
+	if err := s.SyncServices(svcs); err != nil {
+		t.Fatal(err)
+	}
+	if n := tn.attemptsFor("127.0.0.1:30006"); n != 1 {
+		t.Fatalf("binds on 127.0.0.1:30006 = %d, want 1", n)
+	}
+	if n := tn.attemptsFor(":30006"); n != 0 {
+		t.Fatalf("binds on :30006 = %d, want none (not every address is a node port address)", n)
+	}
+	first := tn.actual(t, "127.0.0.1:30006")
+
+	// Unchanged addresses: the listener stays.
+	if err := s.SyncServices(svcs); err != nil {
+		t.Fatal(err)
+	}
+	if n := tn.attemptsFor("127.0.0.1:30006"); n != 1 {
+		t.Errorf("rebinds with unchanged addresses: %d binds, want 1", n)
+	}
+
+	// The node's address changed: the health check moves.
+	addrs = []netip.Addr{lo2}
+	if err := s.SyncServices(svcs); err != nil {
+		t.Fatal(err)
+	}
+	if n := tn.attemptsFor("127.0.0.2:30006"); n != 1 {
+		t.Errorf("binds on 127.0.0.2:30006 = %d, want 1", n)
+	}
+	if !refused(first) {
+		t.Errorf("the old address %s still accepts connections", first)
+	}
+	if resp := get(t, httpURL(tn.actual(t, "127.0.0.2:30006"), "/")); resp.code != 503 {
+		t.Errorf("code %d, want 503 (no endpoints)", resp.code)
+	}
+
+	// Every IPv4 address only: tcp4 on 0.0.0.0, not a dual-stack socket.
+	addrs = []netip.Addr{netip.IPv4Unspecified(), lo1}
+	if err := s.SyncServices(svcs); err != nil {
+		t.Fatal(err)
+	}
+	if n := tn.attemptsFor("0.0.0.0:30006"); n != 1 {
+		t.Errorf("binds on 0.0.0.0:30006 = %d, want 1", n)
+	}
+	if n := tn.attemptsFor("127.0.0.1:30006"); n != 1 {
+		t.Errorf("127.0.0.1 bound again beside 0.0.0.0 (%d binds in all), want it covered", n)
+	}
+
+	// No address matches: the service is tracked but nothing listens.
+	addrs = nil
+	if err := s.SyncServices(svcs); err != nil {
+		t.Fatal(err)
+	}
+	if got := tn.actual(t, "0.0.0.0:30006"); !refused(got) {
+		t.Errorf("%s still accepts connections with no node port address", got)
+	}
+}

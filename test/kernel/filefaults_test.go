@@ -7,7 +7,8 @@ package kernel
 // keep carrying traffic from the outside client, /healthz turns 503 and
 // says the source is stale once the fault has lasted the health timeout
 // (2 × the sync period, 2 s here), and the good file written back makes it
-// 200 again. A valid change after all of it is applied.
+// 200 again. Two long-lived connections opened at the start echo after
+// every fault. A valid change after all of it is applied.
 
 import (
 	"fmt"
@@ -83,6 +84,18 @@ func testSnapshotFileFaults(t *testing.T, m proxyMode) {
 	}
 	health("start", 200)
 	carries("start")
+	// Long-lived connections opened before the faults must live through
+	// all of them.
+	streams := map[string]*netns.Session{
+		webA: openSessionTo(t, c.Client, ap("198.19.0.10:80"), webA),
+		webB: openSessionTo(t, c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB),
+	}
+	streamsLive := func(phase string) {
+		t.Helper()
+		for pod, s := range streams {
+			checkSession(t, phase+": the connection to "+pod, s, pod)
+		}
+	}
 
 	dir := filepath.Dir(c.snapPath)
 	writeRaw := func(data []byte) {
@@ -129,6 +142,7 @@ func testSnapshotFileFaults(t *testing.T, m proxyMode) {
 		c.apply(snap)
 		health(f.name+", repaired", 200)
 		carries(f.name + ", repaired")
+		streamsLive(f.name)
 		if t.Failed() {
 			t.Logf("snapshot directory %s; kproxy log:\n%s", dir, c.kproxy[nodeA].Tail(netns.LogTailLines))
 			return
@@ -154,4 +168,5 @@ func testSnapshotFileFaults(t *testing.T, m proxyMode) {
 		return r.Outcome == netns.Answered, r.String()
 	})
 	health("after the change", 200)
+	streamsLive("after the change")
 }

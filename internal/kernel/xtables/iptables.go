@@ -46,6 +46,12 @@ type RestoreOptions struct {
 	// declared (":CHAIN") in it. Without it every table in the input is
 	// replaced as a whole.
 	NoFlush bool
+	// Test only parses and checks the input (iptables-restore --test):
+	// nothing is committed, whichever table fails. iptables-restore
+	// commits table by table, so an input whose later table fails leaves
+	// the earlier ones applied; a test run first keeps an input that will
+	// fail from changing anything.
+	Test bool
 }
 
 // RestoreStats describes one restore run.
@@ -161,6 +167,9 @@ func (r *runner) RestoreWithStats(ctx context.Context, data []byte, opts Restore
 	var args []string
 	if opts.NoFlush {
 		args = append(args, "--noflush")
+	}
+	if opts.Test {
+		args = append(args, "--test")
 	}
 	if r.backend == Legacy {
 		// iptables rounds nothing: -w takes whole seconds.

@@ -153,7 +153,21 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	size := 0
 	var lockWait time.Duration
 	for i, data := range plan.Restores {
-		st, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true})
+		opts := xtables.RestoreOptions{NoFlush: true}
+		if req.Trial && i == 0 {
+			// A trial of failure isolation programs a subset of the
+			// services. iptables-restore commits nat before filter
+			// (render.go), so a trial whose filter table fails would
+			// leave only that subset's DNAT rules in place while the
+			// fault lasts. Check it first; a failing check changes
+			// nothing. Only the first restore of a split plan can be
+			// checked alone (the later ones build on it).
+			if _, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
+				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+				return nil, fmt.Errorf("iptables-restore --test of a trial (%d bytes): %w", len(data), err)
+			}
+		}
+		st, err := p.ipt.RestoreWithStats(ctx, data, opts)
 		lockWait += st.LockWait
 		size += len(data)
 		metrics.IPTablesLockWait.WithLabelValues(fam).Observe(st.LockWait.Seconds())

@@ -68,6 +68,8 @@ var _ xtables.Interface = (*Fake)(nil)
 type RestoreCall struct {
 	Data    []byte
 	NoFlush bool
+	// Test: the call only checked the input (--test).
+	Test bool
 	// Err is the error the call returned, nil if it succeeded.
 	Err error
 }
@@ -98,9 +100,20 @@ func (f *Fake) RestoreWithStats(_ context.Context, data []byte, opts xtables.Res
 		err = f.RestoreHook(data, opts)
 	}
 	if err == nil {
-		err = f.restore(string(data), opts.NoFlush)
+		if opts.Test {
+			// Checked on a copy that is thrown away.
+			kept := f.tables
+			f.tables = make(map[string]*table, len(kept))
+			for n, t := range kept {
+				f.tables[n] = t.clone()
+			}
+			err = f.restore(string(data), opts.NoFlush)
+			f.tables = kept
+		} else {
+			err = f.restore(string(data), opts.NoFlush)
+		}
 	}
-	f.restores = append(f.restores, RestoreCall{Data: slices.Clone(data), NoFlush: opts.NoFlush, Err: err})
+	f.restores = append(f.restores, RestoreCall{Data: slices.Clone(data), NoFlush: opts.NoFlush, Test: opts.Test, Err: err})
 	if err != nil {
 		return xtables.RestoreStats{}, err
 	}

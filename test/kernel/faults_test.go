@@ -1,0 +1,943 @@
+package kernel
+
+// Faults (issue 17, section 3): for each, long-lived TCP streams to
+// services the fault does not concern survive, the next sync repairs the
+// state, and /healthz tells the truth meanwhile.
+//
+// Addresses are the example's (cluster_test.go): web-clusterip is
+// 198.19.0.10:80 (pods web-a on node-a, web-b on node-b), web-nodeport
+// 198.19.0.11 and NodePort 30080, dual-stack fd00:19::17:80, etp-local's
+// health check node port 32081; node-a is 198.18.0.10 (198.18.0.12 after
+// its IP changes), the client 198.18.0.100. Generated services (the
+// SIGKILL and memory cases) take 198.19.10.1 onwards.
+//
+// Every case runs on node-a only, through a faultWatch: three streams
+// (client → web-clusterip on web-a, tester-a → web-clusterip on web-b,
+// tester-a → dual-stack over IPv6) that echo every 300 ms, a prober that
+// opens a new connection to web-clusterip (client) or dual-stack (tester-a)
+// every 100 ms, and a poller of node-a's /healthz every 200 ms. The fault
+// itself comes with a change (web-b leaves web-nodeport), so that a sync
+// has something to do while it lasts. Each case logs one "figures:" line;
+// docs/reliability.md quotes them.
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/testutil/netns"
+)
+
+const (
+	streamEvery = 300 * time.Millisecond
+	probeEvery  = 100 * time.Millisecond
+	healthEvery = 200 * time.Millisecond
+	// faultSyncPeriod is the sync period of every fault case: the health
+	// timeout is twice that, and a full sync repairs within it.
+	faultSyncPeriod = 2 * time.Second
+	// bigSyncTimeout bounds a sync of 2,000 services on a busy host.
+	bigSyncTimeout = 90 * time.Second
+)
+
+// watchedStream is a long-lived connection that echoes periodically.
+type watchedStream struct {
+	name, pod string
+	s         *netns.Session
+	echoes    int
+	err       error
+}
+
+// healthObs is one /healthz answer that differed from the one before (code
+// 0: no answer).
+type healthObs struct {
+	at   time.Time
+	code int
+	body string
+}
+
+// faultWatch watches node-a through a fault.
+type faultWatch struct {
+	t     *testing.T
+	c     *kcluster
+	start time.Time
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu        sync.Mutex
+	streams   []*watchedStream
+	attempts  int
+	failures  int
+	failLog   []string
+	health    []healthObs
+	healthURL string
+	marks     []string
+}
+
+func watchFaults(t *testing.T, c *kcluster) *faultWatch {
+	t.Helper()
+	w := &faultWatch{t: t, c: c, start: time.Now(), stop: make(chan struct{}),
+		healthURL: "http://" + netip.AddrPortFrom(c.Nodes[nodeA].Addr(clientIP), 10256).String() + "/healthz"}
+	for _, s := range []struct {
+		name string
+		from *netns.NS
+		dst  netip.AddrPort
+		pod  string
+	}{
+		{"client → web-clusterip (web-a)", c.Client, ap("198.19.0.10:80"), webA},
+		{"tester-a → web-clusterip (web-b)", c.Pod(t, testerA).NS, ap("198.19.0.10:80"), webB},
+		{"tester-a → dual-stack IPv6", c.Pod(t, testerA).NS, ap("[fd00:19::17]:80"), ""},
+	} {
+		var sess *netns.Session
+		if s.pod != "" {
+			sess = openSessionTo(t, s.from, s.dst, s.pod)
+		} else {
+			var err error
+			if sess, err = s.from.OpenSession(s.dst, netns.DialOptions{}); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			t.Cleanup(func() { sess.Close() })
+			s.pod = sess.Greeting.Server
+		}
+		w.streams = append(w.streams, &watchedStream{name: s.name, pod: s.pod, s: sess})
+	}
+	for _, ws := range w.streams {
+		w.loop(streamEvery, func(i int) {
+			w.mu.Lock()
+			broken := ws.err != nil
+			w.mu.Unlock()
+			if broken {
+				return
+			}
+			msg := fmt.Sprintf("tick-%d", i)
+			got, err := ws.s.Echo(msg, 3*time.Second)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if err == nil && got != ws.pod+" "+msg {
+				err = fmt.Errorf("answer %q, want %q", got, ws.pod+" "+msg)
+			}
+			if err != nil {
+				ws.err = fmt.Errorf("after %d echoes, at %v: %w", ws.echoes, w.since(), err)
+				return
+			}
+			ws.echoes++
+		})
+	}
+	tester := c.Pod(t, testerA).NS
+	w.loop(probeEvery, func(i int) {
+		from, dst := c.Client, ap("198.19.0.10:80")
+		if i%2 == 1 {
+			from, dst = tester, ap("[fd00:19::17]:80")
+		}
+		r := from.Request("tcp", dst, netns.DialOptions{Timeout: 2 * time.Second})
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.attempts++
+		if r.Outcome != netns.Answered {
+			w.failures++
+			if len(w.failLog) < 5 {
+				w.failLog = append(w.failLog, fmt.Sprintf("%v: %s: %v", w.since(), dst, r))
+			}
+		}
+	})
+	w.loop(healthEvery, func(int) {
+		w.mu.Lock()
+		url := w.healthURL
+		w.mu.Unlock()
+		code, body, err := c.Client.HTTPGet(url, time.Second)
+		if err != nil {
+			code, body = 0, err.Error()
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if n := len(w.health); n == 0 || w.health[n-1].code != code {
+			w.health = append(w.health, healthObs{at: time.Now(), code: code, body: body})
+		}
+	})
+	t.Cleanup(w.halt)
+	return w
+}
+
+// loop runs f every period until the watch stops.
+func (w *faultWatch) loop(period time.Duration, f func(i int)) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+				f(i)
+			}
+		}
+	}()
+}
+
+func (w *faultWatch) halt() {
+	select {
+	case <-w.stop:
+		return
+	default:
+	}
+	close(w.stop)
+	w.wg.Wait()
+}
+
+func (w *faultWatch) since() time.Duration { return time.Since(w.start).Round(10 * time.Millisecond) }
+
+// mark notes a moment of the fault for the figures.
+func (w *faultWatch) mark(what string) time.Time {
+	now := time.Now()
+	w.mu.Lock()
+	w.marks = append(w.marks, fmt.Sprintf("%s@%v", what, w.since()))
+	w.mu.Unlock()
+	return now
+}
+
+// setHealthURL points the poller at another address (the node's IP changed).
+func (w *faultWatch) setHealthURL(u string) {
+	w.mu.Lock()
+	w.healthURL = u
+	w.mu.Unlock()
+}
+
+// lastHealth is the latest /healthz answer.
+func (w *faultWatch) lastHealth() healthObs {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.health) == 0 {
+		return healthObs{}
+	}
+	return w.health[len(w.health)-1]
+}
+
+// waitHealth waits (bounded) until the poller has seen code since, or
+// code is the latest answer, and returns when it saw it.
+func (w *faultWatch) waitHealth(what string, code int, since time.Time, within time.Duration) time.Time {
+	w.t.Helper()
+	var at time.Time
+	netns.Eventually(w.t, within, fmt.Sprintf("%s: /healthz %d", what, code), func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, h := range w.health {
+			if h.code == code && !h.at.Before(since) {
+				at = h.at
+				return true, ""
+			}
+		}
+		if len(w.health) == 0 {
+			return false, "no answer yet"
+		}
+		last := w.health[len(w.health)-1]
+		if last.code == code {
+			at = time.Now()
+			return true, ""
+		}
+		return false, fmt.Sprintf("last %d %s", last.code, last.body)
+	})
+	return at
+}
+
+// healthNever fails if the poller saw code since.
+func (w *faultWatch) healthNever(what string, code int, since time.Time) {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range w.health {
+		if h.code == code && !h.at.Before(since) {
+			w.t.Errorf("%s: /healthz answered %d at %v: %s", what, code, h.at.Sub(w.start).Round(10*time.Millisecond), h.body)
+		}
+	}
+}
+
+// finish stops the watch, checks the streams (each still answers, from its
+// pod) and, unless newFailuresOK, that no new connection failed; /healthz
+// must end at 200. It logs the case's figures.
+func (w *faultWatch) finish(name string, newFailuresOK bool, repair time.Duration) {
+	w.t.Helper()
+	netns.Eventually(w.t, syncTimeout, "/healthz 200 at the end", func() (bool, string) {
+		h := w.lastHealth()
+		return h.code == 200, fmt.Sprintf("%d %s", h.code, h.body)
+	})
+	// Let every stream echo at least once more after the repair.
+	time.Sleep(2 * streamEvery)
+	w.halt()
+	broken, echoes := 0, 0
+	for _, s := range w.streams {
+		echoes += s.echoes
+		if s.err != nil {
+			broken++
+			w.t.Errorf("stream %s broke: %v", s.name, s.err)
+			continue
+		}
+		checkSession(w.t, "stream "+s.name+" at the end", s.s, s.pod)
+	}
+	if w.failures > 0 && !newFailuresOK {
+		w.t.Errorf("%d of %d new connections failed; first: %v", w.failures, w.attempts, w.failLog)
+	}
+	var hs []string
+	for _, h := range w.health {
+		hs = append(hs, fmt.Sprintf("%d@%v", h.code, h.at.Sub(w.start).Round(100*time.Millisecond)))
+	}
+	rep := "-"
+	if repair > 0 {
+		rep = repair.Round(10 * time.Millisecond).String()
+	}
+	w.t.Logf("figures: case=%q streams=%d broken=%d echoes=%d connects=%d failed=%d repair=%s healthz=%s marks=%s",
+		name, len(w.streams), broken, echoes, w.attempts, w.failures, rep, strings.Join(hs, ","), strings.Join(w.marks, ","))
+	if w.t.Failed() && len(w.failLog) > 0 {
+		w.t.Logf("failed connections: %v", w.failLog)
+	}
+}
+
+// faultEnv is what a fault case adds to a proxy mode and cluster.
+type faultEnv struct {
+	t   *testing.T
+	m   proxyMode
+	dir string
+	// env and args are added to kproxy's; bin replaces it.
+	env, args []string
+	bin       string
+	snap      *snapshot
+	c         *kcluster
+	w         *faultWatch
+}
+
+// start builds the cluster with kproxy on node-a and starts the watch.
+func (f *faultEnv) start() {
+	f.t.Helper()
+	m := f.m
+	// A private xtables lock: other tests on this host (and other
+	// people's) take /run/xtables.lock; waiting for them is not the
+	// fault under test.
+	env := []string{"XTABLES_LOCKFILE=" + filepath.Join(f.dir, "xtables.lock")}
+	m.env = append(append(slices.Clone(m.env), env...), f.env...)
+	if f.snap == nil {
+		f.snap = exampleSnapshot(f.t)
+	}
+	f.c = newCluster(f.t, clusterOptions{mode: m, snapshot: f.snap, kproxyOn: []string{nodeA}, bin: f.bin,
+		args: append([]string{"--iptables-sync-period", faultSyncPeriod.String()}, f.args...)})
+	f.w = watchFaults(f.t, f.c)
+	f.w.waitHealth("start", 200, time.Time{}, syncTimeout)
+}
+
+// change makes a change a sync must program: web-b leaves web-nodeport.
+func (f *faultEnv) change() {
+	f.t.Helper()
+	f.snap.removeEndpoint(f.t, "web-nodeport", webB)
+	f.c.apply(f.snap)
+}
+
+// changeApplied reports whether the node's rules have the change.
+func (f *faultEnv) changeApplied() bool {
+	d, err := f.c.mode.dump(f.c.Nodes[nodeA].NS)
+	return err == nil && !f.c.mode.routesTo(d, "demo/web-nodeport/tcp/http", f.c.Pod(f.t, webB).IP(clientIP))
+}
+
+// notApplied checks, a while into the fault, that the change is not in
+// the rules and the old rules still serve it.
+func (f *faultEnv) notApplied(what string) {
+	f.t.Helper()
+	if f.changeApplied() {
+		f.t.Errorf("%s: the change was applied while the fault lasts", what)
+	}
+	f.c.run(f.t, probe{from: testerA, network: "tcp", dst: "198.19.0.11:80", servers: web, every: true, peer: peerOwn})
+}
+
+// waitApplied waits for the change and returns when it was seen.
+func (f *faultEnv) waitApplied(what string) time.Time {
+	f.t.Helper()
+	netns.Eventually(f.t, syncTimeout+2*faultSyncPeriod, what+": the change applied", func() (bool, string) {
+		return f.changeApplied(), "not yet"
+	})
+	return time.Now()
+}
+
+// realPath resolves a tool in the test's own PATH.
+func realPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not installed: %v", name, err)
+	}
+	return p
+}
+
+type faultCase struct {
+	name  string
+	modes []proxyMode
+	// prepare adjusts the environment before the cluster is built.
+	prepare func(f *faultEnv)
+	// run injects the fault, checks the node through it, repairs it and
+	// returns the repair time (0: not measured) and whether new
+	// connections may fail meanwhile (the rules themselves were hit).
+	run func(f *faultEnv) (repair time.Duration, newFailuresOK bool)
+}
+
+var (
+	iptModes = []proxyMode{iptablesMode(xtables.Legacy), iptablesMode(xtables.NFT)}
+	allModes = []proxyMode{nftablesMode, iptablesMode(xtables.Legacy), iptablesMode(xtables.NFT)}
+)
+
+// TestFaults runs every fault case in the modes it concerns, each in its
+// own cluster.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	for _, fc := range faultCases {
+		t.Run(fc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, m := range fc.modes {
+				t.Run(m.name, func(t *testing.T) {
+					for _, bin := range m.needs {
+						netns.Require(t, bin)
+					}
+					requireKernel(t)
+					f := &faultEnv{t: t, m: m, dir: t.TempDir()}
+					if fc.prepare != nil {
+						fc.prepare(f)
+					}
+					f.start()
+					repair, failuresOK := fc.run(f)
+					f.w.finish(fc.name+"/"+m.name, failuresOK, repair)
+				})
+			}
+		})
+	}
+}
+
+var faultCases = []faultCase{
+	{
+		// A restore whose last table fails: iptables-restore commits the
+		// tables before it (legacy: one commit per COMMIT line), the
+		// failing one not at all. A wrapper earlier in kproxy's PATH adds
+		// a rule jumping from a missing chain before the input's last
+		// COMMIT while a trigger file exists.
+		name:  "iptables-restore fails half way",
+		modes: iptModes,
+		prepare: func(f *faultEnv) {
+			b := strings.TrimPrefix(f.m.name, "iptables-")
+			wrap := filepath.Join(f.dir, "wrap")
+			if err := os.Mkdir(wrap, 0o755); err != nil {
+				f.t.Fatal(err)
+			}
+			for _, fam := range []string{"iptables", "ip6tables"} {
+				name := fam + "-" + b + "-restore"
+				real := realPath(f.t, name)
+				script := fmt.Sprintf(`#!/bin/sh
+# Fails the last table of the input while %[1]s/trigger exists.
+[ -e %[1]s/trigger ] || exec %[2]s "$@"
+in=$(mktemp) || exit 1
+cat > "$in"
+n=$(grep -c '^COMMIT' "$in")
+echo "$0 tables=$n" >> %[1]s/calls
+awk -v n="$n" '/^COMMIT/ { c++; if (c == n) print "-A KPROXY-FAULT-NO-SUCH-CHAIN -j ACCEPT" } { print }' "$in" | %[2]s "$@"
+rc=$?
+rm -f "$in"
+exit $rc
+`, f.dir, real)
+				if err := os.WriteFile(filepath.Join(wrap, name), []byte(script), 0o755); err != nil {
+					f.t.Fatal(err)
+				}
+			}
+			f.env = append(f.env, "PATH="+wrap+":"+os.Getenv("PATH"))
+		},
+		run: func(f *faultEnv) (time.Duration, bool) {
+			node := f.c.Nodes[nodeA]
+			if err := os.WriteFile(filepath.Join(f.dir, "trigger"), nil, 0o644); err != nil {
+				f.t.Fatal(err)
+			}
+			on := f.w.mark("fault on")
+			f.change()
+			f.w.waitHealth("restore failing", 503, on, syncTimeout)
+			time.Sleep(faultSyncPeriod) // retries and isolation trials fail too
+			calls, _ := os.ReadFile(filepath.Join(f.dir, "calls"))
+			if !regexp.MustCompile(`tables=[2-9]`).Match(calls) {
+				f.t.Fatalf("the wrapper never failed a restore of several tables (calls: %q)", calls)
+			}
+			natDuring := iptablesNat(f.t, node.NS, f.m)
+			// Every service still carries traffic: the old rules, or the
+			// nat table of the intended state (committed before the
+			// filter table failed), never a subset of the services.
+			f.c.run(f.t, probe{from: testerA, network: "tcp", dst: "198.19.0.11:80", n: 5, servers: web, peer: peerOwn})
+			f.c.run(f.t, probe{from: testerA, network: "udp", dst: "198.19.0.18:53", servers: dns, every: true, peer: peerOwn})
+			f.c.run(f.t, probe{from: client, network: "tcp", dst: "198.18.0.10:30081", n: 3, servers: []string{shopA}, peer: peerOwn})
+			if !strings.Contains(f.c.kproxy[nodeA].Log(), "KPROXY-FAULT-NO-SUCH-CHAIN") && !strings.Contains(f.c.kproxy[nodeA].Log(), "restore failed") {
+				f.t.Errorf("the failed restore is not in kproxy's log")
+			}
+			f.t.Logf("restore calls while failing: %d", strings.Count(string(calls), "\n"))
+			if err := os.Remove(filepath.Join(f.dir, "trigger")); err != nil {
+				f.t.Fatal(err)
+			}
+			off := f.w.mark("fault off")
+			done := f.waitApplied("restore working again")
+			f.w.waitHealth("restore working again", 200, off, syncTimeout)
+			// What the fault left in the nat table was the intended state
+			// itself: the repaired sync's nat table is the same.
+			if after := iptablesNat(f.t, node.NS, f.m); lineDiff(after, natDuring) != "" {
+				f.t.Errorf("the nat table during the fault was not the intended one (-during +after the repair):\n%s", lineDiff(natDuring, after))
+			}
+			// A new connection that starts during the failing or the
+			// repairing restore sometimes times out (1 of ~40 seen, in
+			// both backends; not explained yet): counted in the figures,
+			// not failed on.
+			return done.Sub(off), true
+		},
+	},
+	{
+		// Another program holds the xtables lock (legacy backend) longer
+		// than kproxy waits for it (5 s). The lock file is the test's own
+		// (XTABLES_LOCKFILE, which kproxy and iptables both read), so the
+		// host's /run/xtables.lock is never held.
+		name:  "xtables lock held past the wait",
+		modes: []proxyMode{iptablesMode(xtables.Legacy)},
+		run: func(f *faultEnv) (time.Duration, bool) {
+			const held = 14 * time.Second
+			lock := filepath.Join(f.dir, "xtables.lock")
+			holder := netns.StartProcess(f.t, f.c.Nodes[nodeA].NS, "lock-holder", f.dir,
+				"flock", lock, "sleep", strconv.Itoa(int(held/time.Second)))
+			netns.Eventually(f.t, 5*time.Second, "the lock held", func() (bool, string) {
+				err := exec.Command("flock", "-n", lock, "true").Run()
+				return err != nil, "lock free"
+			})
+			on := f.w.mark("lock taken")
+			f.change()
+			f.w.waitHealth("lock held", 503, on, syncTimeout)
+			f.notApplied("lock held")
+			netns.Eventually(f.t, held+5*time.Second, "the holder exits", func() (bool, string) {
+				done, _ := holder.Exited()
+				return done, "still holding"
+			})
+			off := f.w.mark("lock released")
+			done := f.waitApplied("lock released")
+			f.w.waitHealth("lock released", 200, off, syncTimeout)
+			if !strings.Contains(f.c.kproxy[nodeA].Log(), "held by another program") {
+				f.t.Errorf("kproxy's log does not say the lock was held")
+			}
+			return done.Sub(off), false
+		},
+	},
+	{
+		// Netlink refuses every nftables transaction (a kproxy built with
+		// the faultinject tag, whose fault file the test fills and
+		// empties).
+		name:  "netlink errors",
+		modes: []proxyMode{nftablesMode},
+		prepare: func(f *faultEnv) {
+			if kproxyFaultBin == "" {
+				f.t.Skip("kproxy with fault injection was not built (KPROXY_KERNEL_TEST_BIN is set)")
+			}
+			f.bin = kproxyFaultBin
+			f.env = append(f.env, "KPROXY_FAULT_REFUSE_FILE="+filepath.Join(f.dir, "refuse"))
+		},
+		run: func(f *faultEnv) (time.Duration, bool) {
+			refuse := filepath.Join(f.dir, "refuse")
+			if err := os.WriteFile(refuse, []byte("*"), 0o644); err != nil {
+				f.t.Fatal(err)
+			}
+			on := f.w.mark("fault on")
+			f.change()
+			f.w.waitHealth("netlink failing", 503, on, syncTimeout)
+			time.Sleep(faultSyncPeriod)
+			f.notApplied("netlink failing")
+			if err := os.WriteFile(refuse, nil, 0o644); err != nil {
+				f.t.Fatal(err)
+			}
+			off := f.w.mark("fault off")
+			done := f.waitApplied("netlink working again")
+			f.w.waitHealth("netlink working again", 200, off, syncTimeout)
+			return done.Sub(off), false
+		},
+	},
+	{
+		// kproxy's PATH is one directory of symlinks to the tools. They
+		// disappear while kproxy runs (the next sync fails), come back
+		// (repaired), and are missing when it starts: iptables mode
+		// exits naming the tool and a supervisor restarts it once they
+		// are back; nftables mode talks netlink and needs none of them.
+		name:  "nft and iptables binaries missing",
+		modes: allModes,
+		prepare: func(f *faultEnv) {
+			bin := filepath.Join(f.dir, "bin")
+			if err := os.Mkdir(bin, 0o755); err != nil {
+				f.t.Fatal(err)
+			}
+			linkTools(f.t, bin)
+			f.env = append(f.env, "PATH="+bin)
+		},
+		run: func(f *faultEnv) (time.Duration, bool) {
+			bin := filepath.Join(f.dir, "bin")
+			unlink := func() {
+				ents, _ := os.ReadDir(bin)
+				for _, e := range ents {
+					if err := os.Remove(filepath.Join(bin, e.Name())); err != nil {
+						f.t.Fatal(err)
+					}
+				}
+			}
+			// Disappearing while kproxy runs.
+			unlink()
+			on := f.w.mark("tools gone")
+			f.change()
+			if f.m.iptables {
+				f.w.waitHealth("tools gone", 503, on, syncTimeout)
+				f.notApplied("tools gone")
+			} else {
+				f.waitApplied("tools gone (netlink needs none)")
+				f.w.healthNever("tools gone (nftables)", 503, on)
+			}
+			linkTools(f.t, bin)
+			off := f.w.mark("tools back")
+			done := f.waitApplied("tools back")
+			f.w.waitHealth("tools back", 200, off, syncTimeout)
+			repair := done.Sub(off)
+
+			// Missing at start.
+			p := f.c.kproxy[nodeA]
+			if err := p.Kill(); err != nil {
+				f.t.Fatal(err)
+			}
+			unlink()
+			// web-b back in web-nodeport: a change to program.
+			f.snap = exampleSnapshot(f.t)
+			f.c.apply(f.snap)
+			f.w.mark("restart without tools")
+			if err := p.Restart(f.c.Nodes[nodeA].NS, f.c.kproxyArgs(nodeA)...); err != nil {
+				f.t.Fatal(err)
+			}
+			if f.m.iptables {
+				netns.Eventually(f.t, syncTimeout, "kproxy exits without its tools", func() (bool, string) {
+					done, _ := p.Exited()
+					return done, "still running"
+				})
+				if !strings.Contains(p.Log(), "restore") {
+					f.t.Errorf("kproxy's exit does not name the missing tool:\n%s", p.Tail(10))
+				}
+				f.notAppliedBack("tools missing at start")
+				linkTools(f.t, bin)
+				f.w.mark("tools back, restarted")
+				f.c.restartKproxy(nodeA)
+			} else {
+				f.c.waitSynced(nodeA)
+				linkTools(f.t, bin)
+			}
+			netns.Eventually(f.t, syncTimeout, "web-b back in web-nodeport", func() (bool, string) {
+				return !f.changeApplied(), "not yet"
+			})
+			return repair, false
+		},
+	},
+	{
+		// Someone deletes kproxy's rules between syncs: nftables mode's
+		// IPv4 table, or iptables mode's KUBE-SERVICES (flushed) and a
+		// service chain (flushed). Nothing tells kproxy (drift detection
+		// is another part of issue 17): /healthz stays 200 and the next
+		// periodic full sync, within the 2 s sync period, repairs it. New
+		// connections to the hit services fail until then; established
+		// ones keep their conntrack NAT and survive.
+		name:  "kproxy rules deleted between syncs",
+		modes: allModes,
+		run: func(f *faultEnv) (time.Duration, bool) {
+			node := f.c.Nodes[nodeA].NS
+			var argv [][]string
+			if f.m.iptables {
+				ipt := "iptables-" + strings.TrimPrefix(f.m.name, "iptables-")
+				d, err := f.c.mode.dump(node)
+				if err != nil {
+					f.t.Fatal(err)
+				}
+				svc := regexp.MustCompile(`-A KUBE-SERVICES .*--comment "?demo/web-clusterip:http cluster IP"? .*-j (KUBE-SVC-\S+)`).FindStringSubmatch(d)
+				if svc == nil {
+					f.t.Fatalf("no KUBE-SVC chain of web-clusterip in:\n%s", d)
+				}
+				// The node's private xtables lock (see start), not the
+				// host's, which other tests may hold.
+				lock := "XTABLES_LOCKFILE=" + filepath.Join(f.dir, "xtables.lock")
+				argv = [][]string{{"env", lock, ipt, "-w", "5", "-t", "nat", "-F", svc[1]}, {"env", lock, ipt, "-w", "5", "-t", "nat", "-F", "KUBE-SERVICES"}}
+			} else {
+				argv = [][]string{{"nft", "delete", "table", "ip", "kube-proxy"}}
+			}
+			before := time.Now()
+			for _, a := range argv {
+				if out, err := node.Exec(10*time.Second, a...); err != nil {
+					f.t.Fatalf("%v: %v\n%s", a, err, out)
+				}
+			}
+			off := f.w.mark("rules deleted")
+			var repaired time.Time
+			netns.Eventually(f.t, 3*faultSyncPeriod+syncTimeout, "web-clusterip answers again", func() (bool, string) {
+				r := f.c.Client.Request("tcp", ap("198.19.0.10:80"), netns.DialOptions{Timeout: 300 * time.Millisecond})
+				repaired = time.Now()
+				return r.Outcome == netns.Answered, r.String()
+			})
+			f.w.mark("repaired")
+			f.w.healthNever("rules deleted (kproxy cannot know)", 503, before)
+			f.c.run(f.t, probe{from: testerA, network: "tcp", dst: "198.19.0.11:80", servers: web, every: true, peer: peerOwn})
+			return repaired.Sub(off), true
+		},
+	},
+	{
+		// SIGKILL while kproxy programs 2,000 new services (a long sync),
+		// then a restart, as a supervisor would. While it is down nothing
+		// serves /healthz (connection refused: no false 200); the
+		// restarted kproxy programs everything.
+		name:  "SIGKILL in the middle of a sync",
+		modes: allModes,
+		run: func(f *faultEnv) (time.Duration, bool) {
+			p := f.c.kproxy[nodeA]
+			addServices(f.t, f.snap, 2000)
+			f.c.apply(f.snap)
+			// The file source notices within ~1 s and the sync follows;
+			// kill 50 ms after the reread, and tell from the log whether
+			// that sync had finished.
+			reread := regexp.MustCompile(`Reread object files.*changes=[0-9]{4}`)
+			deadline := time.Now().Add(bigSyncTimeout)
+			for !reread.MatchString(p.Log()) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if err := p.Kill(); err != nil {
+				f.t.Fatal(err)
+			}
+			off := f.w.mark("killed")
+			log := p.Log()
+			i := reread.FindStringIndex(log)
+			if i == nil {
+				f.t.Fatalf("kproxy never read the 2,000 services:\n%s", p.Tail(20))
+			}
+			mid := !strings.Contains(log[i[1]:], `"Synced"`)
+			f.t.Logf("killed in the middle of the sync: %v", mid)
+			f.w.mark(fmt.Sprintf("mid-sync=%v", mid))
+			time.Sleep(time.Second)
+			if h := f.w.lastHealth(); h.code != 0 {
+				f.t.Errorf("/healthz answered %d with kproxy dead", h.code)
+			}
+			if err := p.Restart(f.c.Nodes[nodeA].NS, f.c.kproxyArgs(nodeA)...); err != nil {
+				f.t.Fatal(err)
+			}
+			netns.Eventually(f.t, bigSyncTimeout, "the restarted kproxy serves the 2,000 services", func() (bool, string) {
+				r := f.c.Pod(f.t, testerA).NS.Request("tcp", ap("198.19.19.200:80"), netns.DialOptions{Timeout: 500 * time.Millisecond})
+				return r.Outcome == netns.Answered, r.String()
+			})
+			f.c.waitSynced(nodeA)
+			f.w.mark("restarted")
+			f.c.run(f.t, probe{from: testerA, network: "tcp", dst: "198.19.10.1:80", servers: web, every: true, peer: peerOwn})
+			f.c.run(f.t, probe{from: client, network: "tcp", dst: "198.19.19.200:80", n: 3, servers: web})
+			return time.Since(off), false
+		},
+	},
+	{
+		// The node's IP changes: the Node's InternalIP and the address on
+		// its interface (198.18.0.10 → 198.18.0.12; the client's service
+		// route and node-b's route to node-a's pods follow, as a CNI
+		// would). nftables mode's node ports (primary IPs) and the health
+		// check node port of etp-local move to the new address.
+		name:  "the node's IP changes",
+		modes: allModes,
+		prepare: func(f *faultEnv) {
+			f.args = append(f.args, "--healthz-bind-address", "0.0.0.0:10256")
+		},
+		run: func(f *faultEnv) (time.Duration, bool) {
+			node := f.c.Nodes[nodeA].NS
+			oldIP, newIP := ip("198.18.0.10"), ip("198.18.0.12")
+			// Without promote_secondaries, deleting the old (primary)
+			// address would delete the new one of the same subnet too.
+			if err := node.Sysctl("net.ipv4.conf.eth0.promote_secondaries", "1"); err != nil {
+				f.t.Fatal(err)
+			}
+			if err := node.AddAddr("eth0", netip.PrefixFrom(newIP, 24)); err != nil {
+				f.t.Fatal(err)
+			}
+			f.snap.editNode(f.t, nodeA, func(addrs []string) []string {
+				return slices.Insert(slices.DeleteFunc(addrs, func(a string) bool { return a == oldIP.String() }), 0, newIP.String())
+			})
+			f.c.apply(f.snap)
+			for _, c := range []struct {
+				ns   *netns.NS
+				argv []string
+			}{
+				{f.c.Client, []string{"ip", "route", "replace", "198.19.0.0/16", "via", newIP.String()}},
+				{f.c.Nodes[nodeB].NS, []string{"ip", "route", "replace", "198.18.129.0/24", "via", newIP.String()}},
+				{node, []string{"ip", "addr", "del", netip.PrefixFrom(oldIP, 24).String(), "dev", "eth0"}},
+			} {
+				if out, err := c.ns.Exec(10*time.Second, c.argv...); err != nil {
+					f.t.Fatalf("%v: %v\n%s", c.argv, err, out)
+				}
+			}
+			off := f.w.mark("IP changed")
+			f.w.setHealthURL("http://" + netip.AddrPortFrom(newIP, 10256).String() + "/healthz")
+			var done time.Time
+			netns.Eventually(f.t, syncTimeout, "NodePort 30080 on the new IP", func() (bool, string) {
+				r := f.c.Client.Request("tcp", netip.AddrPortFrom(newIP, 30080), netns.DialOptions{Timeout: 500 * time.Millisecond})
+				done = time.Now()
+				return r.Outcome == netns.Answered, r.String()
+			})
+			netns.Eventually(f.t, syncTimeout, "etp-local's health check on the new IP", func() (bool, string) {
+				code, body, err := f.c.Client.HTTPGet("http://"+netip.AddrPortFrom(newIP, 32081).String()+"/", time.Second)
+				return err == nil && code == 200 && strings.Contains(body, `"localEndpoints": 1`), fmt.Sprintf("%d %v %s", code, err, body)
+			})
+			// Masqueraded to the new address (or cbr0's for web-a), which
+			// the cluster helper does not know: not checked.
+			f.c.run(f.t, probe{from: client, network: "tcp", dst: netip.AddrPortFrom(newIP, 30080).String(), servers: web, every: true})
+			return done.Sub(off), false
+		},
+	},
+}
+
+// addServices adds n ClusterIP services (gen-0 … on 198.19.10.1 onwards,
+// 200 per /24) with web-clusterip's endpoints.
+func addServices(t *testing.T, s *snapshot, n int) {
+	t.Helper()
+	var svc, slice map[string]any
+	for _, o := range s.Items {
+		k, name := kindName(o)
+		if k == "Service" && name == "web-clusterip" {
+			svc = o
+		}
+		if k == "EndpointSlice" && name == "web-clusterip-x7k2p" {
+			slice = o
+		}
+	}
+	if svc == nil || slice == nil {
+		t.Fatal("web-clusterip not in the snapshot")
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("gen-%d", i)
+		vip := fmt.Sprintf("198.19.%d.%d", 10+i/200, 1+i%200)
+		c := deepCopy(t, svc)
+		md := c["metadata"].(map[string]any)
+		md["name"], md["uid"] = name, fmt.Sprintf("6b1f0c2e-7000-4a5b-9c8d-%012d", i)
+		spec := c["spec"].(map[string]any)
+		spec["clusterIP"], spec["clusterIPs"] = vip, []any{vip}
+		e := deepCopy(t, slice)
+		emd := e["metadata"].(map[string]any)
+		emd["name"], emd["uid"] = name+"-x", fmt.Sprintf("6b1f0c2e-7001-4a5b-9c8d-%012d", i)
+		emd["labels"].(map[string]any)["kubernetes.io/service-name"] = name
+		delete(emd, "ownerReferences")
+		s.Items = append(s.Items, c, e)
+	}
+}
+
+func deepCopy(t *testing.T, o map[string]any) map[string]any {
+	t.Helper()
+	var c map[string]any
+	convert(t, o, &c)
+	return c
+}
+
+// editNode rewrites the InternalIP addresses of a Node in the snapshot.
+func (s *snapshot) editNode(t *testing.T, name string, fn func([]string) []string) {
+	t.Helper()
+	for _, o := range s.Items {
+		if k, n := kindName(o); k != "Node" || n != name {
+			continue
+		}
+		st := o["status"].(map[string]any)
+		var internal []string
+		var rest []any
+		for _, a := range st["addresses"].([]any) {
+			am := a.(map[string]any)
+			if am["type"] == "InternalIP" {
+				internal = append(internal, am["address"].(string))
+			} else {
+				rest = append(rest, a)
+			}
+		}
+		var addrs []any
+		for _, a := range fn(internal) {
+			addrs = append(addrs, map[string]any{"type": "InternalIP", "address": a})
+		}
+		st["addresses"] = append(addrs, rest...)
+		bumpVersion(o)
+		return
+	}
+	t.Fatalf("no Node %q in the snapshot", name)
+}
+
+// notAppliedBack checks that web-nodeport still lacks web-b (kproxy is
+// down, the old rules serve).
+func (f *faultEnv) notAppliedBack(what string) {
+	f.t.Helper()
+	if !f.changeApplied() {
+		f.t.Errorf("%s: the rules changed with kproxy down", what)
+	}
+	f.c.run(f.t, probe{from: testerA, network: "tcp", dst: "198.19.0.11:80", n: 5, servers: []string{webA}, peer: peerOwn})
+}
+
+// linkTools fills dir with symlinks to the netfilter tools kproxy may run.
+func linkTools(t *testing.T, dir string) {
+	t.Helper()
+	for _, name := range []string{
+		"nft", "conntrack", "modprobe",
+		"iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore",
+		"iptables-legacy", "ip6tables-legacy", "iptables-legacy-save", "ip6tables-legacy-save", "iptables-legacy-restore", "ip6tables-legacy-restore",
+		"iptables-nft", "ip6tables-nft", "iptables-nft-save", "ip6tables-nft-save", "iptables-nft-restore", "ip6tables-nft-restore",
+	} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if err := os.Symlink(p, filepath.Join(dir, name)); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// iptablesNat is the node's IPv4 nat table without counters.
+func iptablesNat(t *testing.T, n *netns.NS, m proxyMode) string {
+	t.Helper()
+	save := "iptables-" + strings.TrimPrefix(m.name, "iptables-") + "-save"
+	out, err := n.Exec(10*time.Second, save, "-t", "nat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		if strings.HasPrefix(l, ":") {
+			// ":CHAIN POLICY [packets:bytes]"
+			if i := strings.LastIndex(l, " ["); i > 0 {
+				l = l[:i]
+			}
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
+}
+
+// lineDiff lists the lines only in a (-) and only in b (+).
+func lineDiff(a, b string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	ma, mb := in(a), in(b)
+	var out []string
+	for _, l := range strings.Split(a, "\n") {
+		if !mb[l] {
+			out = append(out, "-"+l)
+		}
+	}
+	for _, l := range strings.Split(b, "\n") {
+		if !ma[l] {
+			out = append(out, "+"+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
