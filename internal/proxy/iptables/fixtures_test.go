@@ -24,9 +24,24 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 )
 
 const masqueradeBit = 14
+
+// The address plan of the shared packet-flow table (package flowtest),
+// under the names this package's tests use.
+const (
+	podIIF    = flowtest.PodIIF
+	lanIIF    = flowtest.LanIIF
+	localPod  = flowtest.LocalPod
+	localPod6 = flowtest.LocalPod6
+	outside   = flowtest.Outside
+	webEps    = flowtest.WebEps
+)
+
+// hostA is node-a as the tracer sees it.
+var hostA = flowtest.HostA
 
 // exampleCluster is the built-in example as seen from one node.
 type exampleCluster struct {
@@ -38,29 +53,8 @@ type exampleCluster struct {
 // loadExample runs the example through the tracker as `kproxy render` does.
 func loadExample(t testing.TB, nodeName string) *exampleCluster {
 	t.Helper()
-	fams := []v1.IPFamily{model.IPv4, model.IPv6}
-	c := &exampleCluster{nodeName: nodeName, states: map[v1.IPFamily]*model.State{}}
-	var invalid []*model.InvalidError
-	tracker := model.NewTracker(model.TrackerOptions{
-		Hostname:  nodeName,
-		Families:  fams,
-		OnInvalid: func(e *model.InvalidError) { invalid = append(invalid, e) },
-	})
-	example.Objects().Feed(tracker)
-	u := tracker.Take()
-	for _, f := range fams {
-		st := model.NewState(f)
-		st.Apply(u.Families[f])
-		c.states[f] = st
-	}
-	c.node = tracker.Node()
-	if c.node == nil {
-		t.Fatalf("node %s is not in the example", nodeName)
-	}
-	if len(invalid) > 0 {
-		t.Fatalf("the example has invalid objects: %v", invalid)
-	}
-	return c
+	s := flowtest.Example(t, nodeName)
+	return &exampleCluster{nodeName: nodeName, node: s.Node, states: s.States}
 }
 
 // exampleOptions are the options of the golden files: cluster CIDRs from
@@ -94,11 +88,9 @@ func (c *exampleCluster) renderFull(t testing.TB, o Options) *Plan {
 	return Render(o.RenderConfig(c.node, c.node.Addresses), c.input(o.Family), NewApplied())
 }
 
-// spName is the name of port "http" (or the given port name) of demo/name.
+// spName is the name of a port of demo/name.
 func spName(name, port string, proto v1.Protocol) model.ServicePortName {
-	n := model.ServicePortName{Port: port, Protocol: proto}
-	n.Namespace, n.Name = example.Namespace, name
-	return n
+	return flowtest.SPName(name, port, proto)
 }
 
 // makeSP returns a ClusterIP service port demo/name:http, edited by tweak.

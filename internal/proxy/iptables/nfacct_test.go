@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
 
@@ -93,14 +94,14 @@ func TestProxierNFAcct(t *testing.T) {
 		}
 		counted.RouteLocalnet, uncounted.RouteLocalnet = true, true
 		for np := range want {
-			p := packetFlowTest{src: "127.0.0.1", dst: "127.0.0.1:" + np}.packet()
+			p := flowtest.Case{Src: "127.0.0.1", Dst: "127.0.0.1:" + np}.Packet()
 			g, err1 := counted.Trace(p, hostA)
 			w, err2 := uncounted.Trace(p, hostA)
 			if err1 != nil || err2 != nil {
 				t.Fatalf("trace %s: %v / %v", p, err1, err2)
 			}
-			go1, gm, _ := flowSummary(g)
-			wo, wm, _ := flowSummary(w)
+			go1, gm, _ := flowtest.Summary(g)
+			wo, wm, _ := flowtest.Summary(w)
 			if go1 != wo || gm != wm || go1 == "" {
 				t.Errorf("%s goes to %q (masquerade %v) with the counter, %q (%v) without", p, go1, gm, wo, wm)
 			}

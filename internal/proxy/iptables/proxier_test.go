@@ -25,6 +25,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
 
@@ -493,18 +494,18 @@ func (r *rig) checkTraces(t *testing.T, step string) {
 		}
 	}
 	for _, sp := range r.state.Services {
-		for _, pkt := range []packetFlowTest{
-			{src: localPod, iif: podIIF, dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), proto: sp.Protocol},
-			{src: outside, iif: lanIIF, dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), proto: sp.Protocol},
+		for _, pkt := range []flowtest.Case{
+			{Src: localPod, IIF: podIIF, Dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), Proto: sp.Protocol},
+			{Src: outside, IIF: lanIIF, Dst: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)).String(), Proto: sp.Protocol},
 		} {
-			p := pkt.packet()
+			p := pkt.Packet()
 			g, err1 := got.Trace(p, hostA)
 			w, err2 := want.Trace(p, hostA)
 			if err1 != nil || err2 != nil {
 				t.Fatalf("%s: trace %s: %v / %v", step, p, err1, err2)
 			}
-			go1, gm, _ := flowSummary(g)
-			wo, wm, _ := flowSummary(w)
+			go1, gm, _ := flowtest.Summary(g)
+			wo, wm, _ := flowtest.Summary(w)
 			if go1 != wo || gm != wm {
 				t.Errorf("%s: %s goes to %q (masquerade %v) after partial syncs, %q (%v) after a full one", step, p, go1, gm, wo, wm)
 			}

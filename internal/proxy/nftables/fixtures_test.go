@@ -29,31 +29,39 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
+// The address plan of the shared packet-flow table (package flowtest),
+// under the names this package's tests use.
 const (
-	// podIIF is the interface node-a's own pods send from (a veth, so
-	// that detectLocalMode InterfaceNamePrefix "veth" recognises it).
-	podIIF = "veth7c1d"
-	// bridgeIIF is the bridge node-a's pods send from in the
-	// BridgeInterface tests.
-	bridgeIIF = "cbr0"
-	// lanIIF is the node's uplink: other nodes, their pods and the
-	// outside world arrive here.
-	lanIIF = "eth0"
+	podIIF = flowtest.PodIIF
+	lanIIF = flowtest.LanIIF
+
+	localPod      = flowtest.LocalPod
+	outside       = flowtest.Outside
+	outsideDenied = flowtest.OutsideDenied
+	thisNode      = flowtest.ThisNode
+	localPod6     = flowtest.LocalPod6
+	outside6      = flowtest.Outside6
+	thisNode6     = flowtest.ThisNode6
+
+	webEps       = flowtest.WebEps
+	affinityEps  = flowtest.AffinityEps
+	dnsEps       = flowtest.DNSEps
+	topoZoneAEps = flowtest.TopoZoneAEps
 
 	masqueradeBit = 14
 )
 
 var (
-	nodeAIPv4 = netip.MustParseAddr("198.18.0.10")
-	nodeAIPv6 = netip.MustParseAddr("fd00:18::10")
+	nodeAIPv4 = flowtest.NodeAIPv4
+	nodeAIPv6 = flowtest.NodeAIPv6
 
 	// hostA is node-a as the tracer sees it: only its own addresses are
 	// local; the load balancer VIPs are not.
-	hostA = trace.Host{LocalAddrs: []netip.Addr{nodeAIPv4, nodeAIPv6}}
-	hostB = trace.Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("fd00:18::11")}}
+	hostA = flowtest.HostA
 )
 
 // exampleCluster is the built-in example as seen from one node: one State
@@ -62,35 +70,14 @@ type exampleCluster struct {
 	nodeName string
 	node     *model.Node
 	states   map[v1.IPFamily]*model.State
-	invalid  []*model.InvalidError
 }
 
 // loadExample runs the example through the tracker exactly as `kproxy
 // render` does.
 func loadExample(t testing.TB, nodeName string) *exampleCluster {
 	t.Helper()
-	fams := []v1.IPFamily{model.IPv4, model.IPv6}
-	c := &exampleCluster{nodeName: nodeName, states: map[v1.IPFamily]*model.State{}}
-	tracker := model.NewTracker(model.TrackerOptions{
-		Hostname:  nodeName,
-		Families:  fams,
-		OnInvalid: func(e *model.InvalidError) { c.invalid = append(c.invalid, e) },
-	})
-	example.Objects().Feed(tracker)
-	u := tracker.Take()
-	for _, f := range fams {
-		st := model.NewState(f)
-		st.Apply(u.Families[f])
-		c.states[f] = st
-	}
-	c.node = tracker.Node()
-	if c.node == nil {
-		t.Fatalf("node %s is not in the example", nodeName)
-	}
-	if len(c.invalid) > 0 {
-		t.Fatalf("the example has invalid objects: %v", c.invalid)
-	}
-	return c
+	s := flowtest.Example(t, nodeName)
+	return &exampleCluster{nodeName: nodeName, node: s.Node, states: s.States}
 }
 
 // exampleOptions are the options of the golden files: cluster CIDRs from
@@ -137,25 +124,9 @@ func parse(t testing.TB, text string) *trace.Ruleset {
 	return rs
 }
 
-// ruleset renders both families of the example for options made by opts
-// and loads them into one tracer ruleset.
-func (c *exampleCluster) ruleset(t testing.TB, opts func(f v1.IPFamily) Options) *trace.Ruleset {
-	t.Helper()
-	var text strings.Builder
-	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
-		p := c.renderFull(t, opts(f))
-		if len(p.Conflicts) > 0 {
-			t.Fatalf("unexpected conflicts in the example: %v", p.Conflicts)
-		}
-		text.WriteString(p.Tx.String())
-	}
-	return parse(t, text.String())
-}
-
-// packetFlowTest is one packet and where it must end, in the style of
-// upstream's runPacketFlowTests: output is the endpoints the packet may be
-// DNATed to ("ip:port, ip:port", sorted), or "DROP", "REJECT", or "ACCEPT"
-// (let through unchanged: not a service destination).
+// packetFlowTest is one packet and where it must end, as a
+// flowtest.Case states it (see there): the tests of single syncs use this
+// short form, the shared table (flow_test.go) the Case itself.
 type packetFlowTest struct {
 	name   string
 	proto  v1.Protocol // TCP when empty
@@ -164,80 +135,17 @@ type packetFlowTest struct {
 	dst    string // "ip:port"
 	output string
 	masq   bool
-	// knownDiff, when set, names a known difference from upstream: the
-	// case states upstream's outcome and is skipped (not failed) while
-	// kproxy still differs, and fails once it no longer does, so that
-	// the note gets removed.
+	// knownDiff: see flowtest.Case.KnownDiff.
 	knownDiff string
-}
-
-func (tc packetFlowTest) packet(t testing.TB) trace.Packet {
-	t.Helper()
-	d := netip.MustParseAddrPort(tc.dst)
-	proto := tc.proto
-	if proto == "" {
-		proto = v1.ProtocolTCP
-	}
-	return trace.Packet{Src: netip.MustParseAddr(tc.src), SrcPort: 40000, Dst: d.Addr(), DstPort: d.Port(), Proto: proto, IIF: tc.iif}
-}
-
-// flowSummary reduces a trace result to (output, masq) as packetFlowTest
-// states them. Every outcome must agree on the verdict kind and on
-// masquerading, otherwise it is reported as an error: the tests that want
-// per-endpoint differences (hairpin) look at the outcomes themselves.
-func flowSummary(res *trace.Result) (output string, masq bool, problem string) {
-	if len(res.Outcomes) == 0 {
-		return "", false, "no outcome"
-	}
-	first := res.Outcomes[0]
-	for _, o := range res.Outcomes[1:] {
-		if o.Verdict != first.Verdict || (o.DNAT == nil) != (first.DNAT == nil) {
-			return "", false, "outcomes disagree on the verdict"
-		}
-		if o.Masquerade != first.Masquerade {
-			return "", false, "outcomes disagree on masquerading"
-		}
-	}
-	switch {
-	case first.Verdict == trace.VerdictDrop:
-		return "DROP", false, ""
-	case first.Verdict == trace.VerdictReject:
-		return "REJECT", false, ""
-	case first.DNAT == nil:
-		return "ACCEPT", first.Masquerade, ""
-	}
-	var eps []string
-	for _, e := range res.Endpoints() {
-		eps = append(eps, e.String())
-	}
-	return strings.Join(eps, ", "), first.Masquerade, ""
 }
 
 func runPacketFlowTests(t *testing.T, rs *trace.Ruleset, host trace.Host, tests []packetFlowTest) {
 	t.Helper()
+	cases := make([]flowtest.Case, 0, len(tests))
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			res, err := rs.Trace(tc.packet(t), host)
-			if err != nil {
-				t.Fatalf("trace: %v", err)
-			}
-			out, masq, problem := flowSummary(res)
-			if problem != "" {
-				t.Fatalf("%s:\n%s", problem, res)
-			}
-			if tc.knownDiff != "" {
-				if out == tc.output && masq == tc.masq {
-					t.Errorf("%s now behaves as upstream; remove the knownDiff note %q", res.Packet, tc.knownDiff)
-				} else {
-					t.Skipf("known difference from upstream: %s (kproxy: %q masquerade=%v; upstream: %q masquerade=%v)", tc.knownDiff, out, masq, tc.output, tc.masq)
-				}
-				return
-			}
-			if out != tc.output || masq != tc.masq {
-				t.Errorf("%s: got %q masquerade=%v, want %q masquerade=%v\n%s", res.Packet, out, masq, tc.output, tc.masq, res)
-			}
-		})
+		cases = append(cases, flowtest.Case{Name: tc.name, Proto: tc.proto, Src: tc.src, IIF: tc.iif, Dst: tc.dst, Output: tc.output, Masq: tc.masq, KnownDiff: tc.knownDiff})
 	}
+	flowtest.Check(t, flowtest.NFTables, rs, host, cases)
 }
 
 // outcomeKey is an outcome without its path: what a packet experiences.
@@ -270,11 +178,9 @@ func outcomeKeys(res *trace.Result) []outcomeKey {
 
 var epoch = time.Date(2026, 1, 15, 10, 0, 0, 0, time.UTC)
 
-// spName is the name of port "http" (or the given port name) of demo/name.
+// spName is the name of a port of demo/name.
 func spName(name, port string, proto v1.Protocol) model.ServicePortName {
-	n := model.ServicePortName{Port: port, Protocol: proto}
-	n.Namespace, n.Name = example.Namespace, name
-	return n
+	return flowtest.SPName(name, port, proto)
 }
 
 // makeSP returns a ClusterIP service port demo/name:http, edited by tweak.
