@@ -56,19 +56,19 @@ const (
 type Kind string
 
 const (
-	KindClusterIP   Kind = "clusterip"
-	KindNodePort    Kind = "nodeport"
-	KindLB          Kind = "loadbalancer"
-	KindLBRanges    Kind = "loadbalancer-source-ranges"
-	KindAffinity    Kind = "affinity"
-	KindETPLocal    Kind = "etp-local"
-	KindITPLocal    Kind = "itp-local"
-	defaultNS            = "bench"
-	nodePortBase         = 20000 // the API server runs with --service-node-port-range=NodePortRange
-	maxServices          = 55000 // ClusterIPs from the bottom and LB IPs from the top of 198.19.0.0/16
-	podAddresses         = 224 * 256
-	endpointsPerSlice    = 100 // the EndpointSlice controller's default
-	tailFraction         = 0.001
+	KindClusterIP     Kind = "clusterip"
+	KindNodePort      Kind = "nodeport"
+	KindLB            Kind = "loadbalancer"
+	KindLBRanges      Kind = "loadbalancer-source-ranges"
+	KindAffinity      Kind = "affinity"
+	KindETPLocal      Kind = "etp-local"
+	KindITPLocal      Kind = "itp-local"
+	defaultNS              = "bench"
+	nodePortBase           = 20000 // the API server runs with --service-node-port-range=NodePortRange
+	maxServices            = 55000 // ClusterIPs from the bottom and LB IPs from the top of 198.19.0.0/16
+	podAddresses           = 224 * 256
+	endpointsPerSlice      = 100 // the EndpointSlice controller's default
+	tailFraction           = 0.001
 )
 
 // NodePortRange is the --service-node-port-range a kube-apiserver needs to
