@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"iter"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -85,9 +86,10 @@ func (c *Cluster) RemoveService() Change {
 
 // Rollout is a deployment of 50 pods rolling (maxSurge 25 %): the service
 // with the endpoint count nearest 50 (IPv4, not a probe) gets 13 new
-// ready pods and loses 13 old ones per step until every pod is new; each
-// step is one Change.
-func (c *Cluster) Rollout() []Change {
+// ready pods and loses 13 old ones per step until every pod is new. Each
+// step is one Change, made when the sequence reaches it (write the
+// cluster out before asking for the next).
+func (c *Cluster) Rollout() iter.Seq[Change] {
 	probes := map[int]bool{}
 	for _, p := range c.Probes() {
 		probes[p] = true
@@ -101,26 +103,28 @@ func (c *Cluster) Rollout() []Change {
 			best, bestDiff = i, d
 		}
 	}
-	if best < 0 {
-		return nil
-	}
-	s := c.Slices[c.SlicesOf[best][0]]
-	old := len(s.Endpoints)
-	hostname := s.Endpoints[0].Hostname
-	var out []Change
-	for step := 0; step*13 < old; step++ {
-		n := min(13, old-step*13)
-		eps := s.Endpoints[n:]
-		for range n {
-			e := c.endpoint(v1.IPv4Protocol)
-			e.Hostname = hostname
-			e.Conditions.Ready, e.Conditions.Serving = ptr.To(true), ptr.To(true)
-			eps = append(eps, e)
+	return func(yield func(Change) bool) {
+		if best < 0 {
+			return
 		}
-		s.Endpoints = append([]discovery.Endpoint(nil), eps...)
-		out = append(out, Change{Name: fmt.Sprintf("rollout of %s (%d pods) step %d", c.Services[best].Name, old, step+1), Update: []any{s}, Endpoints: 2 * n})
+		s := c.Slices[c.SlicesOf[best][0]]
+		old := len(s.Endpoints)
+		hostname := s.Endpoints[0].Hostname
+		for step := 0; step*13 < old; step++ {
+			n := min(13, old-step*13)
+			eps := append([]discovery.Endpoint(nil), s.Endpoints[n:]...)
+			for range n {
+				e := c.endpoint(v1.IPv4Protocol)
+				e.Hostname = hostname
+				e.Conditions.Ready, e.Conditions.Serving = ptr.To(true), ptr.To(true)
+				eps = append(eps, e)
+			}
+			s.Endpoints = eps
+			if !yield(Change{Name: fmt.Sprintf("rollout of %s (%d pods) step %d", c.Services[best].Name, old, step+1), Update: []any{s}, Endpoints: 2 * n}) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 // Burst flips the readiness of n endpoints spread over random services:

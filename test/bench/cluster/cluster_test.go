@@ -29,7 +29,8 @@ func TestDeterministic(t *testing.T) {
 		c.Reschedule()
 		c.AddService()
 		c.RemoveService()
-		c.Rollout()
+		for range c.Rollout() {
+		}
 		c.Burst(100)
 		return write(t, c)
 	}
@@ -171,5 +172,26 @@ func TestBadOptions(t *testing.T) {
 		if _, err := Generate(o); err == nil {
 			t.Errorf("Generate(%+v) gave no error", o)
 		}
+	}
+}
+
+// Each step of a rollout is a change of its own: the cluster written
+// after each differs from the one before.
+func TestRolloutSteps(t *testing.T) {
+	c, err := Generate(Options{Services: 200, Mix: Realistic, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, steps := write(t, c), 0
+	for ch := range c.Rollout() {
+		cur := write(t, c)
+		if bytes.Equal(prev, cur) {
+			t.Errorf("%s changed nothing", ch.Name)
+		}
+		prev = cur
+		steps++
+	}
+	if steps < 3 {
+		t.Errorf("%d rollout steps, want about 4", steps)
 	}
 }

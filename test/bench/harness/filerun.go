@@ -1,0 +1,192 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kproxy/kproxy/test/bench/cluster"
+	"github.com/kproxy/kproxy/test/e2e/framework"
+)
+
+// FileResult is one run of kproxy with the file source in a fresh
+// namespace: its first sync, then typical changes one at a time and a
+// burst, each change's syncs with their phases, and its memory.
+type FileResult struct {
+	Services  int    `json:"services"`
+	Endpoints int    `json:"endpoints"`
+	Mix       string `json:"mix"`
+	Mode      string `json:"mode"`
+	Rep       int    `json:"rep"`
+	// TimeToFirstSync is from start to the first sync's end, reading the
+	// file included; FirstSync is that sync itself, phase by phase.
+	TimeToFirstSync float64 `json:"timeToFirstSync"`
+	FirstSync       Sync    `json:"firstSync"`
+	// RSS after the first sync settled (3 s), its peak so far (VmHWM),
+	// the Go heap in use then, and RSS and peak after every change.
+	RSSSteadyMiB float64        `json:"rssSteadyMiB"`
+	RSSPeakMiB   float64        `json:"rssPeakMiB"`
+	HeapMiB      float64        `json:"heapInuseMiB"`
+	RSSEndMiB    float64        `json:"rssEndMiB"`
+	RSSPeakEnd   float64        `json:"rssPeakEndMiB"`
+	Changes      []ChangeResult `json:"changes"`
+}
+
+// ChangeResult is one change: the syncs that followed it (the first
+// delivers it; kproxy's nftables mode deletes what it shadowed in a
+// clean-up sync a second later).
+type ChangeResult struct {
+	Kind      string  `json:"kind"`
+	Name      string  `json:"name"`
+	Endpoints int     `json:"endpoints"`
+	Syncs     []Sync  `json:"syncs"`
+	First     float64 `json:"firstSyncSeconds"`
+	Total     float64 `json:"totalSyncSeconds"`
+}
+
+// The typical changes measured, in order, and how many of each.
+var fileChanges = []struct {
+	kind  string
+	times int
+}{
+	{"endpoint-ready-flip", 5}, {"pod-rescheduled", 3}, {"service-added", 3},
+	{"service-removed", 3}, {"rollout-50", 1}, {"burst-1000", 1},
+}
+
+// runFile measures kproxy in mode with the file source on c (which it
+// changes; the caller generates a fresh one per run).
+func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep int) FileResult {
+	dir := tb.TempDir()
+	snap := filepath.Join(dir, "cluster.json")
+	write := func() {
+		tmp := snap + ".tmp"
+		f, err := os.Create(tmp)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := c.WriteJSON(f); err != nil {
+			f.Close()
+			tb.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Rename(tmp, snap); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	write()
+	res := FileResult{Services: len(c.Services), Endpoints: c.Endpoints(), Mix: string(c.Opts.Mix), Mode: mode, Rep: rep}
+	ns := framework.AddNamespace(tb, "kpe2e-bfile")
+	p := Proxy{Name: "kproxy", Bin: bin}
+	// No periodic full sync during the measurement (--iptables-sync-period
+	// is nftables mode's too, as upstream).
+	argv, err := p.argv(tb, mode, c.LocalNode().Name, 4, "--from-file", snap, "--iptables-sync-period", "1h")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	started := time.Now()
+	proc := framework.StartProcess(tb, ns, tb.TempDir(), "kproxy", argv...)
+	fs := waitFirstSync(tb, ns, proc, started, 10*time.Minute)
+	res.TimeToFirstSync = fs.TimeTo
+	syncs, off := readSyncs(proc.Log, 0)
+	for _, s := range syncs {
+		if s.Full {
+			res.FirstSync = addSync(res.FirstSync, s)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	res.RSSSteadyMiB = procStatusMiB(proc.Pid(), "VmRSS")
+	res.RSSPeakMiB = procStatusMiB(proc.Pid(), "VmHWM")
+	client := framework.HTTPClientIn(ns)
+	if m, err := scrape(tb.Context(), client, metricsURL); err == nil {
+		res.HeapMiB = m.Sum(mHeapInuse) / (1 << 20)
+	}
+	_, off = readSyncs(proc.Log, off) // the clean-up sync after the first
+	tb.Logf("  kproxy %s, file source, %d services / %d endpoints: first sync %.3f s (%.2f s from start), RSS %.0f MiB (peak %.0f)",
+		mode, res.Services, res.Endpoints, res.FirstSync.Seconds, res.TimeToFirstSync, res.RSSSteadyMiB, res.RSSPeakMiB)
+
+	apply := func(kind string, ch cluster.Change) {
+		tb.Check()
+		before, err := scrape(tb.Context(), client, metricsURL)
+		if err != nil {
+			tb.Fatalf("metrics: %v", err)
+		}
+		write()
+		// Wait until a sync has followed the change, then 1.5 s more for
+		// the clean-up sync; at most 60 s.
+		deadline := time.Now().Add(60 * time.Second)
+		var syncedAt time.Time
+		for time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Second)
+			m, err := scrape(ctx, client, metricsURL)
+			cancel()
+			if err != nil {
+				continue
+			}
+			changed := m.Sum(mEPChanges)+m.Sum(mSvcChanges) > before.Sum(mEPChanges)+before.Sum(mSvcChanges)
+			if syncedAt.IsZero() && changed && m.Sum(mSync+"_count") > before.Sum(mSync+"_count") {
+				syncedAt = time.Now()
+			}
+			if !syncedAt.IsZero() && time.Since(syncedAt) > 1500*time.Millisecond {
+				break
+			}
+		}
+		if syncedAt.IsZero() {
+			tb.Fatalf("no sync within 60 s of the change %q\n%s", ch.Name, proc.Tail(20))
+		}
+		var syncs []Sync
+		syncs, off = readSyncs(proc.Log, off)
+		cr := ChangeResult{Kind: kind, Name: ch.Name, Endpoints: ch.Endpoints, Syncs: syncs}
+		for i, s := range syncs {
+			if i == 0 {
+				cr.First = s.Seconds
+			}
+			cr.Total += s.Seconds
+		}
+		res.Changes = append(res.Changes, cr)
+	}
+	for _, fc := range fileChanges {
+		for range fc.times {
+			switch fc.kind {
+			case "endpoint-ready-flip":
+				apply(fc.kind, c.FlipReady())
+			case "pod-rescheduled":
+				apply(fc.kind, c.Reschedule())
+			case "service-added":
+				apply(fc.kind, c.AddService())
+			case "service-removed":
+				apply(fc.kind, c.RemoveService())
+			case "rollout-50":
+				// The steps of a rollout come a few seconds apart in a real
+				// cluster: one at a time here too.
+				for ch := range c.Rollout() {
+					apply(fc.kind, ch)
+				}
+			case "burst-1000":
+				apply(fc.kind, c.Burst(1000))
+			}
+		}
+	}
+	res.RSSEndMiB = procStatusMiB(proc.Pid(), "VmRSS")
+	res.RSSPeakEnd = procStatusMiB(proc.Pid(), "VmHWM")
+	if err := proc.Stop(); err != nil {
+		tb.Logf("stopping kproxy: %v", err)
+	}
+	return res
+}
+
+// addSync adds b's figures to a's (two families of one sync).
+func addSync(a, b Sync) Sync {
+	a.Full = a.Full || b.Full
+	a.Seconds += b.Seconds
+	a.Model = max(a.Model, b.Model) // the model's work is shared by the families
+	a.Render += b.Render
+	a.Lower += b.Lower
+	a.Kernel += b.Kernel
+	a.Bytes += b.Bytes
+	a.Messages += b.Messages
+	return a
+}
