@@ -164,7 +164,7 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, data
 	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
 	fs := waitFirstSync(tb, ns, proc, started, 15*time.Minute)
 	res.TimeToFirstSync, res.FirstSyncSeconds, res.CPUToFirstSync = fs.TimeTo, fs.Seconds, fs.CPU
-	time.Sleep(5 * time.Second)
+	time.Sleep(wait(5 * time.Second))
 	res.RSSSteadyMiB = procStatusMiB(proc.Pid(), "VmRSS")
 	res.RSSPeakMiB = procStatusMiB(proc.Pid(), "VmHWM")
 	tb.Logf("  %s %s: first sync %.2f s after start (the sync itself %.2f s), %.1f CPU s, RSS %.0f MiB (peak %.0f)",
@@ -201,7 +201,10 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, data
 		if !done {
 			tb.Logf("  %s %s: change %d (%s) not programmed within 30 s by the metrics", p.Name, mode, k, ch.Name)
 		}
-		time.Sleep(1500 * time.Millisecond) // past the min sync period and kproxy's clean-up sync
+		// Past the min sync period (1 s, from the end of the last sync)
+		// and kproxy's clean-up sync a second after a change's: each
+		// change meets a proxy at rest.
+		time.Sleep(wait(3 * time.Second))
 	}
 	if dataPlane {
 		res.DataPlane = measureDataPlane(tb, ns, c)

@@ -95,6 +95,10 @@ func measureDataPlane(tb *TB, node string, c *cluster.Cluster) []Probe {
 	var out []Probe
 	for k, i := range probes {
 		dst := netip.AddrPortFrom(cluster.ClusterIP(i), 80)
+		// A warm-up (neighbour entries, the listener's first accepts).
+		if _, _, _, err := dialLoop(client, dst, 50); err != nil {
+			tb.Fatalf("data plane: %v", err)
+		}
 		lat, errs, elapsed, err := dialLoop(client, dst, probeConns)
 		if err != nil {
 			tb.Fatalf("data plane: %v", err)
@@ -162,4 +166,3 @@ func dialLoop(ns string, dst netip.AddrPort, n int) ([]time.Duration, int, time.
 	r := <-ch
 	return r.lat, r.errs, r.elapsed, r.err
 }
-

@@ -55,8 +55,10 @@ var fileChanges = []struct {
 }
 
 // runFile measures kproxy in mode with the file source on c (which it
-// changes; the caller generates a fresh one per run).
-func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep int) FileResult {
+// changes; the caller generates a fresh one per run). times, when not
+// zero, is how many of each single change to make instead of
+// fileChanges' counts.
+func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileResult {
 	dir := tb.TempDir()
 	snap := filepath.Join(dir, "cluster.json")
 	write := func() {
@@ -96,7 +98,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep int) FileResult {
 			res.FirstSync = addSync(res.FirstSync, s)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(wait(3 * time.Second))
 	res.RSSSteadyMiB = procStatusMiB(proc.Pid(), "VmRSS")
 	res.RSSPeakMiB = procStatusMiB(proc.Pid(), "VmHWM")
 	client := framework.HTTPClientIn(ns)
@@ -149,7 +151,11 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep int) FileResult {
 		res.Changes = append(res.Changes, cr)
 	}
 	for _, fc := range fileChanges {
-		for range fc.times {
+		n := fc.times
+		if times > 0 && fc.kind != "rollout-50" && fc.kind != "burst-1000" {
+			n = times
+		}
+		for range n {
 			switch fc.kind {
 			case "endpoint-ready-flip":
 				apply(fc.kind, c.FlipReady())

@@ -124,7 +124,7 @@ func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, l
 				seen[labels] = firstSync{TimeTo: ts - float64(started.UnixNano())/1e9, Seconds: sums[labels] / c}
 				lastNew, cpuAtLast = time.Now(), cpuSeconds(p.Pid())
 			}
-			if len(seen) > 0 && time.Since(lastNew) > 3*time.Second {
+			if len(seen) > 0 && time.Since(lastNew) > wait(3*time.Second) {
 				var out firstSync
 				for _, f := range seen {
 					out.TimeTo = max(out.TimeTo, f.TimeTo)

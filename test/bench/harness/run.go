@@ -25,8 +25,15 @@ type Config struct {
 	FileSource bool `json:"fileSource"`
 	APIServer  bool `json:"apiServer"`
 	DataPlane  bool `json:"dataPlane"`
-	// Changes is how many endpoint changes each API server run makes.
-	Changes int `json:"changes"`
+	// Changes is how many endpoint changes each API server run makes;
+	// FileChanges, when not zero, how many of each single change a file
+	// source run makes (5 endpoint flips, 3 of the others by default).
+	Changes     int `json:"changes"`
+	FileChanges int `json:"fileChanges,omitempty"`
+	// Quick shortens the waits (the first sync's quiet window, the
+	// settling before RSS is read, the rest between changes) to a third:
+	// for the test that keeps the harness working, not for figures.
+	Quick bool `json:"quick,omitempty"`
 }
 
 // Report is what a run measured; WriteReport writes it.
@@ -75,6 +82,10 @@ func (cfg *Config) Validate() error {
 // is gone when Run returns.
 func Run(tb *TB, cfg Config) *Report {
 	r := &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	pace = 1
+	if cfg.Quick {
+		pace = 1.0 / 3
+	}
 	fail := func(err error) {
 		if err != nil {
 			tb.Logf("FAILED: %v", err)
@@ -104,7 +115,7 @@ func Run(tb *TB, cfg Config) *Report {
 						if err != nil {
 							tb.Fatal(err)
 						}
-						r.File = append(r.File, runFile(tb, cfg.Proxies[kproxy].Bin, mode, c, rep))
+						r.File = append(r.File, runFile(tb, cfg.Proxies[kproxy].Bin, mode, c, rep, cfg.FileChanges))
 					}))
 				}
 			}
@@ -151,3 +162,9 @@ func machine() string {
 	cpus, _ := exec.Command("nproc").Output()
 	return strings.TrimSpace(string(out)) + ", " + strings.TrimSpace(string(cpus)) + " CPUs"
 }
+
+// pace scales the harness's waits (Config.Quick).
+var pace = 1.0
+
+// wait is d scaled by pace.
+func wait(d time.Duration) time.Duration { return time.Duration(float64(d) * pace) }

@@ -40,6 +40,7 @@ func run() int {
 	upstreamBin := fs.String("upstream", "", "upstream kube-proxy binary (default: $KPROXY_E2E_BIN/kube-proxy, built by test/tools/build.sh)")
 	reps := fs.Int("reps", 5, "repetitions of every figure")
 	changes := fs.Int("changes", 5, "endpoint changes per API server run")
+	fileChanges := fs.Int("file-changes", 0, "how many of each single change a file-source run makes (0: 5 endpoint flips, 3 of each other kind)")
 	what := fs.String("measure", "file,apiserver,dataplane", "what to measure: file (kproxy, file source), apiserver (side by side), dataplane (connects, in the API server runs)")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -49,7 +50,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "kproxy-bench: run as root (it creates network namespaces)")
 		return 2
 	}
-	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, Modes: split(*modes)}
+	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, Modes: split(*modes)}
 	var errs []error
 	for _, s := range split(*services) {
 		n, err := strconv.Atoi(s)
@@ -83,6 +84,8 @@ func run() int {
 				var err error
 				if bin, err = buildKproxy(); err != nil {
 					errs = append(errs, err)
+				} else {
+					defer os.RemoveAll(filepath.Dir(bin))
 				}
 			}
 			cfg.Proxies = append(cfg.Proxies, harness.Proxy{Name: "kproxy", Bin: bin})
