@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,7 +73,26 @@ func startAPICluster(tb *TB, c *cluster.Cluster) *apiCluster {
 		tb.Fatal(err)
 	}
 	start := time.Now()
-	if err := a.parallel(ctx, c.Objects(), a.create); err != nil {
+	objs := c.Objects()
+	var created atomic.Int64
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // progress: a 10k-service cluster takes minutes
+		t := time.NewTicker(15 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				tb.Logf("  created %d of %d objects", created.Load(), len(objs))
+			}
+		}
+	}()
+	if err := a.parallel(ctx, objs, func(ctx context.Context, o any) error {
+		defer created.Add(1)
+		return a.create(ctx, o)
+	}); err != nil {
 		tb.Fatalf("creating the cluster: %v", err)
 	}
 	tb.Logf("created %d nodes, %d services, %d endpoint slices (%d endpoints) in %s", len(c.Nodes), len(c.Services), len(c.Slices), c.Endpoints(), time.Since(start).Round(time.Second))
