@@ -117,8 +117,10 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 		}
 		write()
 		// Wait until a sync has followed the change, then 1.5 s more for
-		// the clean-up sync; at most 60 s.
-		deadline := time.Now().Add(60 * time.Second)
+		// the clean-up sync; at most 1 minute plus 20 ms per service
+		// (reading a 10k-service file took ~50 s on a machine at load 24).
+		limit := time.Minute + time.Duration(res.Services)*20*time.Millisecond
+		deadline := time.Now().Add(limit)
 		var syncedAt time.Time
 		for time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
@@ -137,7 +139,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 			}
 		}
 		if syncedAt.IsZero() {
-			tb.Fatalf("no sync within 60 s of the change %q\n%s", ch.Name, proc.Tail(20))
+			tb.Fatalf("no sync within %s of the change %q\n%s", limit, ch.Name, proc.Tail(20))
 		}
 		var syncs []Sync
 		syncs, off = readSyncs(proc.Log, off)
