@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -31,6 +32,8 @@ type FileResult struct {
 	RSSEndMiB    float64        `json:"rssEndMiB"`
 	RSSPeakEnd   float64        `json:"rssPeakEndMiB"`
 	Changes      []ChangeResult `json:"changes"`
+	// Error says why the changes stopped early, if they did.
+	Error string `json:"error,omitempty"`
 }
 
 // ChangeResult is one change: the syncs that followed it (the first
@@ -109,7 +112,9 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 	tb.Logf("  kproxy %s, file source, %d services / %d endpoints: first sync %.3f s (%.2f s from start), RSS %.0f MiB (peak %.0f)",
 		mode, res.Services, res.Endpoints, res.FirstSync.Seconds, res.TimeToFirstSync, res.RSSSteadyMiB, res.RSSPeakMiB)
 
-	apply := func(kind string, ch cluster.Change) {
+	// apply makes one change and measures it; false (and res.Error) when
+	// no sync followed: the figures so far are kept, the changes stop.
+	apply := func(kind string, ch cluster.Change) bool {
 		tb.Check()
 		before, err := scrape(tb.Context(), client, metricsURL)
 		if err != nil {
@@ -139,7 +144,9 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 			}
 		}
 		if syncedAt.IsZero() {
-			tb.Fatalf("no sync within %s of the change %q\n%s", limit, ch.Name, proc.Tail(20))
+			res.Error = fmt.Sprintf("no sync within %s of the change %q", limit, ch.Name)
+			tb.Logf("  %s; last lines of kproxy's log:\n%s", res.Error, proc.Tail(20))
+			return false
 		}
 		var syncs []Sync
 		syncs, off = readSyncs(proc.Log, off)
@@ -151,30 +158,34 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 			cr.Total += s.Seconds
 		}
 		res.Changes = append(res.Changes, cr)
+		return true
 	}
+	ok := true
 	for _, fc := range fileChanges {
 		n := fc.times
 		if times > 0 && fc.kind != "rollout-50" && fc.kind != "burst-1000" {
 			n = times
 		}
-		for range n {
+		for i := 0; ok && i < n; i++ {
 			switch fc.kind {
 			case "endpoint-ready-flip":
-				apply(fc.kind, c.FlipReady())
+				ok = apply(fc.kind, c.FlipReady())
 			case "pod-rescheduled":
-				apply(fc.kind, c.Reschedule())
+				ok = apply(fc.kind, c.Reschedule())
 			case "service-added":
-				apply(fc.kind, c.AddService())
+				ok = apply(fc.kind, c.AddService())
 			case "service-removed":
-				apply(fc.kind, c.RemoveService())
+				ok = apply(fc.kind, c.RemoveService())
 			case "rollout-50":
 				// The steps of a rollout come a few seconds apart in a real
 				// cluster: one at a time here too.
 				for ch := range c.Rollout() {
-					apply(fc.kind, ch)
+					if ok = apply(fc.kind, ch); !ok {
+						break
+					}
 				}
 			case "burst-1000":
-				apply(fc.kind, c.Burst(1000))
+				ok = apply(fc.kind, c.Burst(1000))
 			}
 		}
 	}

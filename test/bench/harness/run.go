@@ -115,7 +115,11 @@ func Run(tb *TB, cfg Config) *Report {
 						if err != nil {
 							tb.Fatal(err)
 						}
-						r.File = append(r.File, runFile(tb, cfg.Proxies[kproxy].Bin, mode, c, rep, cfg.FileChanges))
+						fr := runFile(tb, cfg.Proxies[kproxy].Bin, mode, c, rep, cfg.FileChanges)
+						r.File = append(r.File, fr)
+						if fr.Error != "" {
+							r.Errors = append(r.Errors, fmt.Sprintf("file source, %d services, %s: %s", n, mode, fr.Error))
+						}
 					}))
 				}
 			}
