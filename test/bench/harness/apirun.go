@@ -212,7 +212,9 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, data
 			if err != nil {
 				continue
 			}
-			if n := m.Sum(mNPL+"_count") - before.Sum(mNPL+"_count"); n > 0 {
+			// Upstream observes the latency inside its sync and the
+			// sync's duration after it: wait for both.
+			if n := m.Sum(mNPL+"_count") - before.Sum(mNPL+"_count"); n > 0 && m.Sum(mSync+"_count") > before.Sum(mSync+"_count") {
 				res.NPL = append(res.NPL, (m.Sum(mNPL+"_sum")-before.Sum(mNPL+"_sum"))/n)
 				res.ChangeSync = append(res.ChangeSync, m.Sum(mSync+"_sum")-before.Sum(mSync+"_sum"))
 				done = true
