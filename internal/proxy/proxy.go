@@ -200,6 +200,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	defer l.mu.Unlock()
 	l.takeRepairs()
 
+	modelStart := l.opts.Clock.Now()
 	u := l.opts.Tracker.Take()
 	metrics.ServiceChangesTotal.Add(float64(u.ServiceChanges))
 	metrics.EndpointChangesTotal.Add(float64(u.EndpointChanges))
@@ -241,6 +242,9 @@ func (l *Loop) Sync(ctx context.Context) error {
 		}
 	}
 
+	// The model's share of the sync (folding the changes into every
+	// family's state), logged beside each family's sync time.
+	modelSeconds := l.opts.Clock.Since(modelStart).Seconds()
 	var errs []error
 	for f, b := range l.opts.Backends {
 		now := l.opts.Clock.Now()
@@ -280,7 +284,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s sync: %w", f, err))
 			continue
 		}
-		klog.V(2).InfoS("Synced", "ipFamily", f, "full", full, "changedServicePorts", l.pending[f].Len(), "seconds", elapsed)
+		klog.V(2).InfoS("Synced", "ipFamily", f, "full", full, "changedServicePorts", l.pending[f].Len(), "seconds", elapsed, "modelSeconds", modelSeconds)
 		l.pending[f] = sets.New[model.ServicePortName]()
 		l.needFull[f] = false
 		if full {

@@ -87,7 +87,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		}
 		in.Takeover = len(ours) > 0 && !p.wroteTable
 	}
+	renderStart := time.Now()
 	plan := Render(p.cfg, in, p.applied)
+	renderSeconds := time.Since(renderStart).Seconds()
 	// The model resolves contested addresses before rendering (model/
 	// resolve.go), so a conflict here is a bug in that resolution; the
 	// renderer still keeps the first owner rather than fail the sync.
@@ -102,7 +104,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			p.cfg = nil
 			return nil, fmt.Errorf("applying nftables transaction (%d operations) to %s: %w", plan.Tx.Len(), plan.Tx.Where(), err)
 		}
-		klog.V(3).InfoS("Applied nftables transaction", "ipFamily", p.opts.Family, "operations", plan.Tx.Len(), "full", in.Full, "seconds", time.Since(start).Seconds())
+		klog.V(3).InfoS("Applied nftables transaction", "ipFamily", p.opts.Family, "operations", plan.Tx.Len(), "full", in.Full, "renderSeconds", renderSeconds, "seconds", time.Since(start).Seconds())
 	}
 	plan.Commit(p.applied)
 	p.wroteTable = true

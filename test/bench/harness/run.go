@@ -1,0 +1,174 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kproxy/kproxy/test/bench/cluster"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	Services []int       `json:"services"`
+	Mix      cluster.Mix `json:"mix"`
+	Seed     uint64      `json:"seed"`
+	Modes    []string    `json:"modes"`
+	Proxies  []Proxy     `json:"proxies"`
+	Reps     int         `json:"reps"`
+	// FileSource measures kproxy alone with the file source; APIServer
+	// runs every proxy against a real kube-apiserver; DataPlane adds the
+	// connect measurement to the API server runs.
+	FileSource bool `json:"fileSource"`
+	APIServer  bool `json:"apiServer"`
+	DataPlane  bool `json:"dataPlane"`
+	// Changes is how many endpoint changes each API server run makes;
+	// FileChanges, when not zero, how many of each single change a file
+	// source run makes (5 endpoint flips, 3 of the others by default).
+	Changes     int `json:"changes"`
+	FileChanges int `json:"fileChanges,omitempty"`
+	// Quick shortens the waits (the first sync's quiet window, the
+	// settling before RSS is read, the rest between changes) to a third:
+	// for the test that keeps the harness working, not for figures.
+	Quick bool `json:"quick,omitempty"`
+}
+
+// Report is what a run measured; WriteReport writes it.
+type Report struct {
+	Config  Config       `json:"config"`
+	Started time.Time    `json:"started"`
+	Ended   time.Time    `json:"ended"`
+	Machine string       `json:"machine"`
+	File    []FileResult `json:"file,omitempty"`
+	API     []APIResult  `json:"api,omitempty"`
+	// Errors are runs that failed (the others still count).
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Validate says what is wrong with cfg, all at once.
+func (cfg *Config) Validate() error {
+	var errs []string
+	if len(cfg.Services) == 0 {
+		errs = append(errs, "no service counts")
+	}
+	for _, m := range cfg.Modes {
+		if !slices.Contains(knownModes, m) {
+			errs = append(errs, fmt.Sprintf("mode %q: want one of %s", m, strings.Join(knownModes, ",")))
+		}
+	}
+	if cfg.Reps < 1 {
+		errs = append(errs, "reps must be at least 1")
+	}
+	for _, p := range cfg.Proxies {
+		if _, err := os.Stat(p.Bin); err != nil {
+			errs = append(errs, fmt.Sprintf("proxy %s: %v", p.Name, err))
+		}
+	}
+	if !cfg.FileSource && !cfg.APIServer {
+		errs = append(errs, "nothing to measure: neither the file source nor the API server")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Run measures cfg. A failed run (one proxy, mode, rep) is reported in
+// Report.Errors and the others go on; an interrupt ends the whole run
+// with what was measured so far. Every namespace and process a run made
+// is gone when Run returns.
+func Run(tb *TB, cfg Config) *Report {
+	r := &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	pace = 1
+	if cfg.Quick {
+		pace = 1.0 / 3
+	}
+	fail := func(err error) {
+		if err != nil {
+			tb.Logf("FAILED: %v", err)
+			r.Errors = append(r.Errors, err.Error())
+		}
+	}
+	kproxy := -1
+	for i, p := range cfg.Proxies {
+		if p.Name == "kproxy" {
+			kproxy = i
+		}
+	}
+	for _, n := range cfg.Services {
+		if tb.Context().Err() != nil {
+			break
+		}
+		opts := cluster.Options{Services: n, Mix: cfg.Mix, Seed: cfg.Seed}
+		if cfg.FileSource && kproxy >= 0 {
+			for rep := range cfg.Reps {
+				for _, mode := range cfg.Modes {
+					if tb.Context().Err() != nil {
+						break
+					}
+					tb.Logf("[file source] %d services, %s, rep %d/%d", n, mode, rep+1, cfg.Reps)
+					fail(tb.Scope(fmt.Sprintf("file-%d-%s-%d", n, mode, rep), func(tb *TB) {
+						c, err := cluster.Generate(opts)
+						if err != nil {
+							tb.Fatal(err)
+						}
+						fr := runFile(tb, cfg.Proxies[kproxy].Bin, mode, c, rep, cfg.FileChanges)
+						r.File = append(r.File, fr)
+						if fr.Error != "" {
+							r.Errors = append(r.Errors, fmt.Sprintf("file source, %d services, %s: %s", n, mode, fr.Error))
+						}
+					}))
+				}
+			}
+		}
+		if cfg.APIServer && tb.Context().Err() == nil {
+			fail(tb.Scope(fmt.Sprintf("api-%d", n), func(tb *TB) {
+				c, err := cluster.Generate(opts)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				tb.Logf("[API server] %d services: starting etcd and kube-apiserver, creating the objects", n)
+				a := startAPICluster(tb, c)
+				for rep := range cfg.Reps {
+					// Alternate which proxy goes first.
+					order := slices.Clone(cfg.Proxies)
+					if rep%2 == 1 {
+						slices.Reverse(order)
+					}
+					for _, mode := range cfg.Modes {
+						for _, p := range order {
+							if tb.Context().Err() != nil {
+								return
+							}
+							tb.Logf("[API server] %d services, %s %s, rep %d/%d", n, p.Name, mode, rep+1, cfg.Reps)
+							fail(tb.Scope(fmt.Sprintf("%s-%s-%d", p.Name, mode, rep), func(tb *TB) {
+								r.API = append(r.API, a.runAPI(tb, p, mode, rep, cfg.Changes, cfg.DataPlane))
+							}))
+						}
+					}
+				}
+			}))
+		}
+	}
+	if tb.Context().Err() != nil {
+		r.Errors = append(r.Errors, "interrupted")
+	}
+	r.Ended = time.Now().UTC()
+	return r
+}
+
+// machine is the kernel and CPU count, for the report.
+func machine() string {
+	out, _ := exec.Command("uname", "-srm").Output()
+	cpus, _ := exec.Command("nproc").Output()
+	return strings.TrimSpace(string(out)) + ", " + strings.TrimSpace(string(cpus)) + " CPUs"
+}
+
+// pace scales the harness's waits (Config.Quick).
+var pace = 1.0
+
+// wait is d scaled by pace.
+func wait(d time.Duration) time.Duration { return time.Duration(float64(d) * pace) }
