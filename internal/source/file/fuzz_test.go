@@ -27,8 +27,8 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
-	"github.com/kproxy/kproxy/internal/testutil/fuzzsnap"
 	"github.com/kproxy/kproxy/internal/source/file"
+	"github.com/kproxy/kproxy/internal/testutil/fuzzsnap"
 )
 
 // objectKey identifies an object read.
