@@ -61,7 +61,10 @@ type validator struct {
 
 func (v *validator) add(category string, errs field.ErrorList) {
 	for _, e := range errs {
-		v.errs = append(v.errs, &InvalidError{Kind: v.kind, Object: v.obj, Field: e.Field, Reason: e.ErrorBody(), Category: category, Whole: true})
+		if s, ok := e.BadValue.(string); ok {
+			e.BadValue = clipTo(s, maxBadValue)
+		}
+		v.errs = append(v.errs, &InvalidError{Kind: v.kind, Object: clip(v.obj), Field: e.Field, Reason: clip(e.ErrorBody()), Category: category, Whole: true})
 	}
 }
 

@@ -334,13 +334,22 @@ func kindLabel(kind string) string {
 	return "other"
 }
 
+// clip bounds a name in a log line: a file may hold one of megabytes.
+func clip(s string) string {
+	const limit = 512
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + fmt.Sprintf("... (%d bytes in all)", len(s))
+}
+
 // logErrors logs the errors not logged yet, and counts them in
 // kproxy_invalid_objects_total (reason undecodable).
 func (c *collector) logErrors() {
 	for _, err := range c.errs[c.logged:] {
 		if e, ok := err.(*DocumentError); ok {
 			klog.ErrorS(e.Err, "Skipping object", "file", e.File, "line", e.Line, "document", e.Document, "item", e.Item,
-				"kind", e.Kind, "namespace", e.Namespace, "name", e.Name)
+				"kind", clip(e.Kind), "namespace", clip(e.Namespace), "name", clip(e.Name))
 			metrics.InvalidObjectsTotal.WithLabelValues(kindLabel(e.Kind), ReasonUndecodable).Inc()
 		}
 	}
