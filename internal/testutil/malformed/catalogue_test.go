@@ -11,9 +11,12 @@ package malformed_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -141,6 +144,49 @@ func TestCatalogueModel(t *testing.T) {
 			_, ep = inRules(c.Endpoint)
 			if ep != c.EndpointInRules {
 				t.Errorf("endpoint %s in the state: %v, want %v", c.Endpoint, ep, c.EndpointInRules)
+			}
+		})
+	}
+}
+
+// TestCatalogueFiles reads every file-level case as the file source does
+// (one file of a directory) and checks its verdict.
+func TestCatalogueFiles(t *testing.T) {
+	fuzzsnap.Quiet()
+	dir := t.TempDir()
+	for _, c := range malformed.FileCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			path := filepath.Join(dir, c.FileName)
+			if err := os.WriteFile(path, c.Data(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(path)
+			start := time.Now()
+			objs, errs := file.Load(path)
+			// Generous: the machine is shared; alone it takes ~2 s.
+			if d := time.Since(start); d > 2*time.Minute {
+				t.Errorf("reading took %v", d)
+			}
+			var fault *file.FileError
+			for _, err := range errs {
+				if !errors.As(err, &fault) {
+					fault = nil
+				}
+			}
+			switch c.Want {
+			case malformed.FileFault:
+				if fault == nil || fault.Reason != c.Reason {
+					t.Errorf("want a file fault %s, got %v", c.Reason, errs)
+				}
+			case malformed.Skip:
+				var reports []*model.InvalidError
+				tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", OnInvalid: func(e *model.InvalidError) { reports = append(reports, e) }})
+				objs.Feed(tr)
+				if len(errs) > 0 || !slices.ContainsFunc(reports, func(r *model.InvalidError) bool {
+					return r.Object == c.Object && r.Category == c.Reason && r.Whole && len(r.Error()) < 4096
+				}) {
+					t.Errorf("want %s skipped as %s in a short report, got errors %v, reports %d", c.Object, c.Reason, errs, len(reports))
+				}
 			}
 		})
 	}
