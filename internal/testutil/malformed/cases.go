@@ -70,8 +70,10 @@ func nodeCase(n int, name string, want Want, reason string, api bool, mut func(o
 func itemCase(n int, name, kind string, api bool, item any) Case {
 	object := ""
 	if o, ok := item.(obj); ok {
-		if _, named := o["metadata"]; named {
-			object = objectOf(o)
+		if m, named := o["metadata"].(obj); named {
+			if _, ok := m["name"].(string); ok {
+				object = objectOf(o)
+			}
 		}
 	}
 	return Case{Name: name, Category: "not-kubernetes", Objects: []any{item}, Want: Skip, Kind: kind, Reason: ReasonUndecodable,
