@@ -162,6 +162,9 @@ func testMalformedCatalogue(t *testing.T, m proxyMode) {
 				parts = []string{`"Skipping object"`, klogKV("file", catPath)}
 				if cs.Object != "" {
 					ns, name, _ := strings.Cut(cs.Object, "/")
+					if cs.Kind == "Node" {
+						ns, name = "", cs.Object
+					}
 					parts = append(parts, klogKV("name", name), klogKV("namespace", ns))
 				} else {
 					parts = append(parts, "item="+strconv.Itoa(firstItem[i])+" ")
