@@ -137,11 +137,11 @@ func TestCatalogueModel(t *testing.T) {
 					t.Errorf("want %s, got reports: %s", c.Want, describe())
 				}
 			}
-			cl, ep := inRules(c.ClusterIP)
+			cl, _ := inRules(c.ClusterIP)
 			if cl != c.InRules {
 				t.Errorf("cluster IP %s in the state: %v, want %v", c.ClusterIP, cl, c.InRules)
 			}
-			_, ep = inRules(c.Endpoint)
+			_, ep := inRules(c.Endpoint)
 			if ep != c.EndpointInRules {
 				t.Errorf("endpoint %s in the state: %v, want %v", c.Endpoint, ep, c.EndpointInRules)
 			}
