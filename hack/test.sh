@@ -17,7 +17,8 @@
 # whole suite refuses to start (use --unit).
 #
 # Groups: unit (every package but the ones below; as root their kernel
-# tests run too), kernel (test/kernel), vm (internal/testutil/vm), e2e
+# tests run too), kernel (test/kernel), vm (internal/testutil/vm), fuzz
+# (each fuzz target for FUZZTIME, 10s by default), e2e
 # (test/e2e and test/compat, upstream kube-proxy as the oracle; run beside
 # the others: they mostly wait), then test/monitoring and test/tools
 # (modules of their own). It prints where the time went and one closing
@@ -131,6 +132,21 @@ if [ "$unit" = 0 ]; then
   # shellcheck disable=SC2086
   gts vm "$@" $vm_pkgs || status=1
   took vm "$t"
+  # Fuzzing, bounded: each target for FUZZTIME (go test -fuzz takes one
+  # target at a time), after its seed corpus ran with the unit tests.
+  # Longer runs are made by hand (docs/reliability.md, "Fuzzing").
+  t=$SECONDS
+  if [ "$#" -gt 0 ]; then
+    echo "== fuzzing: skipped (extra go test flags given)"
+  else
+    echo "== fuzzing: each target ${FUZZTIME:-10s}"
+    for target in FuzzConvertObjects:./internal/model FuzzLoad:./internal/source/file FuzzLoadConfigFile:./internal/config \
+      FuzzRender:./internal/proxy/nftables FuzzRender:./internal/proxy/iptables; do
+      fn=${target%%:*} pkg=${target#*:}
+      gts "fuzz-${fn}-${pkg##*/}" -run '^$' -fuzz "^${fn}\$" -fuzztime "${FUZZTIME:-10s}" -parallel 1 "$pkg" || status=1
+    done
+  fi
+  took fuzz "$t"
   echo "== end-to-end tests (started with the unit tests)"
   if ! wait "$e2e_pid"; then status=1; fi
   e2e_pid=""

@@ -299,7 +299,11 @@ var (
 	// one of the model's Reason* categories (invalid_name,
 	// invalid_namespace, invalid_port_name, invalid_label,
 	// invalid_service_name_label, invalid_address_type, too_many_items).
-	// Counted by the model's Tracker, for every source.
+	// Counted by the model's Tracker, for every source; the file source
+	// also counts, as reason "undecodable" (kind "other" when not one of
+	// the three), each object of a file it could not use at all (no kind
+	// or name, a field of the wrong type, a duplicate), which the model
+	// never sees.
 	InvalidObjectsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "invalid_objects_total",

@@ -75,12 +75,14 @@ func ConvertService(svc *v1.Service, families []v1.IPFamily) (map[v1.IPFamily]ma
 			if len(svc.Spec.ClusterIPs) > 0 {
 				f += "[" + strconv.Itoa(i) + "]"
 			}
-			bad(f, "invalid IP %q", s)
+			bad(f, "invalid IP %q, service skipped", s)
+			errs[len(errs)-1].Whole = true
 			return nil, errs
 		}
 		f := FamilyOf(a)
 		if _, dup := clusterIPs[f]; dup {
-			bad(field, "two %s addresses", f)
+			bad(field, "two %s addresses, service skipped", f)
+			errs[len(errs)-1].Whole = true
 			return nil, errs
 		}
 		clusterIPs[f] = a

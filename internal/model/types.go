@@ -312,5 +312,24 @@ func (e *InvalidError) Error() string {
 }
 
 func invalid(kind, object, field, format string, args ...any) *InvalidError {
-	return &InvalidError{Kind: kind, Object: object, Field: field, Reason: fmt.Sprintf(format, args...), Category: ReasonInvalidPart}
+	return &InvalidError{Kind: kind, Object: clip(object), Field: field, Reason: clip(fmt.Sprintf(format, args...)), Category: ReasonInvalidPart}
+}
+
+// maxReportText bounds the object name and the reason of an InvalidError:
+// a file may hold a name or a value of megabytes (the API server would
+// refuse it), and each report is a log line.
+const maxReportText = 1024
+
+// maxBadValue bounds the value quoted in a reason.
+const maxBadValue = 256
+
+// clip returns s, or its first maxReportText bytes (whole UTF-8
+// sequences) and how long it was.
+func clip(s string) string { return clipTo(s, maxReportText) }
+
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("... (%d bytes in all)", len(s))
 }

@@ -15,6 +15,7 @@ package model
 // handled per part where the object is converted.
 
 import (
+	"fmt"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,16 +62,21 @@ type validator struct {
 
 func (v *validator) add(category string, errs field.ErrorList) {
 	for _, e := range errs {
-		v.errs = append(v.errs, &InvalidError{Kind: v.kind, Object: v.obj, Field: e.Field, Reason: e.ErrorBody(), Category: category, Whole: true})
+		if s, ok := e.BadValue.(string); ok {
+			e.BadValue = clipTo(s, maxBadValue)
+		}
+		v.errs = append(v.errs, &InvalidError{Kind: v.kind, Object: clip(v.obj), Field: e.Field, Reason: clip(e.ErrorBody()), Category: category, Whole: true})
 	}
 }
 
 // meta checks name and namespace (namespaced objects) as
 // ValidateObjectMeta does.
-func (v *validator) meta(name, namespace string, namespaced bool, nameFn apivalidation.ValidateNameFunc) {
+func (v *validator) meta(name, namespace string, namespaced bool, nameFn apivalidation.ValidateNameFunc, nameMax int) {
 	p := field.NewPath("metadata")
 	if name == "" {
 		v.add(ReasonName, field.ErrorList{field.Required(p.Child("name"), "name or generateName is required")})
+	} else if len(name) > patternLimit {
+		v.add(ReasonName, field.ErrorList{field.Invalid(p.Child("name"), name, validation.MaxLenError(nameMax))})
 	} else {
 		for _, msg := range nameFn(name, false) {
 			v.add(ReasonName, field.ErrorList{field.Invalid(p.Child("name"), name, msg)})
@@ -83,10 +89,20 @@ func (v *validator) meta(name, namespace string, namespaced bool, nameFn apivali
 		v.add(ReasonNamespace, field.ErrorList{field.Required(p.Child("namespace"), "")})
 		return
 	}
+	if len(namespace) > patternLimit {
+		v.add(ReasonNamespace, field.ErrorList{field.Invalid(p.Child("namespace"), namespace, validation.MaxLenError(validation.DNS1123LabelMaxLength))})
+		return
+	}
 	for _, msg := range apivalidation.ValidateNamespaceName(namespace, false) {
 		v.add(ReasonNamespace, field.ErrorList{field.Invalid(p.Child("namespace"), namespace, msg)})
 	}
 }
+
+// patternLimit: a name, label value or port name longer than this is
+// refused on its length alone (with the API's message for the length),
+// not given to the API's pattern: a file may hold one of megabytes, and
+// the pattern takes seconds over it. Shorter ones get the API's messages.
+const patternLimit = 4096
 
 // label checks the value of one label kproxy reads, when present.
 func (v *validator) label(labels map[string]string, key, category string) {
@@ -95,6 +111,10 @@ func (v *validator) label(labels map[string]string, key, category string) {
 		return
 	}
 	p := field.NewPath("metadata", "labels").Key(key)
+	if len(val) > patternLimit {
+		v.add(category, field.ErrorList{field.Invalid(p, val, fmt.Sprintf("must be no more than %d bytes", validation.LabelValueMaxLength))})
+		return
+	}
 	for _, msg := range validation.IsValidLabelValue(val) {
 		v.add(category, field.ErrorList{field.Invalid(p, val, msg)})
 	}
@@ -106,7 +126,7 @@ func (v *validator) label(labels map[string]string, key, category string) {
 // several ports). A Service with any is not proxied.
 func ValidateService(svc *v1.Service) []*InvalidError {
 	v := validator{kind: "Service", obj: svc.Namespace + "/" + svc.Name}
-	v.meta(svc.Name, svc.Namespace, true, apivalidation.NameIsDNS1035Label)
+	v.meta(svc.Name, svc.Namespace, true, apivalidation.NameIsDNS1035Label, validation.DNS1035LabelMaxLength)
 	for _, k := range labelsRead {
 		v.label(svc.Labels, k, ReasonLabel)
 	}
@@ -118,6 +138,8 @@ func ValidateService(svc *v1.Service) []*InvalidError {
 		switch {
 		case requireName && sp.Name == "":
 			v.add(ReasonPortName, field.ErrorList{field.Required(p, "")})
+		case len(sp.Name) > patternLimit:
+			v.add(ReasonPortName, field.ErrorList{field.Invalid(p, sp.Name, validation.MaxLenError(validation.DNS1123LabelMaxLength))})
 		case sp.Name != "":
 			for _, msg := range validation.IsDNS1123Label(sp.Name) {
 				v.add(ReasonPortName, field.ErrorList{field.Invalid(p, sp.Name, msg)})
@@ -138,7 +160,7 @@ func ValidateService(svc *v1.Service) []*InvalidError {
 // 1000 endpoints and 20000 ports. A slice with any is not used.
 func ValidateEndpointSlice(s *discovery.EndpointSlice) []*InvalidError {
 	v := validator{kind: "EndpointSlice", obj: s.Namespace + "/" + s.Name}
-	v.meta(s.Name, s.Namespace, true, apivalidation.NameIsDNSSubdomain)
+	v.meta(s.Name, s.Namespace, true, apivalidation.NameIsDNSSubdomain, validation.DNS1123SubdomainMaxLength)
 	v.label(s.Labels, discovery.LabelServiceName, ReasonServiceNameLabel)
 	for _, k := range labelsRead {
 		v.label(s.Labels, k, ReasonLabel)
@@ -164,7 +186,9 @@ func ValidateEndpointSlice(s *discovery.EndpointSlice) []*InvalidError {
 			continue // the API server defaults it to ""; convertSlice skips the port
 		}
 		fp := field.NewPath("ports").Index(i).Child("name")
-		if *p.Name != "" {
+		if len(*p.Name) > patternLimit {
+			v.add(ReasonPortName, field.ErrorList{field.Invalid(fp, *p.Name, validation.MaxLenError(validation.DNS1123LabelMaxLength))})
+		} else if *p.Name != "" {
 			for _, msg := range validation.IsDNS1123Label(*p.Name) {
 				v.add(ReasonPortName, field.ErrorList{field.Invalid(fp, *p.Name, msg)})
 			}
@@ -182,7 +206,7 @@ func ValidateEndpointSlice(s *discovery.EndpointSlice) []*InvalidError {
 // subdomain) and the labels kproxy reads (the zone).
 func ValidateNode(n *v1.Node) []*InvalidError {
 	v := validator{kind: "Node", obj: n.Name}
-	v.meta(n.Name, "", false, apivalidation.NameIsDNSSubdomain)
+	v.meta(n.Name, "", false, apivalidation.NameIsDNSSubdomain, validation.DNS1123SubdomainMaxLength)
 	v.label(n.Labels, v1.LabelTopologyZone, ReasonLabel)
 	return v.errs
 }

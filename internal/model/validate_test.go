@@ -330,3 +330,26 @@ func manyEndpoints(n int) []discovery.Endpoint {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestReportClipped: a name or value of megabytes (a file can hold one)
+// is reported with its first bytes and its length, not whole.
+func TestReportClipped(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	svc := makeService(testNS, "web", func(s *v1.Service) {
+		s.Labels = map[string]string{LabelServiceProxyName: huge}
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = huge, nil
+	})
+	_, errs := ConvertService(svc, []v1.IPFamily{IPv4})
+	if len(errs) == 0 {
+		t.Fatal("no error")
+	}
+	for _, e := range errs {
+		if len(e.Error()) > 2*maxReportText || !strings.Contains(e.Error(), "(1048576 bytes in all)") {
+			t.Errorf("report of %d bytes, or without the length: %.200s", len(e.Error()), e.Error())
+		}
+	}
+	_, errs = ConvertService(makeService(testNS, "web", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = huge, nil }), []v1.IPFamily{IPv4})
+	if len(errs) != 1 || len(errs[0].Error()) > 2*maxReportText {
+		t.Errorf("invalid cluster IP report: %d errors, %d bytes", len(errs), len(errs[0].Error()))
+	}
+}

@@ -288,6 +288,9 @@ type clusterOptions struct {
 	fromDir bool
 	// args are more kproxy flags.
 	args []string
+	// files are more files (name → content) put beside the snapshot
+	// before kproxy starts (with fromDir, kproxy reads them too).
+	files map[string][]byte
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -330,6 +333,11 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 	netns.ServeEcho(t, c.Client, lbProxy, "tcp", 443)
 
 	snap.writeTo(t, c.snapPath)
+	for name, data := range o.files {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(c.snapPath), name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	nodes := o.kproxyOn
 	if nodes == nil {
 		nodes = []string{nodeA, nodeB}

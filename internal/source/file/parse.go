@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 )
 
@@ -318,12 +319,38 @@ func (c *collector) badFile(reason string, e *DocumentError) {
 	c.bad(e)
 }
 
-// logErrors logs the errors not logged yet.
+// ReasonUndecodable is the reason label of kproxy_invalid_objects_total
+// for an object of the file that could not be used at all: no kind, no
+// name, a field of the wrong type, an apiVersion not read, a duplicate.
+// The model never sees it (its own reasons are the model's Reason*).
+const ReasonUndecodable = "undecodable"
+
+// kindLabel bounds the kind label of kproxy_invalid_objects_total: the
+// kinds the source reads, else "other".
+func kindLabel(kind string) string {
+	if _, ok := apiVersions[kind]; ok {
+		return kind
+	}
+	return "other"
+}
+
+// clip bounds a name in a log line: a file may hold one of megabytes.
+func clip(s string) string {
+	const limit = 512
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + fmt.Sprintf("... (%d bytes in all)", len(s))
+}
+
+// logErrors logs the errors not logged yet, and counts them in
+// kproxy_invalid_objects_total (reason undecodable).
 func (c *collector) logErrors() {
 	for _, err := range c.errs[c.logged:] {
 		if e, ok := err.(*DocumentError); ok {
 			klog.ErrorS(e.Err, "Skipping object", "file", e.File, "line", e.Line, "document", e.Document, "item", e.Item,
-				"kind", e.Kind, "namespace", e.Namespace, "name", e.Name)
+				"kind", clip(e.Kind), "namespace", clip(e.Namespace), "name", clip(e.Name))
+			metrics.InvalidObjectsTotal.WithLabelValues(kindLabel(e.Kind), ReasonUndecodable).Inc()
 		}
 	}
 	c.logged = len(c.errs)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/kproxy/kproxy/internal/metrics"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -452,5 +454,24 @@ func TestSplitYAML(t *testing.T) {
 	want := []string{"a: 1@1", "b: 2@2", "# c\n\nc: 3@4", "@8", "|\n  text@8"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+}
+
+// TestUndecodableCounted: an object of a file that cannot be used at all
+// is counted in kproxy_invalid_objects_total{reason="undecodable"}, under
+// its kind when it is one the source reads, else "other".
+func TestUndecodableCounted(t *testing.T) {
+	svc := metrics.InvalidObjectsTotal.WithLabelValues("Service", ReasonUndecodable)
+	other := metrics.InvalidObjectsTotal.WithLabelValues("other", ReasonUndecodable)
+	s0, o0 := promtestutil.ToFloat64(svc), promtestutil.ToFloat64(other)
+	_, errs := Parse("f.yaml", []byte(`{"kind":"List","items":[{"kind":"Service","metadata":{"name":"a"},"spec":{"ports":"x"}},{"hello":"world"},{"kind":"Service","metadata":{"name":"b"},"spec":{"clusterIP":"198.19.0.1"}}]}`))
+	if len(errs) != 2 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if d := promtestutil.ToFloat64(svc) - s0; d != 1 {
+		t.Errorf("Service undecodable counted %v times, want 1", d)
+	}
+	if d := promtestutil.ToFloat64(other) - o0; d != 1 {
+		t.Errorf("other undecodable counted %v times, want 1", d)
 	}
 }
