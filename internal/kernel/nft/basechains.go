@@ -59,7 +59,7 @@ func (n *Netlink) ListBaseChains(ctx context.Context) ([]BaseChain, error) {
 	}
 	defer c.Close()
 	var out []BaseChain
-	err = c.dumpEachFamily(ctx, unix.NFT_MSG_GETCHAIN, func(family uint8, b []byte) {
+	err = c.dumpFamilies(ctx, unix.NFT_MSG_GETCHAIN, unix.NFPROTO_UNSPEC, nil, func(family uint8, b []byte) bool {
 		ch := BaseChain{Family: familyName(family)}
 		hooked := false
 		forEachAttr(b, func(typ uint16, data []byte) {
@@ -93,6 +93,7 @@ func (n *Netlink) ListBaseChains(ctx context.Context) ([]BaseChain, error) {
 			// The family is known only once all attributes are read.
 			out = append(out, ch)
 		}
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nft: listing base chains: %w", err)
@@ -110,50 +111,4 @@ func (n *Netlink) ListBaseChains(ctx context.Context) ([]BaseChain, error) {
 		return strings.Compare(a.Table+"/"+a.Name, b.Table+"/"+b.Name)
 	})
 	return out, nil
-}
-
-// dumpEachFamily runs a dump of every family (NFPROTO_UNSPEC) and passes
-// each reply's family and attributes.
-func (c *nlConn) dumpEachFamily(ctx context.Context, msg uint16, fn func(family uint8, attrs []byte)) error {
-	seq := c.nextSeq()
-	req := appendMsg(nil, nftType(msg), unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, unix.NFPROTO_UNSPEC, 0, nil)
-	if _, err := c.sock.Sendmsg(ctx, req, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
-		return err
-	}
-	rb := make([]byte, defaultDump)
-	for {
-		n, _, _, _, err := c.sock.Recvmsg(ctx, rb, nil, 0)
-		if err != nil {
-			return err
-		}
-		done := false
-		var derr error
-		if err := forEachMsg(rb[:n], func(typ, flags uint16, s uint32, payload []byte) error {
-			if s != seq || done {
-				return nil
-			}
-			switch typ {
-			case unix.NLMSG_DONE:
-				done = true
-			case unix.NLMSG_ERROR:
-				if e := parseNlErr(flags, payload); e.errno != 0 {
-					derr = e.errno
-				}
-				done = true
-			default:
-				if len(payload) >= nfgenHdrLen {
-					fn(payload[0], payload[nfgenHdrLen:])
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if derr != nil {
-			return derr
-		}
-		if done {
-			return nil
-		}
-	}
 }

@@ -319,6 +319,13 @@ func (c *nlConn) dump(ctx context.Context, msg uint16, family uint8, attrs []byt
 // until fn returns false (the socket must then be closed, as the rest
 // of the dump is still queued) or the dump ends.
 func (c *nlConn) dumpEach(ctx context.Context, msg uint16, family uint8, attrs []byte, fn func([]byte) bool) error {
+	return c.dumpFamilies(ctx, msg, family, attrs, func(_ uint8, b []byte) bool { return fn(b) })
+}
+
+// dumpFamilies runs a dump of one family (NFPROTO_UNSPEC: every family) and calls
+// fn with each reply's family and attribute bytes until fn returns false
+// or the dump ends.
+func (c *nlConn) dumpFamilies(ctx context.Context, msg uint16, family uint8, attrs []byte, fn func(family uint8, attrs []byte) bool) error {
 	seq := c.nextSeq()
 	req := appendMsg(nil, nftType(msg), unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, family, 0, attrs)
 	if _, err := c.sock.Sendmsg(ctx, req, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
@@ -345,7 +352,7 @@ func (c *nlConn) dumpEach(ctx context.Context, msg uint16, family uint8, attrs [
 				}
 				done = true
 			default:
-				if len(payload) >= nfgenHdrLen && !fn(payload[nfgenHdrLen:]) {
+				if len(payload) >= nfgenHdrLen && !fn(payload[0], payload[nfgenHdrLen:]) {
 					done = true
 				}
 			}
