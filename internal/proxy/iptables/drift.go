@@ -50,13 +50,8 @@ func (w *written) reset() {
 // named KUBE-* are followed; built-in chains hold others' rules too.
 func (w *written) follow(data []byte) {
 	table := ""
-	for len(data) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) < 2 {
 			continue
 		}
@@ -113,14 +108,8 @@ type savedTable struct {
 
 func parseSavedTable(data []byte) savedTable {
 	s := savedTable{chains: map[string]int{}, lines: map[string]bool{}}
-	for len(data) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
-		line = bytes.TrimRight(line, " \r")
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimRight(line, " \r\n")
 		switch {
 		case len(line) > 1 && line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))

@@ -20,14 +20,8 @@ func ParseExisting(nat, filter []byte) *Existing {
 	e := &Existing{Rules: map[string]sets.Set[string]{}}
 	scan := func(table string, data []byte, chains bool) {
 		rules := sets.New[string]()
-		for len(data) > 0 {
-			var line []byte
-			if i := bytes.IndexByte(data, '\n'); i >= 0 {
-				line, data = data[:i], data[i+1:]
-			} else {
-				line, data = data, nil
-			}
-			line = bytes.TrimRight(line, " \r")
+		for line := range bytes.Lines(data) {
+			line = bytes.TrimRight(line, " \r\n")
 			switch {
 			case len(line) > 1 && line[0] == ':' && chains:
 				name := line[1:]
