@@ -97,3 +97,47 @@ func TestAfterFirstSyncCanceled(t *testing.T) {
 		t.Error("a nil afterFirstSync is not done")
 	}
 }
+
+// driftingBackend is a backend with iptables mode's drift check.
+type driftingBackend struct{ scriptedBackend }
+
+func (b *driftingBackend) CheckDrift(context.Context) ([]proxy.Drift, error) {
+	return []proxy.Drift{{Kind: "chain"}}, nil
+}
+
+// TestAfterFirstSyncWrappers: the wrapper keeps the backend's drift check
+// reachable (hiding it switched iptables mode's drift repair off), and a
+// successful trial of failure isolation, which may only have been
+// checked, does not count as a first sync.
+func TestAfterFirstSyncWrappers(t *testing.T) {
+	ctx := context.Background()
+	backends := map[v1.IPFamily]proxy.Backend{model.IPv4: &driftingBackend{}}
+	removed := 0
+	a := newAfterFirstSync("test rules", backends, func(context.Context) error { removed++; return nil })
+	c, ok := backends[model.IPv4].(proxy.DriftChecker)
+	if !ok {
+		t.Fatalf("the wrapped backend %T hides CheckDrift", backends[model.IPv4])
+	}
+	if ds, _ := c.CheckDrift(ctx); len(ds) != 1 {
+		t.Errorf("CheckDrift through the wrapper gave %v, want the backend's one drift", ds)
+	}
+	// And through iptables mode's other-backend wrapper on top.
+	if _, ok := proxy.Backend(otherBackendWatch{Backend: backends[model.IPv4], after: a}).(proxy.DriftChecker); !ok {
+		t.Errorf("otherBackendWatch hides CheckDrift")
+	}
+
+	if _, err := backends[model.IPv4].Sync(ctx, &proxy.Request{Trial: true}); err != nil {
+		t.Fatal(err)
+	}
+	a.run(ctx)
+	if removed != 0 {
+		t.Errorf("the old rules were removed after a trial alone")
+	}
+	if _, err := backends[model.IPv4].Sync(ctx, &proxy.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	a.run(ctx)
+	if removed != 1 {
+		t.Errorf("the old rules were removed %d times after the first real sync, want 1", removed)
+	}
+}

@@ -161,12 +161,23 @@ type firstSyncWatch struct {
 
 func (w firstSyncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	res, err := w.Backend.Sync(ctx, req)
-	if err == nil {
+	// A trial of failure isolation may only have been checked: it puts
+	// no rules in place.
+	if err == nil && !req.Trial {
 		w.after.mu.Lock()
 		w.after.synced[w.family] = true
 		w.after.mu.Unlock()
 	}
 	return res, err
+}
+
+// CheckDrift passes the wrapped backend's drift check on (iptables mode's
+// comparison with what kproxy wrote).
+func (w firstSyncWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
+	if c, ok := w.Backend.(proxy.DriftChecker); ok {
+		return c.CheckDrift(ctx)
+	}
+	return nil, nil
 }
 
 // run removes the old rules if every family has synced and they are not
