@@ -66,6 +66,20 @@ func (r refusingNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
 	return r.Interface.Apply(ctx, tx)
 }
 
+// Check refuses as Apply does, so that failure isolation's check-only
+// trials see the same kernel.
+func (r refusingNFT) Check(ctx context.Context, tx *nft.Transaction) error {
+	for i := range tx.Ops {
+		if text := tx.OpText(i); r.match(text) {
+			return &nft.OpError{Index: i, Op: text, Message: "refused by fault injection", Err: syscall.EINVAL}
+		}
+	}
+	if c, ok := r.Interface.(nft.Checker); ok {
+		return c.Check(ctx, tx)
+	}
+	return nil
+}
+
 type refusingXtables struct {
 	xtables.Interface
 	match func(string) bool

@@ -127,10 +127,9 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 
 	all := sets.KeySet(req.State.Services)
 	suspects := req.Changed.Intersection(all)
-	var res *Result
 	var berr error
 	if suspects.Len() > 0 && suspects.Len() < all.Len() {
-		res, berr = try(without(req.State, suspects), all, true)
+		_, berr = try(without(req.State, suspects), all, true)
 		if berr != nil {
 			suspects = all // the rest fails too: anything may be at fault
 		}
@@ -138,15 +137,19 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 		suspects = all
 	}
 	if suspects.Equal(all) {
-		res, berr = try(without(req.State, all), all, true)
+		_, berr = try(without(req.State, all), all, true)
 	}
 	if berr != nil {
 		// Not a service's doing: report the original failure.
 		return nil, err
 	}
 
-	// good is what the kernel now holds; needFull is set after a refused
-	// trial, when the backend's view of the kernel cannot be trusted.
+	// good is what passed so far; needFull is set after a refused trial,
+	// when a backend whose trials commit cannot trust its view of the
+	// kernel. Every trial names all suspects as changed: where trials are
+	// only checked, the kernel still holds what it held before the
+	// failed sync, and each trial must carry every suspect's difference
+	// from that, passed or left out.
 	good := without(req.State, suspects)
 	needFull := false
 	refused := map[model.ServicePortName]error{}
@@ -168,9 +171,9 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 				next.Endpoints[n] = eps
 			}
 		}
-		r, terr := try(next, sets.New(group...), needFull)
+		_, terr := try(next, suspects, needFull)
 		if terr == nil {
-			good, res, needFull = next, r, false
+			good, needFull = next, false
 			return
 		}
 		needFull = true
@@ -185,14 +188,14 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 	names := suspects.UnsortedList()
 	slices.SortFunc(names, model.ServicePortName.Compare)
 	bisect(names)
-	if needFull {
-		// The last trial was refused: program what is good once more, in
-		// full, so that the backend knows what the kernel holds.
-		r, terr := try(good, all, true)
-		if terr != nil {
-			return nil, errors.Join(err, fmt.Errorf("after leaving out %d refused service ports: %w", len(refused), terr))
-		}
-		res = r
+	// Trials are checked, not committed, where the backend can (Request.
+	// Trial); program what passed, in full: a real sync, after which the
+	// backend knows what the kernel holds. (Where trials committed, this
+	// rewrites the same rules.)
+	trials++
+	res, terr := b.Sync(ctx, &Request{State: good, Changed: all, Node: req.Node, ServiceCIDRs: req.ServiceCIDRs, Full: true, Now: req.Now})
+	if terr != nil {
+		return nil, errors.Join(err, fmt.Errorf("after leaving out %d refused service ports: %w", len(refused), terr))
 	}
 	l.refuse(f, refused, req.Now)
 	return res, nil

@@ -37,11 +37,13 @@ type Request struct {
 	// Full asks the backend to rewrite everything.
 	Full bool
 	// Trial marks the syncs of failure isolation (isolate.go), which
-	// follow a failed sync. A backend whose apply is not one atomic
-	// transaction (iptables-restore commits table by table) checks the
-	// input first, so that a trial that fails changes nothing: a trial
-	// programs a subset of the services, which must never be left half
-	// in place.
+	// follow a failed sync. A trial holds a subset of the services: a
+	// backend that can check its input without committing it (nf_tables'
+	// check-only batch, iptables-restore --test) only checks it and
+	// leaves its applied state alone, so that no service is without
+	// rules while the culprit is looked for; the isolation's last sync
+	// (not a trial) programs what passed. A backend that cannot must at
+	// least leave the kernel unchanged when a trial fails.
 	Trial bool
 	Now   time.Time
 }

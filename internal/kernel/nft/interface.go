@@ -33,6 +33,16 @@ type Interface interface {
 	TableExists(ctx context.Context, family Family, table string) (bool, error)
 }
 
+// Checker is implemented by an Interface that can try a transaction
+// without committing it: every operation runs and the result is
+// validated as Apply would, then the transaction is aborted. A nil error
+// means Apply of the same transaction against the same state would
+// succeed (barring a change in between). Failure isolation uses it so that
+// its trials never leave a subset of the services in place.
+type Checker interface {
+	Check(ctx context.Context, tx *Transaction) error
+}
+
 var (
 	// ErrNotSupported means nf_tables cannot be used here: the kernel
 	// lacks it (or netfilter netlink), or the nft binary is missing.

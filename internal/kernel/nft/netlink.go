@@ -126,6 +126,16 @@ func (n *Netlink) dial() (*nlConn, error) {
 
 // Apply sends the transaction as one batch.
 func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
+	return n.send(ctx, tx, false)
+}
+
+// Check implements Checker: the kernel runs and validates the batch, then
+// aborts it.
+func (n *Netlink) Check(ctx context.Context, tx *Transaction) error {
+	return n.send(ctx, tx, true)
+}
+
+func (n *Netlink) send(ctx context.Context, tx *Transaction, check bool) error {
 	if tx.Len() == 0 {
 		return nil
 	}
@@ -142,7 +152,7 @@ func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
 		return wrapApply(tx, err)
 	}
 	lowered := time.Now()
-	errs, err := c.sendBatch(ctx, l.msgs)
+	errs, err := c.sendBatch(ctx, l.msgs, check)
 	if err != nil {
 		// Replies of this batch may still arrive; the next batch must
 		// not read them as its own.
@@ -155,7 +165,7 @@ func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
 	if err != nil {
 		return wrapApply(tx, err)
 	}
-	if klogV := klog.V(4); klogV.Enabled() {
+	if klogV := klog.V(4); klogV.Enabled() && !check {
 		// What was handed to the kernel, and how long lowering (Go) and
 		// the kernel's commit took: test/bench/cmd/kproxy-bench reads these.
 		bytes := 0

@@ -130,7 +130,11 @@ type batchError struct {
 }
 
 // sendBatch sends msgs as one nf_tables transaction and returns the errors
-// the kernel reported (none means it was committed).
+// the kernel reported (none means it was committed). With check, the
+// batch is sent without its end message: the kernel runs every message
+// and validates the result, reports what fails, and aborts (what `nft -c`
+// does; nfnetlink's NFNL_ABORT_VALIDATE). Nothing changes, and nothing is
+// notified.
 //
 // Messages carry no NLM_F_ACK: nfnetlink reports every failing message
 // anyway, and since the kernel processes (and commits or aborts) the
@@ -138,7 +142,7 @@ type batchError struct {
 // queued on our socket when sendmsg returns. A GETGEN request sent after
 // the batch marks the end of those replies. This is how nft(8) avoids
 // one ack per message too.
-func (c *nlConn) sendBatch(ctx context.Context, msgs []nlMsg) ([]batchError, error) {
+func (c *nlConn) sendBatch(ctx context.Context, msgs []nlMsg, check bool) ([]batchError, error) {
 	size := 2 * (nlmsgHdrLen + nfgenHdrLen)
 	for i := range msgs {
 		size += nlmsgHdrLen + nfgenHdrLen + align4(len(msgs[i].attrs))
@@ -151,7 +155,9 @@ func (c *nlConn) sendBatch(ctx context.Context, msgs []nlMsg) ([]batchError, err
 		buf = appendMsg(buf, nftType(m.typ), unix.NLM_F_REQUEST|m.flags, c.nextSeq(), m.family, 0, m.attrs)
 	}
 	endSeq := c.nextSeq()
-	buf = appendMsg(buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, endSeq, unix.AF_UNSPEC, subsysNFT, nil)
+	if !check {
+		buf = appendMsg(buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, endSeq, unix.AF_UNSPEC, subsysNFT, nil)
+	}
 
 	// The whole batch must go in one sendmsg (nfnetlink only sees a batch
 	// inside one skb), and netlink refuses a message larger than the send

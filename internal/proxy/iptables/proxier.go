@@ -152,6 +152,18 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	renderTime := time.Since(start)
 	size := 0
 	var lockWait time.Duration
+	if req.Trial && len(plan.Restores) == 1 {
+		// A trial of failure isolation: checked, not committed, so the
+		// services a trial leaves out keep their rules. The isolation's
+		// last, real sync programs what passed. (A split plan cannot be
+		// checked whole: its later restores build on the first; below,
+		// its first restore is checked before it is committed.)
+		if _, err := p.ipt.RestoreWithStats(ctx, plan.Restores[0], xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			return nil, fmt.Errorf("iptables-restore --test of a trial (%d bytes): %w", len(plan.Restores[0]), err)
+		}
+		return &proxy.Result{}, nil
+	}
 	for i, data := range plan.Restores {
 		opts := xtables.RestoreOptions{NoFlush: true}
 		if req.Trial && i == 0 {

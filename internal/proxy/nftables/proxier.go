@@ -96,6 +96,16 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	for _, c := range plan.Conflicts {
 		klog.ErrorS(nil, "Conflicting verdict map elements the model did not resolve (a bug); the first one keeps the address", "conflict", c)
 	}
+	if c, ok := p.nft.(nft.Checker); ok && req.Trial {
+		// A trial of failure isolation: the kernel checks the
+		// transaction and aborts it, so the services a trial leaves out
+		// keep their rules. The applied state stays what the kernel
+		// holds; the isolation's last, real sync programs what passed.
+		if err := c.Check(ctx, plan.Tx); err != nil {
+			return nil, fmt.Errorf("checking nftables transaction (%d operations) on %s: %w", plan.Tx.Len(), plan.Tx.Where(), err)
+		}
+		return &proxy.Result{}, nil
+	}
 	if plan.Tx.Len() > 0 {
 		start := time.Now()
 		if err := p.nft.Apply(ctx, plan.Tx); err != nil {

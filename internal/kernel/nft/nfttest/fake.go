@@ -31,9 +31,15 @@ type Fake struct {
 	// error fails the Apply (recorded, state unchanged). Tests use it to
 	// simulate kernel failures.
 	BeforeApply func(tx *nft.Transaction) error
+	// Checks counts the calls of Check (BeforeApply is called for them
+	// too).
+	Checks int
 }
 
-var _ nft.Interface = (*Fake)(nil)
+var (
+	_ nft.Interface = (*Fake)(nil)
+	_ nft.Checker   = (*Fake)(nil)
+)
 
 // ApplyRecord is one call of Apply.
 type ApplyRecord struct {
@@ -138,6 +144,23 @@ func (f *Fake) Apply(ctx context.Context, tx *nft.Transaction) error {
 	f.applies = append(f.applies, ApplyRecord{Family: tx.Family, Table: tx.Table, Ops: tx.Len(), Err: err, Tx: tx})
 	if err != nil {
 		return fmt.Errorf("nft: transaction of %d operations on %s not applied: %w", tx.Len(), tx.Where(), err)
+	}
+	return nil
+}
+
+// Check implements nft.Checker: the transaction is run against a copy of
+// the state (Apply's checks and validation) and dropped. It is recorded
+// in Checks, not in the applies.
+func (f *Fake) Check(ctx context.Context, tx *nft.Transaction) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Checks++
+	saved := f.tables
+	f.tables = maps.Clone(saved) // apply copies a table before changing it
+	err := f.apply(tx)
+	f.tables = saved
+	if err != nil {
+		return fmt.Errorf("nft: check of a transaction of %d operations on %s: %w", tx.Len(), tx.Where(), err)
 	}
 	return nil
 }
