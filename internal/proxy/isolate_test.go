@@ -30,6 +30,11 @@ type kernelBackend struct {
 	// fullAfterFailure: the backend's knowledge is invalid after a refused
 	// sync; a partial sync then is a bug in the loop.
 	invalid bool
+	// checks: trials are only checked (Request.Trial), as the nftables
+	// and iptables backends do; otherwise they commit.
+	checks bool
+	// afterSync, when set, sees what the kernel holds after every sync.
+	afterSync func(held sets.Set[model.ServicePortName])
 }
 
 func (k *kernelBackend) Sync(_ context.Context, r *Request) (*Result, error) {
@@ -57,7 +62,13 @@ func (k *kernelBackend) Sync(_ context.Context, r *Request) (*Result, error) {
 		k.invalid = true
 		return nil, fmt.Errorf("kernel refused the rules of %v", sets.List(namesOf(bad)))
 	}
+	if r.Trial && k.checks {
+		return &Result{}, nil
+	}
 	k.held, k.invalid = next, false
+	if k.afterSync != nil {
+		k.afterSync(k.held)
+	}
 	return &Result{}, nil
 }
 
@@ -228,6 +239,50 @@ func TestIsolationRunningNodeKeepsWorkingAndRetries(t *testing.T) {
 	}
 	if !k.held.Has(portName("s900")) || len(l.Refused(model.IPv4)) != 0 {
 		t.Fatalf("fixed service not programmed: kernel %v refused %v", heldNames(k), l.Refused(model.IPv4))
+	}
+}
+
+// TestIsolationNeverDropsHealthyServices: while the culprit is looked
+// for, every service the kernel held before keeps its rules when trials
+// are checked rather than committed (the nftables and iptables backends),
+// even when healthy services changed in the same sync as the culprit.
+// With committing trials the same run leaves services out for a moment:
+// the check below is what tells the two apart.
+func TestIsolationNeverDropsHealthyServices(t *testing.T) {
+	for _, checks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("checks=%v", checks), func(t *testing.T) {
+			ctx := context.Background()
+			l, tr, k, _, _, calls := setupIsolation(t, 8)
+			k.checks = checks
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			healthy := k.held.Clone()
+			dropped := sets.New[model.ServicePortName]()
+			k.afterSync = func(held sets.Set[model.ServicePortName]) {
+				dropped = dropped.Union(healthy.Difference(held))
+			}
+			// The culprit arrives with changes to healthy services.
+			k.bad.Insert(portName("s900"))
+			tr.ServiceUpdated(makeService("s900", "198.19.9.1"))
+			tr.ServiceUpdated(makeService("s001", "198.19.0.101"))
+			tr.ServiceUpdated(makeService("s002", "198.19.0.102"))
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if len(*calls) != 1 || (*calls)[0].name != portName("s900") {
+				t.Fatalf("refused: %v", *calls)
+			}
+			if !k.held.IsSuperset(healthy) || k.held.Has(portName("s900")) {
+				t.Fatalf("kernel holds %v after the isolation", heldNames(k))
+			}
+			if checks && dropped.Len() > 0 {
+				t.Errorf("healthy services lost their rules during the isolation: %v", sets.List(namesOf(dropped)))
+			}
+			if !checks && dropped.Len() == 0 {
+				t.Errorf("committing trials dropped nothing: the check above cannot fail")
+			}
+		})
 	}
 }
 

@@ -665,3 +665,34 @@ func TestProxierServiceCIDRsFromRequest(t *testing.T) {
 	unallocated.output = "ACCEPT"
 	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{unallocated, allocated})
 }
+
+// TestProxierTrialIsChecked: a trial of failure isolation is checked by
+// the kernel and aborted: nothing is applied, the applied state stays, and
+// a refused check is reported as the trial's failure.
+func TestProxierTrialIsChecked(t *testing.T) {
+	c := loadExample(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+	r.mustSync(true)
+	before, applies := r.dump(), len(r.fake.Applies())
+	empty := model.NewState(model.IPv4)
+	all := sets.KeySet(r.state.Services)
+	ctx := context.Background()
+	if _, err := r.p.Sync(ctx, &proxy.Request{State: empty, Changed: all, Node: r.node, Full: true, Trial: true, Now: r.now}); err != nil {
+		t.Fatalf("trial: %v", err)
+	}
+	if r.fake.Checks != 1 || len(r.fake.Applies()) != applies || r.dump() != before {
+		t.Fatalf("a trial changed the kernel: %d checks, %d applies (before %d)", r.fake.Checks, len(r.fake.Applies()), applies)
+	}
+	r.fake.BeforeApply = func(*nft.Transaction) error {
+		return &nft.OpError{Index: -1, Err: unix.EINVAL, Message: "refused"}
+	}
+	if _, err := r.p.Sync(ctx, &proxy.Request{State: r.state, Changed: all, Node: r.node, Full: true, Trial: true, Now: r.now}); err == nil {
+		t.Fatal("a refused check passed")
+	}
+	r.fake.BeforeApply = nil
+	// The next real partial sync still knows what the kernel holds.
+	r.mustSync(false)
+	if r.dump() != before {
+		t.Errorf("after the trials, a sync changed the rules:\n%s", cmp.Diff(before, r.dump()))
+	}
+}
