@@ -110,7 +110,11 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	s.after = newAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPTablesMode(ctx, b, env.xtables) })
 	// The primary family watches the other backend at every full sync
-	// once the switch's removal is over.
+	// once the switch's removal is over; until then the gauge says 0 (the
+	// chains there are the previous run's, about to go), so that it is
+	// exported from the start, as before the removal moved after the
+	// first sync.
+	metrics.IPTablesOtherBackendChains.WithLabelValues(string(b.Other())).Set(0)
 	primary := s.families[0]
 	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables, after: s.after}
 	return s, nil
