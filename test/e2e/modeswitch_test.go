@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +139,6 @@ func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from s
 	for _, dst := range []netip.AddrPort{cip4, cip6, np} {
 		e.expectServers(client, "tcp", dst, both...)
 	}
-	attempted, failed := 0, 0
 	// One connection refused at once (an RST or ICMP unreachable within
 	// milliseconds, never a lost SYN) was seen once in ~17 runs of this
 	// test, 0.75 s after the old rules were gone, with only kproxy's
@@ -149,41 +147,14 @@ func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from s
 	// not failed on. Lost SYNs, wrong servers, more refusals and broken
 	// streams still fail.
 	refusedOnce := false
-	for _, p := range probers {
-		n, failures := p.Result()
-		attempted += n
-		if !refusedOnce {
-			for i, f := range failures {
-				if strings.Contains(f, "connection refused") {
-					refusedOnce = true
-					t.Logf("prober %s: %s (one refusal tolerated; unexplained, see docs/reliability.md)", p.Name, f)
-					failures = slices.Delete(slices.Clone(failures), i, i+1)
-					break
-				}
-			}
+	tr := netns.Report(t, probers, streams, func(f string) bool {
+		if refusedOnce || !strings.Contains(f, "connection refused") {
+			return false
 		}
-		failed += len(failures)
-		if n == 0 {
-			t.Errorf("prober %s made no connection", p.Name)
-		}
-		for i, f := range failures {
-			if i == 10 {
-				t.Errorf("prober %s: and %d more failures", p.Name, len(failures)-10)
-				break
-			}
-			t.Errorf("prober %s: %s", p.Name, f)
-		}
-	}
-	echoes, broken := 0, 0
-	for _, s := range streams {
-		n, err := s.Result()
-		echoes += n
-		if err != nil {
-			broken++
-			t.Errorf("stream %s to %s broke after %d echoes: %v", s.Name, s.Server, n, err)
-		}
-	}
+		refusedOnce = true
+		return true
+	})
 	t.Logf("switch kube-proxy %s -> kproxy %s: connections attempted %d, failed %d; streams held %d of %d (%d echoes), broken %d; first sync %v and old rules gone %v after the start",
-		from, to.name, attempted, failed, len(streams)-broken, len(streams), echoes, broken,
+		from, to.name, tr.Attempted, tr.Failed, len(streams)-tr.Broken, len(streams), tr.Echoes, tr.Broken,
 		synced.Round(time.Millisecond), gone.Round(time.Millisecond))
 }

@@ -135,33 +135,9 @@ func testModeSwitch(t *testing.T, from, to proxyMode) {
 		}
 	}
 
-	attempted, failed := 0, 0
-	for _, p := range probers {
-		n, failures := p.Result()
-		attempted += n
-		failed += len(failures)
-		if n == 0 {
-			t.Errorf("prober %s made no connection", p.Name)
-		}
-		for i, f := range failures {
-			if i == 10 {
-				t.Errorf("prober %s: and %d more failures", p.Name, len(failures)-10)
-				break
-			}
-			t.Errorf("prober %s: %s", p.Name, f)
-		}
-	}
-	echoes, broken := 0, 0
-	for _, s := range streams {
-		n, err := s.Result()
-		echoes += n
-		if err != nil {
-			broken++
-			t.Errorf("stream %s to %s broke after %d echoes: %v", s.Name, s.Server, n, err)
-		}
-	}
+	tr := netns.Report(t, probers, streams, nil)
 	t.Logf("switch %s -> %s: connections attempted %d, failed %d; streams held %d of %d (%d echoes), broken %d; first sync %v and old rules gone %v after the start",
-		from.name, to.name, attempted, failed, len(streams)-broken, len(streams), echoes, broken,
+		from.name, to.name, tr.Attempted, tr.Failed, len(streams)-tr.Broken, len(streams), tr.Echoes, tr.Broken,
 		synced.Round(time.Millisecond), gone.Round(time.Millisecond))
 }
 

@@ -182,3 +182,47 @@ func (s *Stream) Result() (int, error) {
 	defer s.mu.Unlock()
 	return s.n, s.err
 }
+
+// Traffic is what a set of probers and streams saw, for the figures.
+type Traffic struct {
+	Attempted, Failed int // new connections
+	Echoes, Broken    int // long-lived streams
+}
+
+// Report fails t for every prober failure (the first 10 per prober named)
+// and every broken stream, and returns the totals. A failure forgive
+// accepts (nil: none) is logged instead and not counted.
+func Report(t testing.TB, probers []*Prober, streams []*Stream, forgive func(failure string) bool) Traffic {
+	t.Helper()
+	var tr Traffic
+	for _, p := range probers {
+		n, failures := p.Result()
+		tr.Attempted += n
+		if n == 0 {
+			t.Errorf("prober %s made no connection", p.Name)
+		}
+		named := 0
+		for _, f := range failures {
+			if forgive != nil && forgive(f) {
+				t.Logf("prober %s: %s (forgiven)", p.Name, f)
+				continue
+			}
+			tr.Failed++
+			if named++; named <= 10 {
+				t.Errorf("prober %s: %s", p.Name, f)
+			}
+		}
+		if named > 10 {
+			t.Errorf("prober %s: and %d more failures", p.Name, named-10)
+		}
+	}
+	for _, s := range streams {
+		n, err := s.Result()
+		tr.Echoes += n
+		if err != nil {
+			tr.Broken++
+			t.Errorf("stream %s to %s broke after %d echoes: %v", s.Name, s.Server, n, err)
+		}
+	}
+	return tr
+}
