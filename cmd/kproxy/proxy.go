@@ -286,13 +286,14 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
 	defer svcHealth.Close()
 	loop = proxy.New(proxy.Options{
-		Tracker:    tracker,
-		Backends:   backends,
-		SyncPeriod: syncPeriod,
-		Clock:      clk,
-		Health:     health,
-		Services:   svcHealth,
-		Request:    func() { run.Request() },
+		Tracker:        tracker,
+		Backends:       backends,
+		SyncPeriod:     syncPeriod,
+		Clock:          clk,
+		Health:         health,
+		Services:       svcHealth,
+		Request:        func() { run.Request() },
+		RequestCleanup: func(after time.Duration) { run.RequestCleanup(after) },
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
 			if recorder == nil {
 				return

@@ -60,6 +60,8 @@ type Result struct {
 	// CleanupPending asks for another sync soon even if nothing changes:
 	// the backend deferred work (deletions) to keep this sync fast.
 	CleanupPending bool
+	// CleanupAfter is when that work falls due (0: one second).
+	CleanupAfter time.Duration
 }
 
 // Backend programs one IP family of one mode.
@@ -90,9 +92,13 @@ type Options struct {
 	Clock      clock.PassiveClock
 	Health     HealthReporter // optional
 	Services   ServiceHealth  // optional
-	// Request asks for another sync (the runner's Request); used when a
-	// backend has clean-up pending. Optional.
+	// Request asks for another sync (the runner's Request). Optional.
 	Request func()
+	// RequestCleanup asks for a low-priority sync after a delay (the
+	// runner's RequestCleanup), for a backend's deferred clean-up; such a
+	// sync does not hold back the next change by min-sync-period. Without
+	// it, Request is used. Optional.
+	RequestCleanup func(after time.Duration)
 	// OnRefused is called for each service port the kernel refused, which
 	// every later sync leaves out until it changes or is retried (see
 	// isolate.go). Optional.
@@ -110,6 +116,8 @@ type Loop struct {
 	needFull map[v1.IPFamily]bool
 	lastFull map[v1.IPFamily]time.Time
 	cleanup  map[v1.IPFamily]bool
+	// cleanupAfter: when each family's deferred clean-up falls due.
+	cleanupAfter map[v1.IPFamily]time.Duration
 	// refused: per family, the service ports the kernel refused, left out
 	// of the state the backend gets; retrying: those given another try in
 	// the current sync.
@@ -133,16 +141,17 @@ func New(opts Options) *Loop {
 		opts.Clock = clock.RealClock{}
 	}
 	l := &Loop{
-		opts:     opts,
-		states:   map[v1.IPFamily]*model.State{},
-		pending:  map[v1.IPFamily]sets.Set[model.ServicePortName]{},
-		needFull: map[v1.IPFamily]bool{},
-		lastFull: map[v1.IPFamily]time.Time{},
-		cleanup:  map[v1.IPFamily]bool{},
-		refused:  map[v1.IPFamily]map[model.ServicePortName]refusal{},
-		retrying: map[v1.IPFamily]map[model.ServicePortName]refusal{},
-		triggers: map[v1.IPFamily]map[types.NamespacedName]time.Time{},
-		repair:   map[v1.IPFamily]bool{},
+		opts:         opts,
+		states:       map[v1.IPFamily]*model.State{},
+		pending:      map[v1.IPFamily]sets.Set[model.ServicePortName]{},
+		needFull:     map[v1.IPFamily]bool{},
+		lastFull:     map[v1.IPFamily]time.Time{},
+		cleanup:      map[v1.IPFamily]bool{},
+		cleanupAfter: map[v1.IPFamily]time.Duration{},
+		refused:      map[v1.IPFamily]map[model.ServicePortName]refusal{},
+		retrying:     map[v1.IPFamily]map[model.ServicePortName]refusal{},
+		triggers:     map[v1.IPFamily]map[types.NamespacedName]time.Time{},
+		repair:       map[v1.IPFamily]bool{},
 	}
 	for f := range opts.Backends {
 		l.states[f] = model.NewState(f)
@@ -300,6 +309,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 		l.observeTriggers(f)
 		if res != nil {
 			l.cleanup[f] = res.CleanupPending
+			l.cleanupAfter[f] = res.CleanupAfter
 			for policy, n := range res.NoLocalEndpoints {
 				// By name: the label order is upstream's (traffic_policy,
 				// ip_family), easy to get backwards positionally.
@@ -319,11 +329,25 @@ func (l *Loop) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	for _, pending := range l.cleanup {
-		if pending && l.opts.Request != nil {
-			l.opts.Request()
-			break
+	var cleanupAfter time.Duration
+	for f, pending := range l.cleanup {
+		if !pending {
+			continue
 		}
+		d := l.cleanupAfter[f]
+		if d <= 0 {
+			d = time.Second
+		}
+		if cleanupAfter == 0 || d < cleanupAfter {
+			cleanupAfter = d
+		}
+	}
+	switch {
+	case cleanupAfter == 0:
+	case l.opts.RequestCleanup != nil:
+		l.opts.RequestCleanup(cleanupAfter)
+	case l.opts.Request != nil:
+		l.opts.Request()
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

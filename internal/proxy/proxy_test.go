@@ -284,3 +284,52 @@ func TestLoopServicePortsGauge(t *testing.T) {
 		t.Fatalf("service ports = %v, want 3", got)
 	}
 }
+
+// TestLoopDeferredCleanup: a backend's deferred clean-up asks the runner
+// for a low-priority sync after the backend's delay (one that does not
+// hold back the next change), or for a plain one without that seam; a
+// sync with nothing deferred asks for neither.
+func TestLoopDeferredCleanup(t *testing.T) {
+	ctx := context.Background()
+	l, tr, b, _, _, _ := setup(t)
+	var requests int
+	var cleanups []time.Duration
+	l.opts.Request = func() { requests++ }
+	l.opts.RequestCleanup = func(d time.Duration) { cleanups = append(cleanups, d) }
+	tr.Synced()
+
+	b.res = &Result{CleanupPending: true, CleanupAfter: 700 * time.Millisecond}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if requests != 0 || len(cleanups) != 1 || cleanups[0] != 700*time.Millisecond {
+		t.Fatalf("pending clean-up: requests=%d cleanups=%v, want 0 and [700ms]", requests, cleanups)
+	}
+
+	b.res = &Result{CleanupPending: true}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(cleanups) != 2 || cleanups[1] != time.Second {
+		t.Fatalf("no delay given: cleanups=%v, want a second", cleanups)
+	}
+
+	rc := l.opts.RequestCleanup
+	l.opts.RequestCleanup = nil
+	b.res = &Result{CleanupPending: true}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if requests != 1 {
+		t.Fatalf("without RequestCleanup the loop must fall back to Request: requests=%d", requests)
+	}
+	l.opts.RequestCleanup = rc
+
+	b.res = &Result{}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if requests != 1 || len(cleanups) != 2 {
+		t.Fatalf("nothing pending: requests=%d cleanups=%v", requests, cleanups)
+	}
+}

@@ -11,6 +11,13 @@
 //   - retryInterval: after fn fails, it runs again no later than this
 //     (still never earlier than minInterval allows). A successful run cancels
 //     the pending retry.
+//   - RequestCleanup(after): a low-priority run, for work a run deferred
+//     (kproxy's backends delete stale objects a second after they stopped
+//     being used). It runs after the delay unless another run comes first
+//     (every run does the deferred work it can), and it does not start a
+//     minInterval of its own: a change that arrives right after it is not
+//     held back by it. Upstream has no such run; it leaves stale chains to
+//     the next sync, whenever that comes.
 //
 // fn never runs concurrently with itself: all runs happen on the goroutine
 // that called Run.
@@ -19,6 +26,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -41,6 +49,13 @@ type Runner struct {
 	// scheduled.
 	request chan struct{}
 
+	// cleanupSig wakes an idle loop to arm the clean-up timer;
+	// cleanupWanted/cleanupAfter hold the earliest delay asked for.
+	cleanupSig    chan struct{}
+	mu            sync.Mutex
+	cleanupWanted bool
+	cleanupAfter  time.Duration
+
 	// waitHook, when set (tests only), is called on the Run goroutine right
 	// before it blocks, after every timer it waits on has been armed. Tests
 	// use it to step a fake clock without racing the loop.
@@ -55,6 +70,8 @@ const (
 	stateIdle state = iota
 	// stateCooldown: a run just ended; waiting for minInterval to pass.
 	stateCooldown
+	// stateCleanup: fn is about to run for a clean-up request alone.
+	stateCleanup
 )
 
 func (s state) String() string {
@@ -63,6 +80,8 @@ func (s state) String() string {
 		return "idle"
 	case stateCooldown:
 		return "cooldown"
+	case stateCleanup:
+		return "cleanup"
 	}
 	return fmt.Sprintf("state(%d)", int(s))
 }
@@ -93,6 +112,7 @@ func New(name string, fn func() error, minInterval, maxInterval, retryInterval t
 		retryInterval: retryInterval,
 		clk:           clk,
 		request:       make(chan struct{}, 1),
+		cleanupSig:    make(chan struct{}, 1),
 	}
 }
 
@@ -107,6 +127,32 @@ func (r *Runner) Request() {
 	default:
 		// A request is already pending; this one is covered by it.
 	}
+}
+
+// RequestCleanup asks for a low-priority run after the given delay (the
+// earliest of several wins). Any run that starts before then covers it. A
+// run made for it alone is not followed by minInterval's wait. It never
+// blocks and may be called from fn.
+func (r *Runner) RequestCleanup(after time.Duration) {
+	r.mu.Lock()
+	if !r.cleanupWanted || after < r.cleanupAfter {
+		r.cleanupAfter = after
+	}
+	r.cleanupWanted = true
+	r.mu.Unlock()
+	select {
+	case r.cleanupSig <- struct{}{}:
+	default:
+	}
+}
+
+// takeCleanup returns the pending clean-up delay, if any, and clears it.
+func (r *Runner) takeCleanup() (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.cleanupAfter, r.cleanupWanted
+	r.cleanupWanted = false
+	return d, ok
 }
 
 // Run runs the loop until ctx is done. It does not run fn on its own at
@@ -124,26 +170,68 @@ func (r *Runner) Run(ctx context.Context) {
 	retryTimer := r.clk.NewTimer(r.retryInterval)
 	stopTimer(retryTimer)
 	defer retryTimer.Stop()
+	// The clean-up timer is armed by RequestCleanup.
+	// An armed timer is only ever brought forward, never postponed.
+	cleanupTimer := r.clk.NewTimer(time.Hour)
+	stopTimer(cleanupTimer)
+	defer cleanupTimer.Stop()
+	var cleanupDue time.Time // zero: not armed
+	armCleanup := func() {
+		select {
+		case <-r.cleanupSig:
+		default:
+		}
+		d, ok := r.takeCleanup()
+		if !ok {
+			return
+		}
+		due := r.clk.Now().Add(d)
+		if cleanupDue.IsZero() || due.Before(cleanupDue) {
+			stopTimer(cleanupTimer)
+			cleanupTimer.Reset(d)
+			cleanupDue = due
+		}
+	}
 
 	for {
+		armCleanup()
 		r.hook(stateIdle)
+		cleanupOnly := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.request:
 		case <-maxTimer.C():
 		case <-retryTimer.C():
+		case <-cleanupTimer.C():
+			cleanupOnly = true
+		case <-r.cleanupSig:
+			// Arm the timer (at the top of the loop), then wait again.
+			continue
 		}
 
 		// Whatever triggered this run, it covers the other triggers too:
 		// disarm them so that none of them causes a second, redundant run.
 		stopTimer(maxTimer)
 		stopTimer(retryTimer)
+		stopTimer(cleanupTimer)
+		cleanupDue = time.Time{}
 		// A request pending now was made before fn starts, so this run
-		// covers it. A request made while fn runs stays queued.
+		// covers it (and is not a clean-up run any more). A request made
+		// while fn runs stays queued. Clean-up asked for before the run is
+		// covered by it; fn asks again if it deferred more.
 		select {
 		case <-r.request:
+			cleanupOnly = false
 		default:
+		}
+		select {
+		case <-r.cleanupSig:
+		default:
+		}
+		r.takeCleanup()
+		if cleanupOnly {
+			r.hook(stateCleanup)
 		}
 
 		if err := r.runOnce(); err != nil {
@@ -152,8 +240,11 @@ func (r *Runner) Run(ctx context.Context) {
 		}
 		// The max interval counts from the end of this run, as upstream does.
 		maxTimer.Reset(r.maxInterval)
+		armCleanup()
 
-		if r.minInterval > 0 {
+		// A clean-up run comes after minInterval has passed since the
+		// last other run, so skipping the wait keeps that spacing.
+		if r.minInterval > 0 && !cleanupOnly {
 			minTimer := r.clk.NewTimer(r.minInterval)
 			r.hook(stateCooldown)
 			select {

@@ -29,12 +29,15 @@ type outcome struct {
 	err   error
 	panic bool
 	block bool // wait for action.release before returning
+	// cleanup > 0: fn asks for a clean-up run after this long.
+	cleanup time.Duration
 }
 
 // action is one step of a scenario: first the requests, then the release of
 // a blocked fn, then the clock step; afterwards exactly want events follow.
 type action struct {
 	requests int
+	cleanup  time.Duration // RequestCleanup from outside fn
 	release  bool
 	step     time.Duration
 	want     []string
@@ -53,6 +56,59 @@ var errSync = errors.New("sync failed")
 
 func TestRunner(t *testing.T) {
 	scenarios := []scenario{{
+		// The benchmark against upstream found changes 1.5 s apart waiting
+		// 0.45 s: the clean-up run a second after each change started a
+		// min interval of its own.
+		name: "a clean-up run does not hold back the next change",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{cleanup: time.Second}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle", "cleanup", "run 1s", "idle"}},
+			{step: 500 * time.Millisecond, want: nil},
+			{requests: 1, want: []string{"run 1.5s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "a change before the clean-up delay covers it",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{cleanup: 2 * time.Second}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: 500 * time.Millisecond, requests: 1, want: []string{"run 1.5s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// The clean-up timer was disarmed by the run at 1.5s.
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "clean-up runs that ask again are spaced by their delay",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{cleanup: time.Second}, {cleanup: time.Second}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: time.Second, want: []string{"idle", "cleanup", "run 1s", "idle"}},
+			{step: 999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"cleanup", "run 2s", "idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "clean-up asked for from outside a run",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{cleanup: 3 * time.Second, want: []string{"idle"}},
+			{step: 2 * time.Second, cleanup: 5 * time.Second, want: []string{"idle"}},
+			// The later ask (5s from 2s) does not postpone the earlier one.
+			{step: 999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"cleanup", "run 3s", "idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
 		name: "min interval respected between runs",
 		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
 		startWant: []string{"idle"},
@@ -234,6 +290,7 @@ func runScenario(t *testing.T, sc scenario) {
 	release := make(chan struct{})
 	done := make(chan struct{})
 	calls := 0
+	var r *Runner
 
 	fn := func() error {
 		// Runs on the loop goroutine only; calls needs no lock.
@@ -249,13 +306,16 @@ func runScenario(t *testing.T, sc scenario) {
 			case <-done:
 			}
 		}
+		if o.cleanup > 0 {
+			r.RequestCleanup(o.cleanup)
+		}
 		if o.panic {
 			panic("boom")
 		}
 		return o.err
 	}
 
-	r := New("test", fn, sc.min, sc.max, sc.retry, clk)
+	r = New("test", fn, sc.min, sc.max, sc.retry, clk)
 	r.waitHook = func(s state) { events <- s.String() }
 
 	for i := 0; i < sc.requestsBeforeRun; i++ {
@@ -282,6 +342,9 @@ func runScenario(t *testing.T, sc scenario) {
 	for i, a := range sc.actions {
 		for j := 0; j < a.requests; j++ {
 			r.Request()
+		}
+		if a.cleanup > 0 {
+			r.RequestCleanup(a.cleanup)
 		}
 		if a.release {
 			release <- struct{}{}

@@ -134,6 +134,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	large := in.Full && plan.Tx.Len() > fullSyncFreeThreshold
 	res := p.result()
 	res.CleanupPending = plan.CleanupPending(p.applied)
+	if res.CleanupPending {
+		// What is pending was stamped at or before now and falls due
+		// staleDelay after its stamp.
+		res.CleanupAfter = staleDelay
+	}
 	if large {
 		// A large full sync builds the whole batch in memory at once;
 		// hand that memory back to the OS rather than keeping the peak

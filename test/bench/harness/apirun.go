@@ -171,7 +171,7 @@ func (a *apiCluster) update(ctx context.Context, o any) error {
 }
 
 // runAPI runs proxy p in mode against the API server once.
-func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, dataPlane bool) APIResult {
+func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, gap time.Duration, dataPlane bool) APIResult {
 	c := a.c
 	res := APIResult{Services: len(c.Services), Endpoints: c.Endpoints(), Mix: string(c.Opts.Mix), Proxy: p.Name, Mode: mode, Rep: rep}
 	ns := framework.AddNamespace(tb, "kpe2e-bapi")
@@ -223,10 +223,13 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, data
 		if !done {
 			tb.Logf("  %s %s: change %d (%s) not programmed within 30 s by the metrics", p.Name, mode, k, ch.Name)
 		}
-		// Past the min sync period (1 s, from the end of the last sync)
-		// and kproxy's clean-up sync a second after a change's: each
-		// change meets a proxy at rest.
-		time.Sleep(wait(3 * time.Second))
+		// By default past the min sync period (1 s, from the end of the
+		// last sync) and kproxy's clean-up sync a second after a
+		// change's: each change meets a proxy at rest.
+		if gap <= 0 {
+			gap = wait(3 * time.Second)
+		}
+		time.Sleep(gap)
 	}
 	if dataPlane {
 		res.DataPlane = measureDataPlane(tb, ns, c)

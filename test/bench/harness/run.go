@@ -30,6 +30,10 @@ type Config struct {
 	// source run makes (5 endpoint flips, 3 of the others by default).
 	Changes     int `json:"changes"`
 	FileChanges int `json:"fileChanges,omitempty"`
+	// ChangeGap is the rest after each API server change is programmed
+	// before the next is made (0: 3 s, a proxy at rest; shorter gaps
+	// show how a proxy copes with a rollout's steady trickle).
+	ChangeGap time.Duration `json:"changeGap,omitempty"`
 	// Quick shortens the waits (the first sync's quiet window, the
 	// settling before RSS is read, the rest between changes) to a third:
 	// for the test that keeps the harness working, not for figures.
@@ -145,7 +149,7 @@ func Run(tb *TB, cfg Config) *Report {
 							}
 							tb.Logf("[API server] %d services, %s %s, rep %d/%d", n, p.Name, mode, rep+1, cfg.Reps)
 							fail(tb.Scope(fmt.Sprintf("%s-%s-%d", p.Name, mode, rep), func(tb *TB) {
-								r.API = append(r.API, a.runAPI(tb, p, mode, rep, cfg.Changes, cfg.DataPlane))
+								r.API = append(r.API, a.runAPI(tb, p, mode, rep, cfg.Changes, cfg.ChangeGap, cfg.DataPlane))
 							}))
 						}
 					}

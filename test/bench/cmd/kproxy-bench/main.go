@@ -40,6 +40,7 @@ func run() int {
 	upstreamBin := fs.String("upstream", "", "upstream kube-proxy binary (default: $KPROXY_E2E_BIN/kube-proxy, built by test/tools/build.sh)")
 	reps := fs.Int("reps", 5, "repetitions of every figure")
 	changes := fs.Int("changes", 5, "endpoint changes per API server run")
+	changeGap := fs.Duration("change-gap", 0, "rest between API server changes, from one change programmed to the next made (0: 3 s, a proxy at rest)")
 	fileChanges := fs.Int("file-changes", 0, "how many of each single change a file-source run makes (0: 5 endpoint flips, 3 of each other kind)")
 	what := fs.String("measure", "file,apiserver,dataplane", "what to measure: file (kproxy, file source), apiserver (side by side), dataplane (connects, in the API server runs)")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
@@ -50,7 +51,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "kproxy-bench: run as root (it creates network namespaces)")
 		return 2
 	}
-	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, Modes: split(*modes)}
+	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, ChangeGap: *changeGap, Modes: split(*modes)}
 	var errs []error
 	for _, s := range split(*services) {
 		n, err := strconv.Atoi(s)
