@@ -190,7 +190,11 @@ func Markdown(w io.Writer, r *Report) {
 				if len(proxies) == 2 {
 					fmt.Fprintf(w, " %s / %s |", proxies[0], proxies[1])
 				}
-				fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(proxies)+min(1, len(proxies)-1)))
+				ratio := 0
+				if len(proxies) == 2 {
+					ratio = 1 // the ratio column
+				}
+				fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(proxies)+ratio))
 				for _, fig := range apiFigures {
 					var cells []string
 					var meds []float64
