@@ -298,7 +298,7 @@ var (
 	// for an object skipped whole because the API server would refuse it
 	// one of the model's Reason* categories (invalid_name,
 	// invalid_namespace, invalid_port_name, invalid_label,
-	// invalid_service_name_label, invalid_address_type, too_many_items).
+	// invalid_service_name_label, invalid_address_type, too_many_items, no_ports).
 	// Counted by the model's Tracker, for every source; the file source
 	// also counts, as reason "undecodable" (kind "other" when not one of
 	// the three), each object of a file it could not use at all (no kind

@@ -25,7 +25,7 @@ import (
 // categories are the reason labels the metric may carry.
 var categories = map[string]bool{
 	ReasonInvalidPart: true, ReasonName: true, ReasonNamespace: true, ReasonPortName: true, ReasonLabel: true,
-	ReasonServiceNameLabel: true, ReasonAddressType: true, ReasonTooMany: true,
+	ReasonServiceNameLabel: true, ReasonAddressType: true, ReasonTooMany: true, ReasonNoPorts: true,
 }
 
 func FuzzConvertObjects(f *testing.F) {

@@ -41,6 +41,9 @@ const (
 	ReasonServiceNameLabel = "invalid_service_name_label"
 	ReasonAddressType      = "invalid_address_type"
 	ReasonTooMany          = "too_many_items"
+	// ReasonNoPorts: a Service that needs ports has none (the API server
+	// requires them unless the service is headless or ExternalName).
+	ReasonNoPorts = "no_ports"
 )
 
 // Limits of an EndpointSlice (k8s.io/kubernetes
@@ -122,13 +125,17 @@ func (v *validator) label(labels map[string]string, key, category string) {
 
 // ValidateService returns the identity errors of a Service: its name
 // (DNS-1035 label), namespace (DNS-1123 label), the labels kproxy reads,
-// and its port names (DNS-1123 labels, required and unique when there are
-// several ports). A Service with any is not proxied.
+// its port names (DNS-1123 labels, required and unique when there are
+// several ports) and that it has ports at all unless it is headless or
+// ExternalName. A Service with any is not proxied.
 func ValidateService(svc *v1.Service) []*InvalidError {
 	v := validator{kind: "Service", obj: svc.Namespace + "/" + svc.Name}
 	v.meta(svc.Name, svc.Namespace, true, apivalidation.NameIsDNS1035Label, validation.DNS1035LabelMaxLength)
 	for _, k := range labelsRead {
 		v.label(svc.Labels, k, ReasonLabel)
+	}
+	if len(svc.Spec.Ports) == 0 && svc.Spec.Type != v1.ServiceTypeExternalName && svc.Spec.ClusterIP != v1.ClusterIPNone {
+		v.add(ReasonNoPorts, field.ErrorList{field.Required(field.NewPath("spec", "ports"), "")})
 	}
 	names := sets.New[string]()
 	requireName := len(svc.Spec.Ports) > 1

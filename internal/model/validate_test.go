@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kproxy/kproxy/internal/metrics"
 )
@@ -47,6 +48,7 @@ func TestValidateService(t *testing.T) {
 		message  string // in the first error's reason
 	}{
 		{name: "name of 63 characters", tweak: withName(label63), valid: true},
+		{name: "no ports", tweak: func(s *v1.Service) { s.Spec.Ports = nil }, category: ReasonNoPorts, field: "spec.ports", message: "Required value"},
 		{name: "name of 64 characters", tweak: withName(label64), category: ReasonName, field: "metadata.name", message: "must be no more than 63 characters"},
 		{name: "name of 1000 characters", tweak: withName(name1000), category: ReasonName, field: "metadata.name", message: "must be no more than 63 characters"},
 		{name: "empty name", tweak: withName(""), category: ReasonName, field: "metadata.name", message: "Required value"},
@@ -351,5 +353,23 @@ func TestReportClipped(t *testing.T) {
 	_, errs = ConvertService(makeService(testNS, "web", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = huge, nil }), []v1.IPFamily{IPv4})
 	if len(errs) != 1 || len(errs[0].Error()) > 2*maxReportText {
 		t.Errorf("invalid cluster IP report: %d errors, %d bytes", len(errs), len(errs[0].Error()))
+	}
+}
+
+// TestValidateServiceNoPortsAllowed: headless and ExternalName services
+// may have no ports (the API server allows it); they are skipped, not
+// reported.
+func TestValidateServiceNoPortsAllowed(t *testing.T) {
+	for _, spec := range []v1.ServiceSpec{
+		{ClusterIP: v1.ClusterIPNone},
+		{Type: v1.ServiceTypeExternalName, ExternalName: "example.com"},
+	} {
+		svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}, Spec: spec}
+		if errs := ValidateService(svc); len(errs) != 0 {
+			t.Errorf("%+v: %v", spec, errs)
+		}
+		if SkipService(svc) == "" {
+			t.Errorf("%+v: not skipped", spec)
+		}
 	}
 }

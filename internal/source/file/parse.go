@@ -22,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kproxy/kproxy/internal/metrics"
@@ -590,7 +591,9 @@ func (c *collector) object(doc *document, item int, raw []byte) {
 	case "EndpointSlice":
 		obj = &discovery.EndpointSlice{}
 	}
-	if err := json.Unmarshal(raw, obj); err != nil {
+	// Field names are matched exactly, as the API server matches them
+	// (encoding/json alone would take "speC" for spec).
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, obj); err != nil {
 		fail(h, err)
 		return
 	}

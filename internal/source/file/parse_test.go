@@ -475,3 +475,20 @@ func TestUndecodableCounted(t *testing.T) {
 		t.Errorf("other undecodable counted %v times, want 1", d)
 	}
 }
+
+// TestFieldNamesAreCaseSensitive: "speC" is not spec, as for the API
+// server; encoding/json alone would match it (found by FuzzLoad).
+func TestFieldNamesAreCaseSensitive(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	doc := "kind: Service\napiVersion: v1\nmetadata: {name: a, namespace: ns}\nspeC:\n  ClusterIP: 198.19.0.1\n  ports: [{port: 80}]\n"
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, errs := Load(p)
+	if len(errs) != 0 || len(objs.Services) != 1 {
+		t.Fatalf("errs %v, %d services", errs, len(objs.Services))
+	}
+	if s := objs.Services[0].Spec; s.ClusterIP != "" || len(s.Ports) != 0 {
+		t.Errorf("misspelt fields were read as spec: %+v", s)
+	}
+}

@@ -151,6 +151,11 @@ func Cases() []Case {
 	add(svcCase(n(), "port", "port 1", Accept, "", true, true, port("port", 1)))
 	add(svcCase(n(), "port", "port a string", Skip, ReasonUndecodable, false, false, port("port", "eighty")))
 	add(svcCase(n(), "port", "port a fraction", Skip, ReasonUndecodable, false, false, port("port", 80.5)))
+	add(svcCase(n(), "port", "no ports at all", Skip, model.ReasonNoPorts, false, false, func(o obj) { delete(o["spec"].(obj), "ports") }))
+	add(svcCase(n(), "port", "field names in the wrong case (speC): not spec, so no ports", Skip, model.ReasonNoPorts, false, false, func(o obj) {
+		o["speC"] = o["spec"]
+		delete(o, "spec")
+	}))
 	for _, v := range []struct {
 		name string
 		np   int
