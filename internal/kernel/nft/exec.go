@@ -18,8 +18,12 @@ import (
 
 // Exec applies transactions by running `nft -f -` with the transaction
 // text on stdin. nft itself sends the whole file as one batch, so it is
-// atomic too. It is the fallback when netlink cannot be used and the
-// reference the netlink path is tested against.
+// atomic too. kproxy does not use it at run time (nftables mode always
+// talks netlink, Netlink); it is the oracle the netlink encoder is tested
+// against: the kernel tests apply every transaction both ways and compare
+// the kernel's listings (kernel_test.go, applyBoth), and nfttest loads
+// real kernel dumps through it (nfttest/kernel_test.go). It stays in this
+// package, not a _test file, because both packages' tests use it.
 type Exec struct {
 	nft    string
 	prefix []string

@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Interface is what the rest of kproxy knows about nftables. Netlink and
-// Exec talk to the kernel; nfttest.Fake keeps state in memory.
+// Interface is what the rest of kproxy knows about nftables. Netlink talks
+// to the kernel (Exec too, through the nft binary: the tests' oracle);
+// nfttest.Fake keeps state in memory.
 type Interface interface {
 	// Apply runs every operation of tx as one nf_tables transaction:
 	// either all of them take effect or none does. An error says which
