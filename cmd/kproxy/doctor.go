@@ -18,6 +18,7 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
@@ -164,7 +165,7 @@ func gatherFacts(ctx context.Context, iptablesMode, metricsURL string) hostFacts
 			}
 		}
 	}
-	if iface, err := nft.NewNetlink(); err != nil {
+	if iface, err := nfnetlink.NewNetlink(); err != nil {
 		f.NFTErr = err
 	} else {
 		for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
@@ -32,7 +33,7 @@ type foreignUsers struct {
 	// BaseChains are nftables base chains outside kproxy's tables and
 	// outside iptables-nft's (those are reported with the iptables
 	// backends, in their terms).
-	BaseChains []nft.BaseChain
+	BaseChains []nfnetlink.BaseChain
 	BaseErr    error
 	// Hooked are, per backend, the built-in chains kube-proxy hooks
 	// into with their policy and the non-KUBE chains they jump to.
@@ -65,7 +66,7 @@ var kubeHooks = map[string][]string{
 // gatherForeign reads the host's other netfilter users (best effort).
 func gatherForeign(ctx context.Context) foreignUsers {
 	u := foreignUsers{Hooked: map[xtables.Backend][]hookedChain{}}
-	if nl, err := nft.NewNetlink(); err != nil {
+	if nl, err := nfnetlink.NewNetlink(); err != nil {
 		u.BaseErr = err
 	} else {
 		chains, err := nl.ListBaseChains(ctx)
@@ -101,7 +102,7 @@ func gatherForeign(ctx context.Context) foreignUsers {
 
 // isXtablesChain reports whether an nftables base chain is one of
 // iptables-nft's: a built-in chain (upper case) of an xtables table.
-func isXtablesChain(c nft.BaseChain) bool {
+func isXtablesChain(c nfnetlink.BaseChain) bool {
 	return slices.Contains(xtables.Tables, c.Table) && c.Name == strings.ToUpper(c.Name)
 }
 

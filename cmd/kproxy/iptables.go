@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
@@ -247,7 +248,7 @@ func cleanupForIPTablesMode(ctx context.Context, chosen xtables.Backend, opts []
 // table and its shards; upstream's table has the main table's name) in
 // both families.
 func deleteNFTablesTables(ctx context.Context) error {
-	iface, err := nft.NewNetlink()
+	iface, err := nfnetlink.NewNetlink()
 	if err != nil {
 		if errors.Is(err, nft.ErrNotSupported) {
 			return nil // no nf_tables: no nftables mode leftovers either

@@ -21,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -238,13 +239,13 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	// after removes the previous mode's rules once kproxy's are in place.
 	var after *afterFirstSync
 	// nftables mode: the adapters whose sockets are kproxy's own (drift).
-	var nls []*nft.Netlink
+	var nls []*nfnetlink.Netlink
 	switch mode {
 	case config.ModeNFTables:
 		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName+" and "+nftables.ShardTable(nftables.DefaultTableName, 0)+"...")
 		backendName = "nftables"
 		for _, f := range fams {
-			iface, err := nft.NewNetlink()
+			iface, err := nfnetlink.NewNetlink()
 			if err != nil {
 				return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 			}
@@ -362,10 +363,10 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 // nf_tables notifications in nftables mode, a scheduled comparison of
 // iptables-save with what kproxy wrote in iptables mode. Either repairs
 // through loop.Repair. The returned function releases the listener.
-func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nft.Netlink, fams []v1.IPFamily, syncPeriod time.Duration) func() {
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration) func() {
 	switch mode {
 	case config.ModeNFTables:
-		mon, err := nft.NewMonitor()
+		mon, err := nfnetlink.NewMonitor()
 		if err != nil {
 			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync")
 			return func() {}
@@ -431,7 +432,7 @@ func newSource(o *config.Options, fromFile, node string, health *server.ProxyHea
 // kube-proxy's iptables and IPVS modes left.
 func cleanup(ctx context.Context) error {
 	errs := []error{cleanupOtherModes(ctx)}
-	iface, err := nft.NewNetlink()
+	iface, err := nfnetlink.NewNetlink()
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/execer"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
@@ -42,7 +43,7 @@ func traceIPTables(ctx context.Context, o *config.Options, tf traceFlags) (bool,
 		}
 		return looksLikeIPTablesSave(b), nil
 	case tf.live:
-		iface, err := nft.NewNetlink()
+		iface, err := nfnetlink.NewNetlink()
 		if err != nil {
 			return true, nil // no nf_tables at all: not nftables mode
 		}

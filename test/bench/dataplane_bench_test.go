@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -54,7 +54,7 @@ func BenchmarkNFTablesDataPlane(b *testing.B) {
 			ClusterIP: addr([2]byte{198, 19}, i), Port: 80, Protocol: model.TCP}
 		st.Endpoints[name] = []*model.Endpoint{{IP: podIP.Addr(), Port: 8080, Ready: true, Serving: true, NodeName: "node-b"}}
 	}
-	iface, err := nft.NewNetlink(nft.WithNetNSPath("/run/netns/" + node.Name))
+	iface, err := nfnetlink.NewNetlink(nfnetlink.WithNetNSPath("/run/netns/" + node.Name))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -92,7 +92,7 @@ func state(n int) *model.State {
 
 func newProxier(b *testing.B, ns string) *nftables.Proxier {
 	b.Helper()
-	iface, err := nft.NewNetlink(nft.WithNetNSPath("/run/netns/" + ns))
+	iface, err := nfnetlink.NewNetlink(nfnetlink.WithNetNSPath("/run/netns/" + ns))
 	if err != nil {
 		b.Fatal(err)
 	}

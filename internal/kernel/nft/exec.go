@@ -84,11 +84,11 @@ func (e *Exec) Apply(ctx context.Context, tx *Transaction) error {
 		return nil
 	}
 	if err := checkComments(tx); err != nil {
-		return wrapApply(tx, err)
+		return WrapApplyError(tx, err)
 	}
 	text := tx.String()
 	if _, err := e.exec.Run(ctx, e.argv("-f", "-"), text); err != nil {
-		return wrapApply(tx, explainExec(tx, err))
+		return WrapApplyError(tx, explainExec(tx, err))
 	}
 	klog.V(4).InfoS("Applied nftables transaction with nft", "family", tx.Family, "tables", tx.Tables(), "operations", tx.Len())
 	return nil

@@ -105,9 +105,20 @@ func (t *Transaction) OpText(i int) string {
 	return b.String()
 }
 
-// wrapApply wraps the errors of a failed Apply so that the message names
-// the tables and the transaction size.
-func wrapApply(t *Transaction, err error) error {
+// ErrnoError is an error found before anything reached the kernel, with
+// the errno the kernel would have given for it (a comment nft cannot
+// read back, a malformed object, a feature nft does not have).
+type ErrnoError struct {
+	Msg   string
+	Errno unix.Errno
+}
+
+func (e *ErrnoError) Error() string { return e.Msg }
+func (e *ErrnoError) Unwrap() error { return e.Errno }
+
+// WrapApplyError wraps the errors of a failed Apply so that the message
+// names the tables and the transaction size.
+func WrapApplyError(t *Transaction, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -140,10 +151,10 @@ const MaxCommentLen = 128
 // render` prints is always what is applied.
 func CheckComment(s string) error {
 	if len(s) > MaxCommentLen {
-		return &lowerError{msg: fmt.Sprintf("comment of %d bytes, nft allows %d", len(s), MaxCommentLen), errno: unix.EINVAL}
+		return &ErrnoError{Msg: fmt.Sprintf("comment of %d bytes, nft allows %d", len(s), MaxCommentLen), Errno: unix.EINVAL}
 	}
 	if !quotesAsIs(s) {
-		return &lowerError{msg: fmt.Sprintf("comment %s has characters nft cannot read back", quote(s)), errno: unix.EINVAL}
+		return &ErrnoError{Msg: fmt.Sprintf("comment %s has characters nft cannot read back", quote(s)), Errno: unix.EINVAL}
 	}
 	return nil
 }

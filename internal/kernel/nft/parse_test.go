@@ -39,8 +39,8 @@ func TestParseRoundTrip(t *testing.T) {
 	multi.In("t-s1").Delete(&Table{})
 
 	for name, tx := range map[string]*Transaction{
-		"ip":    everyThing(addrsFor(IPv4)),
-		"ip6":   everyThing(addrsFor(IPv6)),
+		"ip":    Sample(SampleAddrsFor(IPv4)),
+		"ip6":   Sample(SampleAddrsFor(IPv6)),
 		"small": small,
 		"multi": multi,
 	} {

@@ -275,6 +275,13 @@ func fieldString(f Family, fl Field) string {
 	return string(fl)
 }
 
+// StmtText is a statement in nft's text form (for messages).
+func StmtText(f Family, s Stmt) string {
+	var b strings.Builder
+	writeStmt(&b, f, s)
+	return b.String()
+}
+
 func writeStmt(b *strings.Builder, f Family, s Stmt) {
 	switch s := s.(type) {
 	case MatchCtStateNew:

@@ -1,11 +1,14 @@
 // Package nft is kproxy's narrow view of nftables: a small typed model of
 // the objects and rule statements kproxy uses, a transaction of operations
-// on them, two ways to send a transaction to the kernel (netlink, one batch
-// = one atomic transaction; and the `nft -f` text form, which is also what
-// `kproxy render` prints), and a stateful fake for tests.
+// on them, its `nft -f` text form (what `kproxy render` prints) and the
+// parser of that form. Sending a transaction to the kernel is the
+// subpackage nfnetlink's job (netlink, one batch = one atomic
+// transaction); Exec sends the text form through the nft binary and is
+// the tests' oracle for it; nfttest holds a stateful fake.
 //
 // Only the statement shapes the nftables proxier needs exist here; that
-// keeps lowering to netlink expressions small and checkable.
+// keeps lowering to netlink expressions small and checkable. Sample lists
+// them all.
 package nft
 
 import (

@@ -15,7 +15,7 @@ import (
 // Drift in nftables mode is noticed through nf_tables change
 // notifications (nft.Watcher): each names the object and the netlink port
 // id of the socket whose transaction changed it. kproxy sends every
-// transaction on one long-lived socket per family (nft.Netlink), so a
+// transaction on one long-lived socket per family (nfnetlink.Netlink), so a
 // change to one of its tables from any other port id is someone else's.
 // That holds whatever the timing, unlike a "sync in progress" window
 // (which would blame kproxy for a foreign change made during its own

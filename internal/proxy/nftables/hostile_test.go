@@ -25,6 +25,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
@@ -187,7 +188,7 @@ func TestHostileNamesKernel(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%s/netlink", f), func(t *testing.T) {
 			ns := netns.New(t, netns.RandomID(4), "nft")
-			nl, err := nft.NewNetlink(nft.WithNetNSPath("/run/netns/" + ns.Name))
+			nl, err := nfnetlink.NewNetlink(nfnetlink.WithNetNSPath("/run/netns/" + ns.Name))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 )
 
 // Fake is an in-memory nf_tables. The zero value is not usable; use New.
@@ -576,7 +577,7 @@ func checkValue(t nft.DataType, v nft.Value, interval bool) error {
 			return kerr(unix.EINVAL, "%s key component %q has the wrong address family", t, v)
 		}
 	case nft.TypeInetProto:
-		if _, ok := nft.ProtoNumber(v.Proto); !ok || n != 1 {
+		if _, ok := nfnetlink.ProtoNumber(v.Proto); !ok || n != 1 {
 			return kerr(unix.EINVAL, "inet_proto key component %q is not a protocol", v)
 		}
 	case nft.TypeInetService:
@@ -826,13 +827,13 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			}
 		}
 	case nft.MatchL4Proto:
-		p, ok := nft.ProtoNumber(s.Proto)
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
 		if !ok {
 			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
 		}
 		*l4 = p
 	case nft.MatchDport:
-		p, ok := nft.ProtoNumber(s.Proto)
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
 		if !ok {
 			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
 		}
@@ -848,7 +849,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "interface name %q is too long", s.Name)
 		}
 	case nft.DNAT:
-		p, ok := nft.ProtoNumber(s.Proto)
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
 		if !ok {
 			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
 		}
@@ -860,7 +861,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		*l4 = p
 	case nft.DNATMap:
-		p, ok := nft.ProtoNumber(s.Proto)
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
 		if !ok {
 			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
 		}
@@ -891,7 +892,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		*l4 = p
 	case nft.DNATByService:
-		p, ok := nft.ProtoNumber(s.Proto)
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
 		if !ok {
 			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
 		}

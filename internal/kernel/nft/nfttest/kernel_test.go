@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 )
 
 func newNetNS(t *testing.T) string {
@@ -46,9 +47,9 @@ func newNetNS(t *testing.T) string {
 	return name
 }
 
-func newNetlink(t *testing.T, ns string) *nft.Netlink {
+func newNetlink(t *testing.T, ns string) *nfnetlink.Netlink {
 	t.Helper()
-	nl, err := nft.NewNetlink(nft.WithNetNSPath("/run/netns/" + ns))
+	nl, err := nfnetlink.NewNetlink(nfnetlink.WithNetNSPath("/run/netns/" + ns))
 	if err != nil {
 		t.Fatal(err)
 	}

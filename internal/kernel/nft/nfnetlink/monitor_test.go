@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // notification frames one nf_tables notification as the kernel sends it,
@@ -57,13 +59,13 @@ func TestDecodeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Event{
-		{Family: IPv4, Kind: KindTable, Deleted: true, Table: "kube-proxy", Count: 1, PortID: 100},
-		{Family: IPv6, Kind: KindChain, Table: "kube-proxy", Name: "services", Count: 1, PortID: 101},
-		{Family: IPv4, Kind: KindRule, Deleted: true, Table: "kube-proxy-s3", Name: "nat-prerouting", Count: 1, PortID: 102},
-		{Family: IPv4, Kind: KindMap, Deleted: true, Table: "kube-proxy", Name: "service-ips", Count: 1, PortID: 103},
-		{Family: IPv4, Kind: KindSet, Table: "kube-proxy", Name: "cluster-ips", Count: 1, PortID: 103},
-		{Family: IPv4, Kind: KindElement, Deleted: true, Table: "kube-proxy", Name: "service-ips", Count: 2, PortID: 104},
+	want := []nft.Event{
+		{Family: nft.IPv4, Kind: nft.KindTable, Deleted: true, Table: "kube-proxy", Count: 1, PortID: 100},
+		{Family: nft.IPv6, Kind: nft.KindChain, Table: "kube-proxy", Name: "services", Count: 1, PortID: 101},
+		{Family: nft.IPv4, Kind: nft.KindRule, Deleted: true, Table: "kube-proxy-s3", Name: "nat-prerouting", Count: 1, PortID: 102},
+		{Family: nft.IPv4, Kind: nft.KindMap, Deleted: true, Table: "kube-proxy", Name: "service-ips", Count: 1, PortID: 103},
+		{Family: nft.IPv4, Kind: nft.KindSet, Table: "kube-proxy", Name: "cluster-ips", Count: 1, PortID: 103},
+		{Family: nft.IPv4, Kind: nft.KindElement, Deleted: true, Table: "kube-proxy", Name: "service-ips", Count: 2, PortID: 104},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("events (-want +got):\n%s", d)

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"golang.org/x/sys/unix"

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/mdlayher/socket"
 	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // This file listens to nf_tables change notifications: what `nft monitor`
@@ -18,57 +20,6 @@ import (
 // the netlink port id of the socket that sent the transaction in its
 // header (nlmsg_pid; ctx->portid in nf_tables_api.c). kproxy tells its own
 // changes from others' by that port id (see Netlink.OwnPort).
-
-// ObjKind is the kind of object a change notification is about.
-type ObjKind string
-
-// Kinds of objects (also the values of the kind label of
-// kproxy_rules_drift_total).
-const (
-	KindTable   ObjKind = "table"
-	KindChain   ObjKind = "chain"
-	KindRule    ObjKind = "rule"
-	KindSet     ObjKind = "set"
-	KindMap     ObjKind = "map"
-	KindElement ObjKind = "element"
-	// KindUnknown: notifications were lost (the receive buffer
-	// overflowed), so what changed is not known.
-	KindUnknown ObjKind = "unknown"
-)
-
-// Event is one nf_tables change notification, or the news that some were
-// lost.
-type Event struct {
-	// Lost: the kernel dropped notifications (ENOBUFS); the other fields
-	// are empty and anything may have changed.
-	Lost   bool
-	Family Family // "ip", "ip6", "inet", "arp", "bridge", "netdev"
-	Kind   ObjKind
-	// Deleted: a deletion (DEL* message); otherwise an addition or
-	// replacement (NEW* message).
-	Deleted bool
-	Table   string
-	// Name is the object's name within the table: the chain (for rules
-	// the chain they are in), the set or map (for elements the set they
-	// are in). Empty for tables.
-	Name string
-	// Count is the number of objects: the elements of an element
-	// notification, 1 otherwise.
-	Count int
-	// PortID is the netlink port id of the socket whose transaction
-	// caused the change.
-	PortID uint32
-}
-
-// Watcher delivers nf_tables change notifications. Monitor listens to the
-// kernel; nfttest.Watcher is driven by tests.
-type Watcher interface {
-	// Watch calls fn with the events of each batch of notifications as
-	// they arrive, until ctx ends (then it returns nil) or the socket
-	// fails. Lost notifications are reported as an Event with Lost set.
-	Watch(ctx context.Context, fn func([]Event)) error
-	Close() error
-}
 
 // monitorRcvBuf is the receive buffer asked for: an `nft flush ruleset`
 // of a node with 10k services sends ~100k notifications of ~100 bytes.
@@ -81,7 +32,7 @@ type Monitor struct {
 	netns *os.File
 }
 
-var _ Watcher = (*Monitor)(nil)
+var _ nft.Watcher = (*Monitor)(nil)
 
 // NewMonitor opens a netlink socket subscribed to nf_tables
 // notifications, in the network namespace that opts name (the caller's
@@ -128,7 +79,7 @@ func (m *Monitor) Close() error {
 }
 
 // Watch implements Watcher.
-func (m *Monitor) Watch(ctx context.Context, fn func([]Event)) error {
+func (m *Monitor) Watch(ctx context.Context, fn func([]nft.Event)) error {
 	// The socket package watches a context for cancellation only when it
 	// has no deadline; unblock the receive ourselves either way.
 	stop := context.AfterFunc(ctx, func() { _ = m.sock.SetReadDeadline(time.Unix(0, 1)) })
@@ -141,7 +92,7 @@ func (m *Monitor) Watch(ctx context.Context, fn func([]Event)) error {
 				return nil
 			}
 			if errors.Is(err, unix.ENOBUFS) {
-				fn([]Event{{Lost: true, Kind: KindUnknown}})
+				fn([]nft.Event{{Lost: true, Kind: nft.KindUnknown}})
 				continue
 			}
 			return fmt.Errorf("nft monitor: receiving notifications: %w", err)
@@ -159,8 +110,8 @@ func (m *Monitor) Watch(ctx context.Context, fn func([]Event)) error {
 // DecodeEvents decodes the nf_tables notifications of one netlink
 // datagram. Messages that are not about tables, chains, rules, sets or
 // elements (generations, objects, flowtables) are skipped.
-func DecodeEvents(b []byte) ([]Event, error) {
-	var out []Event
+func DecodeEvents(b []byte) ([]nft.Event, error) {
+	var out []nft.Event
 	for len(b) >= nlmsgHdrLen {
 		l := int(binary.NativeEndian.Uint32(b[0:4]))
 		if l < nlmsgHdrLen || l > len(b) {
@@ -178,12 +129,12 @@ func DecodeEvents(b []byte) ([]Event, error) {
 	return out, nil
 }
 
-func familyName(f uint8) Family {
+func familyName(f uint8) nft.Family {
 	switch f {
 	case unix.NFPROTO_IPV4:
-		return IPv4
+		return nft.IPv4
 	case unix.NFPROTO_IPV6:
-		return IPv6
+		return nft.IPv6
 	case unix.NFPROTO_INET:
 		return "inet"
 	case unix.NFPROTO_ARP:
@@ -193,32 +144,32 @@ func familyName(f uint8) Family {
 	case unix.NFPROTO_NETDEV:
 		return "netdev"
 	}
-	return Family(fmt.Sprintf("family-%d", f))
+	return nft.Family(fmt.Sprintf("family-%d", f))
 }
 
 // decodeEvent decodes one notification's attributes. NFT_MSG_DESTROY*
 // (Linux 6.3) are requests only: the kernel notifies them as DEL*.
-func decodeEvent(msg uint16, family uint8, attrs []byte) (Event, bool) {
-	ev := Event{Family: familyName(family), Count: 1}
+func decodeEvent(msg uint16, family uint8, attrs []byte) (nft.Event, bool) {
+	ev := nft.Event{Family: familyName(family), Count: 1}
 	var tableAttr, nameAttr uint16
 	switch msg {
 	case unix.NFT_MSG_NEWTABLE, unix.NFT_MSG_DELTABLE:
-		ev.Kind, ev.Deleted = KindTable, msg == unix.NFT_MSG_DELTABLE
+		ev.Kind, ev.Deleted = nft.KindTable, msg == unix.NFT_MSG_DELTABLE
 		tableAttr = unix.NFTA_TABLE_NAME
 	case unix.NFT_MSG_NEWCHAIN, unix.NFT_MSG_DELCHAIN:
-		ev.Kind, ev.Deleted = KindChain, msg == unix.NFT_MSG_DELCHAIN
+		ev.Kind, ev.Deleted = nft.KindChain, msg == unix.NFT_MSG_DELCHAIN
 		tableAttr, nameAttr = unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME
 	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
-		ev.Kind, ev.Deleted = KindRule, msg == unix.NFT_MSG_DELRULE
+		ev.Kind, ev.Deleted = nft.KindRule, msg == unix.NFT_MSG_DELRULE
 		tableAttr, nameAttr = unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN
 	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
-		ev.Kind, ev.Deleted = KindSet, msg == unix.NFT_MSG_DELSET
+		ev.Kind, ev.Deleted = nft.KindSet, msg == unix.NFT_MSG_DELSET
 		tableAttr, nameAttr = unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME
 	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
-		ev.Kind, ev.Deleted = KindElement, msg == unix.NFT_MSG_DELSETELEM
+		ev.Kind, ev.Deleted = nft.KindElement, msg == unix.NFT_MSG_DELSETELEM
 		tableAttr, nameAttr = unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET
 	default:
-		return Event{}, false
+		return nft.Event{}, false
 	}
 	forEachAttr(attrs, func(typ uint16, data []byte) {
 		switch {
@@ -226,11 +177,11 @@ func decodeEvent(msg uint16, family uint8, attrs []byte) (Event, bool) {
 			ev.Table = cString(data)
 		case typ == nameAttr && nameAttr != 0:
 			ev.Name = cString(data)
-		case ev.Kind == KindSet && typ == unix.NFTA_SET_FLAGS && len(data) >= 4:
+		case ev.Kind == nft.KindSet && typ == unix.NFTA_SET_FLAGS && len(data) >= 4:
 			if binary.BigEndian.Uint32(data)&unix.NFT_SET_MAP != 0 {
-				ev.Kind = KindMap
+				ev.Kind = nft.KindMap
 			}
-		case ev.Kind == KindElement && typ == unix.NFTA_SET_ELEM_LIST_ELEMENTS:
+		case ev.Kind == nft.KindElement && typ == unix.NFTA_SET_ELEM_LIST_ELEMENTS:
 			n := 0
 			forEachAttr(data, func(t uint16, _ []byte) {
 				if t == unix.NFTA_LIST_ELEM {

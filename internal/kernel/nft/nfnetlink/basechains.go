@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // BaseChain is a chain hooked into the packet path, of any table and
 // family: what `kproxy doctor` lists of other netfilter users.
 type BaseChain struct {
-	Family   Family
+	Family   nft.Family
 	Table    string
 	Name     string
 	Type     string // filter, nat, route
@@ -33,7 +35,7 @@ func (b BaseChain) String() string {
 }
 
 // hookName names a hook number as nft does, by family.
-func hookName(fam Family, n uint32) string {
+func hookName(fam nft.Family, n uint32) string {
 	switch fam {
 	case "netdev":
 		if n == 0 {

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"encoding/hex"
@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // Pure lowering tests. That the messages equal nft's is checked against
@@ -27,22 +29,22 @@ func TestConcatRegisters(t *testing.T) {
 
 func TestKeyTypeAndBytes(t *testing.T) {
 	cases := []struct {
-		key     []DataType
-		val     []Value
+		key     []nft.DataType
+		val     []nft.Value
 		id      uint32
 		length  int
 		wantHex string
 	}{
-		{[]DataType{TypeIPv4Addr, TypeInetProto, TypeInetService},
-			[]Value{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}, {Port: 80}},
+		{[]nft.DataType{nft.TypeIPv4Addr, nft.TypeInetProto, nft.TypeInetService},
+			[]nft.Value{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}, {Port: 80}},
 			7<<12 | 12<<6 | 13, 12, "0a000001" + "06000000" + "00500000"},
-		{[]DataType{TypeIPv6Addr, TypeInetProto, TypeInetService},
-			[]Value{{Addr: netip.MustParseAddr("fd00::1")}, {Proto: v1.ProtocolSCTP}, {Port: 65535}},
+		{[]nft.DataType{nft.TypeIPv6Addr, nft.TypeInetProto, nft.TypeInetService},
+			[]nft.Value{{Addr: netip.MustParseAddr("fd00::1")}, {Proto: v1.ProtocolSCTP}, {Port: 65535}},
 			8<<12 | 12<<6 | 13, 24, "fd000000000000000000000000000001" + "84000000" + "ffff0000"},
-		{[]DataType{TypeInetProto, TypeInetService}, []Value{{Proto: v1.ProtocolUDP}, {Port: 53}},
+		{[]nft.DataType{nft.TypeInetProto, nft.TypeInetService}, []nft.Value{{Proto: v1.ProtocolUDP}, {Port: 53}},
 			12<<6 | 13, 8, "11000000" + "00350000"},
-		{[]DataType{TypeInetService}, []Value{{Port: 53}}, 13, 2, "0035"},
-		{[]DataType{TypeInetProto}, []Value{{Proto: v1.ProtocolTCP}}, 12, 1, "06"},
+		{[]nft.DataType{nft.TypeInetService}, []nft.Value{{Port: 53}}, 13, 2, "0035"},
+		{[]nft.DataType{nft.TypeInetProto}, []nft.Value{{Proto: v1.ProtocolTCP}}, 12, 1, "06"},
 	}
 	for _, c := range cases {
 		id, length, err := keyType(c.key)
@@ -54,12 +56,12 @@ func TestKeyTypeAndBytes(t *testing.T) {
 			t.Errorf("keyBytes(%v) = %x, %v; want %s", c.val, b, err, c.wantHex)
 		}
 	}
-	for _, bad := range [][]Value{
+	for _, bad := range [][]nft.Value{
 		{{Addr: netip.MustParseAddr("fd00::1")}, {Proto: v1.ProtocolTCP}, {Port: 80}},
 		{{Addr: netip.MustParseAddr("10.0.0.1")}, {Port: 6}, {Port: 80}},
 		{{Addr: netip.MustParseAddr("10.0.0.1")}, {Proto: v1.ProtocolTCP}},
 	} {
-		if _, err := keyBytes([]DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, bad); err == nil {
+		if _, err := keyBytes([]nft.DataType{nft.TypeIPv4Addr, nft.TypeInetProto, nft.TypeInetService}, bad); err == nil {
 			t.Errorf("keyBytes(%v) succeeded, want an error", bad)
 		}
 	}
@@ -131,22 +133,22 @@ func TestIntervalElements(t *testing.T) {
 
 // fakeView is a kernel with some sets, all of them holding elements,
 // keyed by "TABLE SET".
-type fakeView map[string]*Set
+type fakeView map[string]*nft.Set
 
-func (v fakeView) setDef(table, name string) (*Set, error) { return v[table+" "+name], nil }
+func (v fakeView) setDef(table, name string) (*nft.Set, error) { return v[table+" "+name], nil }
 func (v fakeView) setEmpty(table, name string) (bool, error) {
 	return v[table+" "+name] == nil, nil
 }
 
 func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
-	tx := NewTransaction(IPv4, "t")
-	tx.Add(&Set{Name: "m", Key: []DataType{TypeIPv4Addr, TypeInetProto, TypeInetService}, Data: TypeVerdict})
+	tx := nft.NewTransaction(nft.IPv4, "t")
+	tx.Add(&nft.Set{Name: "m", Key: []nft.DataType{nft.TypeIPv4Addr, nft.TypeInetProto, nft.TypeInetService}, Data: nft.TypeVerdict})
 	a := netip.MustParseAddr("10.0.0.0")
 	for i := 0; i < 3000; i++ { // more than one message
 		a = a.Next()
-		tx.Add(&Element{Set: "m", Key: []Value{{Addr: a}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &Verdict{Kind: Goto, Chain: "some-chain-with-a-long-name"}})
+		tx.Add(&nft.Element{Set: "m", Key: []nft.Value{{Addr: a}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &nft.Verdict{Kind: nft.Goto, Chain: "some-chain-with-a-long-name"}})
 	}
-	tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchCtStateNew{}, MatchDport{Proto: v1.ProtocolTCP, Port: 80}, Verdict{Kind: Jump, Chain: "x"}}})
+	tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.MatchCtStateNew{}, nft.MatchDport{Proto: v1.ProtocolTCP, Port: 80}, nft.Verdict{Kind: nft.Jump, Chain: "x"}}})
 	l := newLowerer(tx, nil)
 	if err := l.lower(); err != nil {
 		t.Fatal(err)
@@ -175,9 +177,9 @@ func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
 	errs = append(errs, batchError{msg: -1, errno: unix.EOPNOTSUPP, offset: -1})
 
 	err := l.explain(errs)
-	var oes []*OpError
+	var oes []*nft.OpError
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var oe *OpError
+		var oe *nft.OpError
 		if !errors.As(e, &oe) {
 			t.Fatalf("%v is not an OpError", e)
 		}
@@ -186,7 +188,7 @@ func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
 	if len(oes) != 3 {
 		t.Fatalf("got %d errors, want 3: %v", len(oes), err)
 	}
-	if oes[0].Index != -1 || !errors.Is(oes[0], ErrNotSupported) {
+	if oes[0].Index != -1 || !errors.Is(oes[0], nft.ErrNotSupported) {
 		t.Errorf("batch error: %v, want ErrNotSupported for the whole transaction", oes[0])
 	}
 	if oes[1].Index != wantOp || oes[1].Op != tx.OpText(wantOp) || !errors.Is(oes[1], unix.EEXIST) {
@@ -200,43 +202,43 @@ func TestExplainMapsKernelErrorsToOperations(t *testing.T) {
 func TestLowerRejects(t *testing.T) {
 	cases := []struct {
 		name string
-		fam  Family
-		op   func(tx *Transaction)
+		fam  nft.Family
+		op   func(tx *nft.Transaction)
 		want string
 	}{
-		{"ipv6 address in an ip table", IPv4, func(tx *Transaction) {
-			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchAddr{Prefixes: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}}})
+		{"ipv6 address in an ip table", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.MatchAddr{Prefixes: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}}})
 		}, "does not belong"},
-		{"conflicting protocols", IPv4, func(tx *Transaction) {
-			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchL4Proto{Proto: v1.ProtocolTCP}, MatchDport{Proto: v1.ProtocolUDP, Port: 53}}})
+		{"conflicting protocols", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.MatchL4Proto{Proto: v1.ProtocolTCP}, nft.MatchDport{Proto: v1.ProtocolUDP, Port: 53}}})
 		}, "conflicting protocols"},
-		{"wildcard only", IPv4, func(tx *Transaction) {
-			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{MatchIifname{Prefix: true}}})
+		{"wildcard only", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.MatchIifname{Prefix: true}}})
 		}, "wildcard"},
-		{"dnat to the wrong family", IPv6, func(tx *Transaction) {
-			tx.Add(&Rule{Chain: "c", Stmts: []Stmt{DNAT{Proto: v1.ProtocolTCP, To: netip.MustParseAddrPort("10.0.0.1:80")}}})
+		{"dnat to the wrong family", nft.IPv6, func(tx *nft.Transaction) {
+			tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.DNAT{Proto: v1.ProtocolTCP, To: netip.MustParseAddrPort("10.0.0.1:80")}}})
 		}, "does not belong"},
-		{"rule deletion", IPv4, func(tx *Transaction) {
-			tx.Delete(&Rule{Chain: "c"})
+		{"rule deletion", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Delete(&nft.Rule{Chain: "c"})
 		}, "can only be added"},
-		{"prefix in a plain set", IPv4, func(tx *Transaction) {
-			tx.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}})
-			tx.Add(&Element{Set: "s", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+		{"prefix in a plain set", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Set{Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr}})
+			tx.Add(&nft.Element{Set: "s", Key: []nft.Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
 		}, "interval flag"},
-		{"map element without verdict", IPv4, func(tx *Transaction) {
-			tx.Add(&Set{Name: "m", Key: []DataType{TypeInetService}, Data: TypeVerdict})
-			tx.Add(&Element{Set: "m", Key: []Value{{Port: 1}}})
+		{"map element without verdict", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Set{Name: "m", Key: []nft.DataType{nft.TypeInetService}, Data: nft.TypeVerdict})
+			tx.Add(&nft.Element{Set: "m", Key: []nft.Value{{Port: 1}}})
 		}, "without a verdict"},
-		{"concatenated interval set", IPv4, func(tx *Transaction) {
-			tx.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr, TypeInetService}, Interval: true})
+		{"concatenated interval set", nft.IPv4, func(tx *nft.Transaction) {
+			tx.Add(&nft.Set{Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr, nft.TypeInetService}, Interval: true})
 		}, "not supported"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tx := NewTransaction(c.fam, "t")
+			tx := nft.NewTransaction(c.fam, "t")
 			c.op(tx)
 			err := newLowerer(tx, fakeView{}).lower()
-			var oe *OpError
+			var oe *nft.OpError
 			if !errors.As(err, &oe) || oe.Index != tx.Len()-1 || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want an OpError at operation %d containing %q", err, tx.Len()-1, c.want)
 			}
@@ -245,11 +247,11 @@ func TestLowerRejects(t *testing.T) {
 }
 
 func TestLowerAsksTheKernelAboutExistingSets(t *testing.T) {
-	view := fakeView{"t full": {Name: "full", Key: []DataType{TypeIPv4Addr}, Interval: true}}
-	tx := NewTransaction(IPv4, "t")
-	tx.Add(&Element{Set: "full", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
-	tx.Flush(&Set{Name: "full"})
-	tx.Add(&Element{Set: "full", Key: []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+	view := fakeView{"t full": {Name: "full", Key: []nft.DataType{nft.TypeIPv4Addr}, Interval: true}}
+	tx := nft.NewTransaction(nft.IPv4, "t")
+	tx.Add(&nft.Element{Set: "full", Key: []nft.Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
+	tx.Flush(&nft.Set{Name: "full"})
+	tx.Add(&nft.Element{Set: "full", Key: []nft.Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}})
 	// "full" has elements, so the first add gets no first segment
 	// (2 elements: start and end); after the flush it does (3).
 	l := newLowerer(tx, view)
@@ -284,20 +286,20 @@ func TestLowerSeveralTables(t *testing.T) {
 	// declares its own "s" in the batch; table v is deleted first, so its
 	// "s" is not asked about.
 	view := fakeView{
-		"t s": {Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true},
-		"v s": {Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true},
+		"t s": {Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr}, Interval: true},
+		"v s": {Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr}, Interval: true},
 	}
-	p := []Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}
-	tx := NewTransaction(IPv4, "t")
+	p := []nft.Value{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}
+	tx := nft.NewTransaction(nft.IPv4, "t")
 	u, v := tx.In("u"), tx.In("v")
-	v.Delete(&Table{})
-	u.Add(&Table{})
-	u.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true})
-	tx.Add(&Element{Set: "s", Key: p}) // t: has elements, no first segment
-	u.Add(&Element{Set: "s", Key: p})  // u: new and empty, first segment
-	v.Add(&Table{})
-	v.Add(&Set{Name: "s", Key: []DataType{TypeIPv4Addr}, Interval: true})
-	v.Add(&Element{Set: "s", Key: p}) // v: recreated, empty
+	v.Delete(&nft.Table{})
+	u.Add(&nft.Table{})
+	u.Add(&nft.Set{Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr}, Interval: true})
+	tx.Add(&nft.Element{Set: "s", Key: p}) // t: has elements, no first segment
+	u.Add(&nft.Element{Set: "s", Key: p})  // u: new and empty, first segment
+	v.Add(&nft.Table{})
+	v.Add(&nft.Set{Name: "s", Key: []nft.DataType{nft.TypeIPv4Addr}, Interval: true})
+	v.Add(&nft.Element{Set: "s", Key: p}) // v: recreated, empty
 	l := newLowerer(tx, view)
 	if err := l.lower(); err != nil {
 		t.Fatal(err)
@@ -321,15 +323,6 @@ func TestLowerSeveralTables(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"t", "v", "u"}, tx.Tables()); d != "" {
 		t.Errorf("Tables() (-want +got):\n%s", d)
-	}
-}
-
-func TestQuotesAsIs(t *testing.T) {
-	for _, s := range []string{"", "ns/svc:http", "a b", "ü 日本", "tab\there", `q"uote`, `back\slash`, "bad\xffutf8", "nl\n", "\u00a0nbsp", "\u200bzw", "\U0001F600", "\uFFFD"} {
-		want := quote(s) == `"`+s+`"`
-		if got := quotesAsIs(s); got != want {
-			t.Errorf("quotesAsIs(%q) = %v, want %v", s, got, want)
-		}
 	}
 }
 

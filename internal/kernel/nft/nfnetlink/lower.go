@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"encoding/binary"
@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // This file lowers the typed model to nf_tables netlink messages, the
@@ -105,19 +107,19 @@ const (
 	ctStateNew  = 1 << 3     // NF_CT_STATE_BIT(IP_CT_NEW)
 )
 
-func nfproto(f Family) uint8 {
-	if f == IPv6 {
+func nfproto(f nft.Family) uint8 {
+	if f == nft.IPv6 {
 		return unix.NFPROTO_IPV6
 	}
 	return unix.NFPROTO_IPV4
 }
 
 var hookNums = map[string]uint32{
-	HookPrerouting:  unix.NF_INET_PRE_ROUTING,
-	HookInput:       unix.NF_INET_LOCAL_IN,
-	HookForward:     unix.NF_INET_FORWARD,
-	HookOutput:      unix.NF_INET_LOCAL_OUT,
-	HookPostrouting: unix.NF_INET_POST_ROUTING,
+	nft.HookPrerouting:  unix.NF_INET_PRE_ROUTING,
+	nft.HookInput:       unix.NF_INET_LOCAL_IN,
+	nft.HookForward:     unix.NF_INET_FORWARD,
+	nft.HookOutput:      unix.NF_INET_LOCAL_OUT,
+	nft.HookPostrouting: unix.NF_INET_POST_ROUTING,
 }
 
 // ProtoNumber returns the IP protocol number of a Kubernetes protocol.
@@ -139,38 +141,30 @@ type dtInfo struct {
 	byteorder uint32
 }
 
-var dataTypes = map[DataType]dtInfo{
-	TypeIPv4Addr:    {dtIPv4Addr, 4, byteorderBig},
-	TypeIPv6Addr:    {dtIPv6Addr, 16, byteorderBig},
-	TypeInetProto:   {dtInetProto, 1, byteorderInvalid},
-	TypeInetService: {dtInetService, 2, byteorderBig},
+var dataTypes = map[nft.DataType]dtInfo{
+	nft.TypeIPv4Addr:    {dtIPv4Addr, 4, byteorderBig},
+	nft.TypeIPv6Addr:    {dtIPv6Addr, 16, byteorderBig},
+	nft.TypeInetProto:   {dtInetProto, 1, byteorderInvalid},
+	nft.TypeInetService: {dtInetService, 2, byteorderBig},
 }
 
 // Lowering refuses what nft or the kernel would refuse, with the errno
 // the kernel uses (and nfttest.Fake too), so that callers can test
 // errors the same way whichever adapter they use.
 func invalidf(format string, args ...any) error {
-	return &lowerError{msg: fmt.Sprintf(format, args...), errno: unix.EINVAL}
+	return &nft.ErrnoError{Msg: fmt.Sprintf(format, args...), Errno: unix.EINVAL}
 }
 
 func unsupportedf(format string, args ...any) error {
-	return &lowerError{msg: fmt.Sprintf(format, args...), errno: unix.EOPNOTSUPP}
+	return &nft.ErrnoError{Msg: fmt.Sprintf(format, args...), Errno: unix.EOPNOTSUPP}
 }
-
-type lowerError struct {
-	msg   string
-	errno unix.Errno
-}
-
-func (e *lowerError) Error() string { return e.msg }
-func (e *lowerError) Unwrap() error { return e.errno }
 
 // setInfo is what lowering knows about a set: its definition, the batch
 // id when the batch declares it, and whether it holds no element yet (nft
 // adds a "first segment" end element when it fills an empty interval
 // set; we do the same so that both paths leave identical kernel state).
 type setInfo struct {
-	def   *Set
+	def   *nft.Set
 	id    uint32
 	empty emptiness
 }
@@ -187,7 +181,7 @@ const (
 // before the transaction. The netlink adapter asks the kernel.
 type kernelView interface {
 	// setDef returns the definition of an existing set of a table, or nil.
-	setDef(table, name string) (*Set, error)
+	setDef(table, name string) (*nft.Set, error)
 	// setEmpty reports whether a set has no elements; a set that does not
 	// exist is empty.
 	setEmpty(table, name string) (bool, error)
@@ -195,7 +189,7 @@ type kernelView interface {
 
 // lowerer turns one transaction into batch messages.
 type lowerer struct {
-	tx     *Transaction
+	tx     *nft.Transaction
 	fam    uint8
 	msgs   []nlMsg
 	nextID uint32
@@ -223,7 +217,7 @@ type lowerer struct {
 	keyBuf              []byte
 }
 
-func newLowerer(tx *Transaction, k kernelView) *lowerer {
+func newLowerer(tx *nft.Transaction, k kernelView) *lowerer {
 	// About one message per operation: element operations share
 	// messages, anonymous sets add some.
 	return &lowerer{tx: tx, fam: nfproto(tx.Family), sets: map[string]*setInfo{}, kernel: k, deleted: map[string]bool{},
@@ -306,20 +300,20 @@ func (l *lowerer) lower() error {
 			err = invalidf("operation without an object")
 		}
 		if err != nil {
-			if _, ok := err.(*OpError); ok {
+			if _, ok := err.(*nft.OpError); ok {
 				return err
 			}
-			return &OpError{Index: i, Op: l.tx.OpText(i), Err: err}
+			return &nft.OpError{Index: i, Op: l.tx.OpText(i), Err: err}
 		}
 	}
 	return nil
 }
 
-func (l *lowerer) lowerTable(i int, op *Op) error {
+func (l *lowerer) lowerTable(i int, op *nft.Op) error {
 	var a attrs
 	switch op.Kind {
-	case OpAdd:
-		if err := CheckComment(op.Table.Comment); err != nil {
+	case nft.OpAdd:
+		if err := nft.CheckComment(op.Table.Comment); err != nil {
 			return err
 		}
 		a.str(unix.NFTA_TABLE_NAME, l.cur)
@@ -328,12 +322,12 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 			a.put(nftaTableUserdata, udata(nil).str(udComment, op.Table.Comment))
 		}
 		l.add(nlMsg{typ: unix.NFT_MSG_NEWTABLE, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
-	case OpFlush:
+	case nft.OpFlush:
 		// nft's "flush table" removes the rules of every chain; sets keep
 		// their elements.
 		a.str(unix.NFTA_RULE_TABLE, l.cur)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELRULE, family: l.fam, attrs: a.b, op: i})
-	case OpDelete:
+	case nft.OpDelete:
 		a.str(unix.NFTA_TABLE_NAME, l.cur)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELTABLE, family: l.fam, attrs: a.b, op: i})
 		// Nothing of the table exists after this.
@@ -347,12 +341,12 @@ func (l *lowerer) lowerTable(i int, op *Op) error {
 	return nil
 }
 
-func (l *lowerer) lowerChain(i int, op *Op) error {
+func (l *lowerer) lowerChain(i int, op *nft.Op) error {
 	c := op.Chain
 	var a attrs
 	switch op.Kind {
-	case OpAdd:
-		if err := CheckComment(c.Comment); err != nil {
+	case nft.OpAdd:
+		if err := nft.CheckComment(c.Comment); err != nil {
 			return err
 		}
 		a.str(unix.NFTA_CHAIN_TABLE, l.cur)
@@ -362,7 +356,7 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 			if !ok {
 				return invalidf("unknown hook %q", c.Hook)
 			}
-			if c.Type != TypeFilter && c.Type != TypeNAT {
+			if c.Type != nft.TypeFilter && c.Type != nft.TypeNAT {
 				return invalidf("unknown chain type %q", c.Type)
 			}
 			a.str(unix.NFTA_CHAIN_TYPE, c.Type)
@@ -375,11 +369,11 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 			a.put(nftaChainUserdata, udata(nil).str(udComment, c.Comment))
 		}
 		l.add(nlMsg{typ: unix.NFT_MSG_NEWCHAIN, flags: unix.NLM_F_CREATE, family: l.fam, attrs: a.b, op: i})
-	case OpFlush:
+	case nft.OpFlush:
 		a.str(unix.NFTA_RULE_TABLE, l.cur)
 		a.str(unix.NFTA_RULE_CHAIN, c.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELRULE, family: l.fam, attrs: a.b, op: i})
-	case OpDelete:
+	case nft.OpDelete:
 		a.str(unix.NFTA_CHAIN_TABLE, l.cur)
 		a.str(unix.NFTA_CHAIN_NAME, c.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELCHAIN, family: l.fam, attrs: a.b, op: i})
@@ -388,7 +382,7 @@ func (l *lowerer) lowerChain(i int, op *Op) error {
 }
 
 // keyType returns the nft key type id and length of a set key.
-func keyType(key []DataType) (id uint32, length int, err error) {
+func keyType(key []nft.DataType) (id uint32, length int, err error) {
 	if len(key) == 0 {
 		return 0, 0, invalidf("set without key type")
 	}
@@ -410,18 +404,18 @@ func keyType(key []DataType) (id uint32, length int, err error) {
 	return id, length, nil
 }
 
-func (l *lowerer) lowerSet(i int, op *Op) error {
+func (l *lowerer) lowerSet(i int, op *nft.Op) error {
 	s := op.Set
 	var a attrs
 	switch op.Kind {
-	case OpAdd:
-		if err := CheckComment(s.Comment); err != nil {
+	case nft.OpAdd:
+		if err := nft.CheckComment(s.Comment); err != nil {
 			return err
 		}
 		if s.Endpoints != "" {
 			return l.lowerEndpointMap(i, s)
 		}
-		if s.IsMap() && s.Data != TypeVerdict {
+		if s.IsMap() && s.Data != nft.TypeVerdict {
 			return unsupportedf("only verdict maps are supported, not %q", s.Data)
 		}
 		if s.Interval && len(s.Key) > 1 {
@@ -468,12 +462,12 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 		} else {
 			l.sets[l.ref(s.Name)] = &setInfo{def: s, id: id}
 		}
-	case OpFlush:
+	case nft.OpFlush:
 		// nft resolves "flush set" among sets and "flush map" among maps
 		// (ENOENT otherwise); the kernel does not care, but the text form
 		// must work with nft too.
 		if si, ok := l.sets[l.ref(s.Name)]; ok && si.def.IsMap() != s.IsMap() {
-			return &lowerError{msg: fmt.Sprintf("%s is declared as a %s; flush it as one", s.Name, map[bool]string{true: "map", false: "set"}[si.def.IsMap()]), errno: unix.ENOENT}
+			return &nft.ErrnoError{Msg: fmt.Sprintf("%s is declared as a %s; flush it as one", s.Name, map[bool]string{true: "map", false: "set"}[si.def.IsMap()]), Errno: unix.ENOENT}
 		}
 		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, l.cur)
 		a.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
@@ -481,7 +475,7 @@ func (l *lowerer) lowerSet(i int, op *Op) error {
 		if si, ok := l.sets[l.ref(s.Name)]; ok {
 			si.empty = emptyYes
 		}
-	case OpDelete:
+	case nft.OpDelete:
 		a.str(unix.NFTA_SET_TABLE, l.cur)
 		a.str(unix.NFTA_SET_NAME, s.Name)
 		l.add(nlMsg{typ: unix.NFT_MSG_DELSET, family: l.fam, attrs: a.b, op: i})
@@ -560,7 +554,7 @@ func endpointData(to netip.AddrPort) []byte {
 
 // lowerEndpointMap lowers "add map ... { typeof numgen random mod 1 :
 // ip daddr . th dport ; }" (see Set.Endpoints).
-func (l *lowerer) lowerEndpointMap(i int, s *Set) error {
+func (l *lowerer) lowerEndpointMap(i int, s *nft.Set) error {
 	p, ok := ProtoNumber(s.Endpoints)
 	if !ok {
 		return invalidf("unknown protocol %q", s.Endpoints)
@@ -608,7 +602,7 @@ func (l *lowerer) lowerEndpointMap(i int, s *Set) error {
 // namedSetUdata is the user data nft 1.0.x stores with a named set
 // declared by "type": the key byte order, for maps the data byte order
 // and interval flag, and for concatenations a "typeof" stub.
-func namedSetUdata(s *Set) []byte {
+func namedSetUdata(s *nft.Set) []byte {
 	var u udata
 	if len(s.Key) > 1 {
 		u = u.u32(udSetKeyByteorder, byteorderInvalid)
@@ -635,7 +629,7 @@ type elemAttr struct {
 	key     []byte
 	end     bool // NFT_SET_ELEM_INTERVAL_END
 	open    bool // a range up to the top of the address space, which has no end element
-	verdict *Verdict
+	verdict *nft.Verdict
 	data    []byte // endpoint map elements
 	comment string
 }
@@ -679,39 +673,39 @@ func (e *elemAttr) encode(a *attrs) {
 	a.close(elem, unix.NFTA_LIST_ELEM)
 }
 
-func verdictCode(k VerdictKind) (int32, error) {
+func verdictCode(k nft.VerdictKind) (int32, error) {
 	switch k {
-	case Accept:
+	case nft.Accept:
 		return nfAccept, nil
-	case Drop:
+	case nft.Drop:
 		return nfDrop, nil
-	case Return:
+	case nft.Return:
 		return unix.NFT_RETURN, nil
-	case Jump:
+	case nft.Jump:
 		return unix.NFT_JUMP, nil
-	case Goto:
+	case nft.Goto:
 		return unix.NFT_GOTO, nil
 	}
 	return 0, invalidf("unknown verdict %q", k)
 }
 
-func encodeVerdict(a *attrs, v Verdict) {
+func encodeVerdict(a *attrs, v nft.Verdict) {
 	code, _ := verdictCode(v.Kind) // checked by callers
 	n := a.open()
 	a.u32(unix.NFTA_VERDICT_CODE, uint32(code))
-	if v.Kind == Jump || v.Kind == Goto {
+	if v.Kind == nft.Jump || v.Kind == nft.Goto {
 		a.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
 	}
 	a.close(n, unix.NFTA_DATA_VERDICT)
 }
 
 // valueBytes encodes one key component of type t.
-func valueBytes(t DataType, v Value) ([]byte, error) { return appendValue(nil, t, v) }
+func valueBytes(t nft.DataType, v nft.Value) ([]byte, error) { return appendValue(nil, t, v) }
 
 // appendValue appends one key component of type t to b.
-func appendValue(b []byte, t DataType, v Value) ([]byte, error) {
+func appendValue(b []byte, t nft.DataType, v nft.Value) ([]byte, error) {
 	switch t {
-	case TypeIPv4Addr, TypeIPv6Addr:
+	case nft.TypeIPv4Addr, nft.TypeIPv6Addr:
 		var a netip.Addr
 		switch {
 		case v.Addr.IsValid():
@@ -721,7 +715,7 @@ func appendValue(b []byte, t DataType, v Value) ([]byte, error) {
 		default:
 			return b, invalidf("%s key component %q is not an address", t, v)
 		}
-		if (t == TypeIPv4Addr) != a.Is4() {
+		if (t == nft.TypeIPv4Addr) != a.Is4() {
 			return b, invalidf("%s key component %q has the wrong address family", t, v)
 		}
 		if a.Is4() {
@@ -730,13 +724,13 @@ func appendValue(b []byte, t DataType, v Value) ([]byte, error) {
 		}
 		a16 := a.As16()
 		return append(b, a16[:]...), nil
-	case TypeInetProto:
+	case nft.TypeInetProto:
 		p, ok := ProtoNumber(v.Proto)
 		if !ok {
 			return b, invalidf("inet_proto key component %q is not a protocol", v)
 		}
 		return append(b, p), nil
-	case TypeInetService:
+	case nft.TypeInetService:
 		if v.Addr.IsValid() || v.Prefix.IsValid() || v.Proto != "" {
 			return b, invalidf("inet_service key component %q is not a port", v)
 		}
@@ -746,11 +740,13 @@ func appendValue(b []byte, t DataType, v Value) ([]byte, error) {
 }
 
 // keyBytes encodes a whole (possibly concatenated) key.
-func keyBytes(types []DataType, key []Value) ([]byte, error) { return appendKeyBytes(nil, types, key) }
+func keyBytes(types []nft.DataType, key []nft.Value) ([]byte, error) {
+	return appendKeyBytes(nil, types, key)
+}
 
 // appendKeyBytes appends a whole key to b: each field of a concatenation
 // padded to 4 bytes.
-func appendKeyBytes(b []byte, types []DataType, key []Value) ([]byte, error) {
+func appendKeyBytes(b []byte, types []nft.DataType, key []nft.Value) ([]byte, error) {
 	if len(key) != len(types) {
 		return b, invalidf("key has %d components, the set's type has %d", len(key), len(types))
 	}
@@ -783,7 +779,7 @@ func prefixRange(p netip.Prefix) addrRange {
 	return addrRange{lo, hi}
 }
 
-func valueRange(v Value) (addrRange, bool) {
+func valueRange(v nft.Value) (addrRange, bool) {
 	switch {
 	case v.Addr.IsValid():
 		return addrRange{v.Addr, v.Addr}, true
@@ -818,14 +814,14 @@ func mergeRanges(rs []addrRange) []addrRange {
 // address flagged as an end (omitted when the range reaches the top of
 // the address space). firstSegment adds nft's leading end element at
 // zero, which nft sends when it fills an empty set.
-func intervalElems(rs []addrRange, firstSegment bool, data func(i int) (*Verdict, string)) []elemAttr {
+func intervalElems(rs []addrRange, firstSegment bool, data func(i int) (*nft.Verdict, string)) []elemAttr {
 	var out []elemAttr
 	if firstSegment && len(rs) > 0 && !rs[0].lo.IsUnspecified() {
 		zero := make([]byte, rs[0].lo.BitLen()/8)
 		out = append(out, elemAttr{key: zero, end: true})
 	}
 	for i, r := range rs {
-		var v *Verdict
+		var v *nft.Verdict
 		var c string
 		if data != nil {
 			v, c = data(i)
@@ -845,14 +841,14 @@ func (l *lowerer) lowerElements(from, to int) error {
 	ops := l.tx.Ops
 	kind := ops[from].Kind
 	name := ops[from].Element.Set
-	if kind == OpFlush {
+	if kind == nft.OpFlush {
 		return invalidf("elements cannot be flushed; flush the set")
 	}
 	si, err := l.set(name)
 	if err != nil {
 		return err
 	}
-	opErr := func(i int, err error) error { return &OpError{Index: i, Op: l.tx.OpText(i), Err: err} }
+	opErr := func(i int, err error) error { return &nft.OpError{Index: i, Op: l.tx.OpText(i), Err: err} }
 	elems := l.elems[:0]
 	owners := l.owners[:0]
 	// Keys of earlier calls are encoded already: a new buffer, not
@@ -872,7 +868,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 					return opErr(i, err)
 				}
 				ea := elemAttr{key: k}
-				if kind == OpAdd {
+				if kind == nft.OpAdd {
 					ea.data = endpointData(e.To)
 				}
 				elems = append(elems, ea)
@@ -898,7 +894,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 	var rangeData []elemAttr
 	for i := from; i < to; i++ {
 		e := ops[i].Element
-		if err := CheckComment(e.Comment); err != nil {
+		if err := nft.CheckComment(e.Comment); err != nil {
 			return opErr(i, err)
 		}
 		if (def.Endpoints != "") != e.IsEndpoint() || (e.IsEndpoint() && ((len(e.Key) > 0) != def.ByService || e.Verdict != nil)) {
@@ -921,14 +917,14 @@ func (l *lowerer) lowerElements(from, to int) error {
 				}
 			}
 			ea := elemAttr{key: k}
-			if kind == OpAdd {
+			if kind == nft.OpAdd {
 				ea.data = endpointData(e.To)
 			}
 			elems = append(elems, ea)
 			owners = append(owners, i)
 			continue
 		}
-		if def.IsMap() && kind == OpAdd && e.Verdict == nil {
+		if def.IsMap() && kind == nft.OpAdd && e.Verdict == nil {
 			return opErr(i, invalidf("map element without a verdict"))
 		}
 		if !def.IsMap() && e.Verdict != nil {
@@ -940,7 +936,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 			}
 		}
 		ea := elemAttr{}
-		if kind == OpAdd {
+		if kind == nft.OpAdd {
 			ea.verdict, ea.comment = e.Verdict, e.Comment
 		}
 		if def.Interval {
@@ -978,7 +974,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 		// nft first adds an end element at zero unless a range starts
 		// there.
 		first := false
-		if kind == OpAdd {
+		if kind == nft.OpAdd {
 			empty, err := l.isEmpty(name, si)
 			if err != nil {
 				return opErr(from, err)
@@ -996,7 +992,7 @@ func (l *lowerer) lowerElements(from, to int) error {
 			rOwners = append(rOwners, owners[0])
 		}
 		for k, r := range ranges {
-			for _, ea := range intervalElems([]addrRange{r}, false, func(int) (*Verdict, string) {
+			for _, ea := range intervalElems([]addrRange{r}, false, func(int) (*nft.Verdict, string) {
 				return rangeData[k].verdict, rangeData[k].comment
 			}) {
 				elems = append(elems, ea)
@@ -1005,10 +1001,10 @@ func (l *lowerer) lowerElements(from, to int) error {
 		}
 		owners = rOwners
 	}
-	if kind == OpAdd && len(elems) > 0 {
+	if kind == nft.OpAdd && len(elems) > 0 {
 		si.empty = emptyNo
 	}
-	if kind == OpDelete {
+	if kind == nft.OpDelete {
 		si.empty = emptyUnknown
 	}
 	l.elementMsgs(elemMsgType(kind), name, si.id, elems, owners)
@@ -1018,18 +1014,18 @@ func (l *lowerer) lowerElements(from, to int) error {
 // endpointKey is the key of an endpoint map element: the index in host
 // byte order (numgen's), after the service's address and port (each in
 // whole 4-byte registers) in a map keyed by service.
-func endpointKey(e *Element) ([]byte, error) {
+func endpointKey(e *nft.Element) ([]byte, error) {
 	if len(e.Key) == 0 {
 		return native32(e.Index), nil
 	}
 	if len(e.Key) != 2 || !e.Key[0].Addr.IsValid() || e.Key[1].Addr.IsValid() || e.Key[1].Prefix.IsValid() || e.Key[1].Proto != "" {
 		return nil, invalidf("an endpoint map key is ADDR . PORT . INDEX")
 	}
-	t := TypeIPv4Addr
+	t := nft.TypeIPv4Addr
 	if e.Key[0].Addr.Is6() {
-		t = TypeIPv6Addr
+		t = nft.TypeIPv6Addr
 	}
-	b, err := appendKeyBytes(nil, []DataType{t, TypeInetService}, e.Key)
+	b, err := appendKeyBytes(nil, []nft.DataType{t, nft.TypeInetService}, e.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -1038,22 +1034,22 @@ func endpointKey(e *Element) ([]byte, error) {
 
 // guessType is the data type a key component would have in a set of
 // unknown type.
-func guessType(v Value) DataType {
+func guessType(v nft.Value) nft.DataType {
 	switch {
 	case v.Addr.IsValid() && v.Addr.Is4(), v.Prefix.IsValid() && v.Prefix.Addr().Is4():
-		return TypeIPv4Addr
+		return nft.TypeIPv4Addr
 	case v.Addr.IsValid(), v.Prefix.IsValid():
-		return TypeIPv6Addr
+		return nft.TypeIPv6Addr
 	case v.Proto != "":
-		return TypeInetProto
+		return nft.TypeInetProto
 	}
-	return TypeInetService
+	return nft.TypeInetService
 }
 
 type elemMsg struct{ typ, flags uint16 }
 
-func elemMsgType(k OpKind) elemMsg {
-	if k == OpDelete {
+func elemMsgType(k nft.OpKind) elemMsg {
+	if k == nft.OpDelete {
 		return elemMsg{unix.NFT_MSG_DELSETELEM, 0}
 	}
 	return elemMsg{unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE}
@@ -1117,7 +1113,7 @@ func (l *lowerer) anonSet(op int, flags uint32, ktype uint32, klen int, keyUdata
 	for i := range owners {
 		owners[i] = op
 	}
-	l.elementMsgs(elemMsgType(OpAdd), name, id, elems, owners)
+	l.elementMsgs(elemMsgType(nft.OpAdd), name, id, elems, owners)
 	return id
 }
 
@@ -1170,19 +1166,19 @@ func (l *lowerer) keepInts(v []int) []int {
 
 // loadConcat loads fields into consecutive registers, as nft lays out a
 // concatenation: each field starts at a 4-byte register boundary.
-func (l *lowerer) loadConcat(rb *ruleBuilder, fields []Field) error {
+func (l *lowerer) loadConcat(rb *ruleBuilder, fields []nft.Field) error {
 	slot := 0
 	for _, f := range fields {
 		reg := concatReg(slot)
 		switch f {
-		case FieldDaddr, FieldSaddr:
-			off, n := addrField(l.fam, f == FieldSaddr)
+		case nft.FieldDaddr, nft.FieldSaddr:
+			off, n := addrField(l.fam, f == nft.FieldSaddr)
 			rb.next().payloadLoad(reg, unix.NFT_PAYLOAD_NETWORK_HEADER, off, n)
 			slot += int(n) / 4
-		case FieldL4Proto:
+		case nft.FieldL4Proto:
 			rb.next().metaLoad(unix.NFT_META_L4PROTO, reg)
 			slot++
-		case FieldDport:
+		case nft.FieldDport:
 			rb.next().payloadLoad(reg, unix.NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)
 			slot++
 		default:
@@ -1213,12 +1209,12 @@ func addrBytes(buf *[16]byte, a netip.Addr) []byte {
 	return buf[:]
 }
 
-func (l *lowerer) lowerRule(i int, op *Op) error {
+func (l *lowerer) lowerRule(i int, op *nft.Op) error {
 	r := op.Rule
-	if op.Kind != OpAdd && op.Kind != OpInsert {
+	if op.Kind != nft.OpAdd && op.Kind != nft.OpInsert {
 		return invalidf("rules can only be added or inserted (flush or delete their chain instead)")
 	}
-	if err := CheckComment(r.Comment); err != nil {
+	if err := nft.CheckComment(r.Comment); err != nil {
 		return err
 	}
 	a := &l.scratch
@@ -1230,9 +1226,7 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 	for si, s := range r.Stmts {
 		rb.cur = si
 		if err := l.lowerStmt(i, &rb, s); err != nil {
-			var b strings.Builder
-			writeStmt(&b, l.tx.Family, s)
-			return fmt.Errorf("statement %q: %w", b.String(), err)
+			return fmt.Errorf("statement %q: %w", nft.StmtText(l.tx.Family, s), err)
 		}
 	}
 	a.close(list, unix.NFTA_RULE_EXPRESSIONS)
@@ -1245,7 +1239,7 @@ func (l *lowerer) lowerRule(i int, op *Op) error {
 		a.pad()
 	}
 	flags := uint16(unix.NLM_F_CREATE | unix.NLM_F_APPEND)
-	if op.Kind == OpInsert {
+	if op.Kind == nft.OpInsert {
 		// Without NLM_F_APPEND and without a position the kernel puts the
 		// rule first in its chain.
 		flags = unix.NLM_F_CREATE
@@ -1297,23 +1291,23 @@ func (rb *ruleBuilder) matchL4Proto(p uint8) {
 	rb.l4proto = p
 }
 
-func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
+func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s nft.Stmt) error {
 	zero := ne32(0)
 	switch s := s.(type) {
-	case MatchCtStateNew:
+	case nft.MatchCtStateNew:
 		mask := ne32(ctStateNew)
 		rb.next().ctLoad(unix.NFT_CT_STATE, reg1)
 		rb.next().bitwise(reg1, reg1, mask[:], zero[:])
 		rb.next().cmp(unix.NFT_CMP_NEQ, reg1, zero[:])
-	case MatchAddr:
+	case nft.MatchAddr:
 		return l.lowerMatchAddr(op, rb, s)
-	case MatchL4Proto:
+	case nft.MatchL4Proto:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
 		}
 		rb.matchL4Proto(p)
-	case MatchDport:
+	case nft.MatchDport:
 		// "tcp dport 80" carries its protocol dependency (meta l4proto
 		// tcp in ip/ip6 tables); nft lists the pair as "tcp dport 80".
 		p, ok := ProtoNumber(s.Proto)
@@ -1330,7 +1324,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		port := binary.BigEndian.AppendUint16(make([]byte, 0, 2), s.Port)
 		rb.next().payloadLoad(reg1, unix.NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)
 		rb.next().cmp(unix.NFT_CMP_EQ, reg1, port)
-	case MatchFibLocal:
+	case nft.MatchFibLocal:
 		flags := uint32(unix.NFTA_FIB_F_DADDR)
 		if s.Source {
 			flags = unix.NFTA_FIB_F_SADDR
@@ -1338,7 +1332,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		local := ne32(rtnLocal)
 		rb.next().fib(reg1, flags, unix.NFT_FIB_RESULT_ADDRTYPE)
 		rb.next().cmp(unix.NFT_CMP_EQ, reg1, local[:])
-	case MatchIifname:
+	case nft.MatchIifname:
 		if s.Name == "" && s.Prefix {
 			return invalidf("all-wildcard interface names are not supported")
 		}
@@ -1353,24 +1347,24 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		}
 		rb.next().metaLoad(unix.NFT_META_IIFNAME, reg1)
 		rb.next().cmp(cmpOp(s.Negate), reg1, data)
-	case MatchMarkZero:
+	case nft.MatchMarkZero:
 		mask := ne32(s.Mask)
 		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
 		rb.next().bitwise(reg1, reg1, mask[:], zero[:])
 		rb.next().cmp(unix.NFT_CMP_EQ, reg1, zero[:])
-	case SetMarkOr:
+	case nft.SetMarkOr:
 		mask, xor := ne32(^s.Mask), ne32(s.Mask)
 		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
 		rb.next().bitwise(reg1, reg1, mask[:], xor[:])
 		rb.next().metaSet(unix.NFT_META_MARK, reg1)
-	case SetMarkXor:
+	case nft.SetMarkXor:
 		mask, xor := ne32(0xffffffff), ne32(s.Mask)
 		rb.next().metaLoad(unix.NFT_META_MARK, reg1)
 		rb.next().bitwise(reg1, reg1, mask[:], xor[:])
 		rb.next().metaSet(unix.NFT_META_MARK, reg1)
-	case Masquerade:
+	case nft.Masquerade:
 		rb.next().masqFullyRandom()
-	case DNAT:
+	case nft.DNAT:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
@@ -1387,7 +1381,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		rb.next().immediate(reg1, addrBytes(&abuf, s.To.Addr()))
 		rb.next().immediate(reg2, port)
 		rb.next().dnat(uint32(l.fam), reg1, reg2)
-	case DNATMap:
+	case nft.DNATMap:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
@@ -1409,7 +1403,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			slot = 4
 		}
 		rb.next().dnat(uint32(l.fam), reg1, concatReg(slot))
-	case DNATByService:
+	case nft.DNATByService:
 		p, ok := ProtoNumber(s.Proto)
 		if !ok {
 			return invalidf("unknown protocol %q", s.Proto)
@@ -1432,10 +1426,10 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		rb.next().numgenRandom(concatReg(slot+1), s.Mod)
 		rb.next().lookup(reg1, reg1, false, s.Map, l.batchID(s.Map))
 		rb.next().dnat(uint32(l.fam), reg1, concatReg(slot))
-	case UpdateSaddr:
+	case nft.UpdateSaddr:
 		l.loadAddr(rb, true, reg1)
 		rb.next().dynsetUpdate(reg1, s.Set, l.batchID(s.Set))
-	case MatchInSet:
+	case nft.MatchInSet:
 		if len(s.Fields) == 0 {
 			return invalidf("set lookup without fields")
 		}
@@ -1443,7 +1437,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			return err
 		}
 		rb.next().lookup(reg1, -1, false, s.Set, l.batchID(s.Set))
-	case VmapLookup:
+	case nft.VmapLookup:
 		if len(s.Fields) == 0 {
 			return invalidf("vmap lookup without fields")
 		}
@@ -1451,13 +1445,13 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 			return err
 		}
 		rb.next().lookup(reg1, regVerdict, false, s.Map, l.batchID(s.Map))
-	case NumgenVmap:
+	case nft.NumgenVmap:
 		if len(s.Chains) == 0 {
 			return invalidf("numgen vmap without chains")
 		}
 		elems := make([]elemAttr, len(s.Chains))
 		for i, c := range s.Chains {
-			elems[i] = elemAttr{key: native32(uint32(i)), verdict: &Verdict{Kind: Goto, Chain: c}}
+			elems[i] = elemAttr{key: native32(uint32(i)), verdict: &nft.Verdict{Kind: nft.Goto, Chain: c}}
 		}
 		// numgen yields a host byte order integer; the anonymous map
 		// records only its verdict "typeof".
@@ -1467,7 +1461,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		id := l.anonSet(op, setMap, dtInteger, 4, u, elems)
 		rb.next().numgenRandom(reg1, uint32(len(s.Chains)))
 		rb.next().lookup(reg1, regVerdict, false, "__map%d", id)
-	case MatchNumgen:
+	case nft.MatchNumgen:
 		if s.Mod == 0 || s.Value >= s.Mod {
 			return invalidf("numgen random mod %d %d can never match", s.Mod, s.Value)
 		}
@@ -1475,22 +1469,22 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 		v := ne32(s.Value)
 		rb.next().numgenRandom(reg1, s.Mod)
 		rb.next().cmp(unix.NFT_CMP_EQ, reg1, v[:])
-	case Reject:
+	case nft.Reject:
 		// Plain "reject" in an ip/ip6 table is ICMP port unreachable.
 		code := uint8(icmpPortUnreach)
 		if l.fam == unix.NFPROTO_IPV6 {
 			code = icmp6PortUnreach
 		}
 		rb.next().reject(unix.NFT_REJECT_ICMP_UNREACH, code)
-	case Counter:
+	case nft.Counter:
 		rb.next().counter()
-	case Verdict:
+	case nft.Verdict:
 		code, err := verdictCode(s.Kind)
 		if err != nil {
 			return err
 		}
 		chain := ""
-		if s.Kind == Jump || s.Kind == Goto {
+		if s.Kind == nft.Jump || s.Kind == nft.Goto {
 			if s.Chain == "" {
 				return invalidf("%s without a chain", s.Kind)
 			}
@@ -1509,7 +1503,7 @@ func (l *lowerer) lowerStmt(op int, rb *ruleBuilder, s Stmt) error {
 // first; several values become an anonymous set (an interval set with
 // merged ranges when any value is a real prefix); a one-value set is the
 // value itself.
-func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
+func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s nft.MatchAddr) error {
 	off, n := addrField(l.fam, s.Source)
 	if s.Set != "" {
 		l.loadAddr(rb, s.Source, reg1)
@@ -1557,13 +1551,13 @@ func (l *lowerer) lowerMatchAddr(op int, rb *ruleBuilder, s MatchAddr) error {
 			interval = true
 		}
 	}
-	ktype, kname := uint32(dtIPv4Addr), TypeIPv4Addr
+	ktype, kname := uint32(dtIPv4Addr), nft.TypeIPv4Addr
 	proto, field := uint32(protoDescIP), uint32(ipHdrDaddr)
 	if s.Source {
 		field = ipHdrSaddr
 	}
 	if l.fam == unix.NFPROTO_IPV6 {
-		ktype, kname = dtIPv6Addr, TypeIPv6Addr
+		ktype, kname = dtIPv6Addr, nft.TypeIPv6Addr
 		proto, field = protoDescIP6, ip6HdrDaddr
 		if s.Source {
 			field = ip6HdrSaddr

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 // Kernel test of the notification listener, in a fresh network namespace
 // (kernel_test.go's helpers); no traffic, only nf_tables objects.
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // TestKernelMonitorTellsOwnChangesFromOthers: a transaction sent through
@@ -27,10 +29,10 @@ func TestKernelMonitorTellsOwnChangesFromOthers(t *testing.T) {
 	defer cancel()
 
 	var mu sync.Mutex
-	var got []Event
+	var got []nft.Event
 	done := make(chan error, 1)
 	go func() {
-		done <- mon.Watch(ctx, func(evs []Event) { mu.Lock(); got = append(got, evs...); mu.Unlock() })
+		done <- mon.Watch(ctx, func(evs []nft.Event) { mu.Lock(); got = append(got, evs...); mu.Unlock() })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -39,12 +41,12 @@ func TestKernelMonitorTellsOwnChangesFromOthers(t *testing.T) {
 		}
 	})
 	// wait collects events until cond holds (bounded).
-	wait := func(what string, cond func(evs []Event) bool) []Event {
+	wait := func(what string, cond func(evs []nft.Event) bool) []nft.Event {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			mu.Lock()
-			evs := append([]Event(nil), got...)
+			evs := append([]nft.Event(nil), got...)
 			mu.Unlock()
 			if cond(evs) {
 				mu.Lock()
@@ -59,24 +61,24 @@ func TestKernelMonitorTellsOwnChangesFromOthers(t *testing.T) {
 		t.Fatalf("%s: not notified within 5 s; events: %+v", what, got)
 		return nil
 	}
-	has := func(evs []Event, k ObjKind, deleted bool, table, name string) (Event, bool) {
+	has := func(evs []nft.Event, k nft.ObjKind, deleted bool, table, name string) (nft.Event, bool) {
 		for _, e := range evs {
 			if e.Kind == k && e.Deleted == deleted && e.Table == table && e.Name == name {
 				return e, true
 			}
 		}
-		return Event{}, false
+		return nft.Event{}, false
 	}
 
-	tx := NewTransaction(IPv4, "drift")
-	tx.Add(&Table{}, &Chain{Name: "c"}, &Set{Name: "m", Key: []DataType{TypeIPv4Addr}, Data: TypeVerdict})
-	tx.Add(&Rule{Chain: "c", Stmts: []Stmt{Counter{}}}, &Rule{Chain: "c", Stmts: []Stmt{Counter{}}})
-	tx.Add(&Element{Set: "m", Key: []Value{{Addr: netip.MustParseAddr("198.19.0.1")}}, Verdict: &Verdict{Kind: Drop}})
+	tx := nft.NewTransaction(nft.IPv4, "drift")
+	tx.Add(&nft.Table{}, &nft.Chain{Name: "c"}, &nft.Set{Name: "m", Key: []nft.DataType{nft.TypeIPv4Addr}, Data: nft.TypeVerdict})
+	tx.Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.Counter{}}}, &nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.Counter{}}})
+	tx.Add(&nft.Element{Set: "m", Key: []nft.Value{{Addr: netip.MustParseAddr("198.19.0.1")}}, Verdict: &nft.Verdict{Kind: nft.Drop}})
 	if err := ns.nl.Apply(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	evs := wait("kproxy's transaction", func(evs []Event) bool {
-		_, ok := has(evs, KindElement, false, "drift", "m")
+	evs := wait("kproxy's transaction", func(evs []nft.Event) bool {
+		_, ok := has(evs, nft.KindElement, false, "drift", "m")
 		return ok
 	})
 	for _, e := range evs {
@@ -84,23 +86,23 @@ func TestKernelMonitorTellsOwnChangesFromOthers(t *testing.T) {
 			t.Errorf("%+v: port id %d is not Netlink's own", e, e.PortID)
 		}
 	}
-	if e, ok := has(evs, KindMap, false, "drift", "m"); !ok || e.Family != IPv4 {
+	if e, ok := has(evs, nft.KindMap, false, "drift", "m"); !ok || e.Family != nft.IPv4 {
 		t.Errorf("no map notification for m: %+v", evs)
 	}
 
 	steps := []struct {
 		cmd     string
-		kind    ObjKind
+		kind    nft.ObjKind
 		deleted bool
 		name    string
 	}{
-		{"delete element ip drift m { 198.19.0.1 }", KindElement, true, "m"},
-		{"flush chain ip drift c", KindRule, true, "c"},
-		{"delete table ip drift", KindTable, true, ""},
+		{"delete element ip drift m { 198.19.0.1 }", nft.KindElement, true, "m"},
+		{"flush chain ip drift c", nft.KindRule, true, "c"},
+		{"delete table ip drift", nft.KindTable, true, ""},
 	}
 	for _, s := range steps {
 		ns.nft(t, strings.Fields(s.cmd)...)
-		evs := wait(s.cmd, func(evs []Event) bool { _, ok := has(evs, s.kind, s.deleted, "drift", s.name); return ok })
+		evs := wait(s.cmd, func(evs []nft.Event) bool { _, ok := has(evs, s.kind, s.deleted, "drift", s.name); return ok })
 		for _, e := range evs {
 			if ns.nl.OwnPort(e.PortID) {
 				t.Errorf("%s: %+v has kproxy's port id", s.cmd, e)

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"encoding/hex"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 var updateWire = flag.Bool("update-wire", false, "rewrite testdata/wire-*.txt from the current lowering")
@@ -41,30 +43,30 @@ func wireText(msgs []nlMsg) string {
 // changing them unnoticed. Regenerate with -update-wire only when the
 // kernel tests pass with the new bytes.
 func TestLowerWire(t *testing.T) {
-	for _, fam := range []Family{IPv4, IPv6} {
+	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
 		t.Run(string(fam), func(t *testing.T) {
-			a := addrsFor(fam)
-			first := everyThing(a)
-			second := NewTransaction(fam, testTable)
-			second.Insert(&Rule{Chain: "service-1", Stmts: []Stmt{MatchNumgen{Mod: 2, Value: 0}, Verdict{Kind: Goto, Chain: "endpoint-3"}}})
-			second.Add(&Element{Set: "nodeport-ips", Key: []Value{{Prefix: a.podNet}}})
-			second.Delete(&Element{Set: "service-ips", Key: []Value{{Addr: a.svc2}, {Proto: v1.ProtocolUDP}, {Port: 53}}})
-			second.In("other").Add(&Rule{Chain: "c", Stmts: []Stmt{DNAT{Proto: v1.ProtocolSCTP, To: netip.AddrPortFrom(a.pod2, 9)}}, Comment: "other table"})
-			second.Insert(&Rule{Chain: "service-2", Stmts: []Stmt{DNATMap{Proto: v1.ProtocolTCP, Mod: 1, Offset: 7, Map: "endpoints-0"}}})
-			second.Add(&Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(a.pod2, 53)})
-			second.Delete(&Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(a.pod2, 80)})
-			second.Add(&Rule{Chain: "cluster-tcp-2", Stmts: []Stmt{DNATByService{Proto: v1.ProtocolTCP, Mod: 7, Map: "cluster-endpoints-tcp"}}})
-			second.Delete(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(a.pod2, 65535)})
-			second.Add(&Element{Set: "cluster-endpoints-tcp", Key: []Value{{Addr: a.svc1}, {Port: 8080}}, Index: 6, To: netip.AddrPortFrom(a.pod1, 8081)})
+			a := nft.SampleAddrsFor(fam)
+			first := nft.Sample(a)
+			second := nft.NewTransaction(fam, nft.SampleTable)
+			second.Insert(&nft.Rule{Chain: "service-1", Stmts: []nft.Stmt{nft.MatchNumgen{Mod: 2, Value: 0}, nft.Verdict{Kind: nft.Goto, Chain: "endpoint-3"}}})
+			second.Add(&nft.Element{Set: "nodeport-ips", Key: []nft.Value{{Prefix: a.PodNet}}})
+			second.Delete(&nft.Element{Set: "service-ips", Key: []nft.Value{{Addr: a.Svc2}, {Proto: v1.ProtocolUDP}, {Port: 53}}})
+			second.In("other").Add(&nft.Rule{Chain: "c", Stmts: []nft.Stmt{nft.DNAT{Proto: v1.ProtocolSCTP, To: netip.AddrPortFrom(a.Pod2, 9)}}, Comment: "other table"})
+			second.Insert(&nft.Rule{Chain: "service-2", Stmts: []nft.Stmt{nft.DNATMap{Proto: v1.ProtocolTCP, Mod: 1, Offset: 7, Map: "endpoints-0"}}})
+			second.Add(&nft.Element{Set: "endpoints-0", Index: 7, To: netip.AddrPortFrom(a.Pod2, 53)})
+			second.Delete(&nft.Element{Set: "endpoints-0", Index: 1, To: netip.AddrPortFrom(a.Pod2, 80)})
+			second.Add(&nft.Rule{Chain: "cluster-tcp-2", Stmts: []nft.Stmt{nft.DNATByService{Proto: v1.ProtocolTCP, Mod: 7, Map: "cluster-endpoints-tcp"}}})
+			second.Delete(&nft.Element{Set: "cluster-endpoints-tcp", Key: []nft.Value{{Addr: a.Svc1}, {Port: 8080}}, Index: 1, To: netip.AddrPortFrom(a.Pod2, 65535)})
+			second.Add(&nft.Element{Set: "cluster-endpoints-tcp", Key: []nft.Value{{Addr: a.Svc1}, {Port: 8080}}, Index: 6, To: netip.AddrPortFrom(a.Pod1, 8081)})
 			view := fakeView{
-				testTable + " nodeport-ips":          {Name: "nodeport-ips", Key: []DataType{AddrType(fam)}, Interval: true},
-				testTable + " service-ips":           {Name: "service-ips", Key: []DataType{AddrType(fam), TypeInetProto, TypeInetService}, Data: TypeVerdict},
-				testTable + " endpoints-0":           {Name: "endpoints-0", Endpoints: v1.ProtocolTCP},
-				testTable + " cluster-endpoints-tcp": {Name: "cluster-endpoints-tcp", Endpoints: v1.ProtocolTCP, ByService: true},
+				nft.SampleTable + " nodeport-ips":          {Name: "nodeport-ips", Key: []nft.DataType{nft.AddrType(fam)}, Interval: true},
+				nft.SampleTable + " service-ips":           {Name: "service-ips", Key: []nft.DataType{nft.AddrType(fam), nft.TypeInetProto, nft.TypeInetService}, Data: nft.TypeVerdict},
+				nft.SampleTable + " endpoints-0":           {Name: "endpoints-0", Endpoints: v1.ProtocolTCP},
+				nft.SampleTable + " cluster-endpoints-tcp": {Name: "cluster-endpoints-tcp", Endpoints: v1.ProtocolTCP, ByService: true},
 			}
 			var got strings.Builder
 			for i, c := range []struct {
-				tx   *Transaction
+				tx   *nft.Transaction
 				view kernelView
 			}{{first, nil}, {second, view}} {
 				l := newLowerer(c.tx, c.view)

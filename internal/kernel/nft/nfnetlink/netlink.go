@@ -1,4 +1,11 @@
-package nft
+// Package nfnetlink sends nft transactions to the kernel over nf_tables
+// netlink, each as one batch (the kernel commits all of it or none),
+// lists what the kernel holds, and listens to its change notifications
+// (the drift monitor). lower.go turns a transaction into messages,
+// exprenc.go and nlattr.go encode expressions and attributes, nlsock.go is
+// the socket. It is checked against `nft -f` (nft.Exec) in the kernel
+// tests.
+package nfnetlink
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -10,12 +17,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // Netlink applies transactions through nf_tables netlink, each one as a
@@ -41,7 +49,7 @@ type Netlink struct {
 	ports   []uint32
 }
 
-var _ Interface = (*Netlink)(nil)
+var _ nft.Interface = (*Netlink)(nil)
 
 // NetlinkOption configures NewNetlink.
 type NetlinkOption func(*Netlink) error
@@ -92,7 +100,7 @@ func NewNetlink(opts ...NetlinkOption) (*Netlink, error) {
 	if _, err := c.get(ctx, unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, nil); err != nil {
 		_ = n.Close()
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPROTONOSUPPORT) {
-			return nil, fmt.Errorf("nft: %w in this kernel (netlink: %w)", ErrNotSupported, err)
+			return nil, fmt.Errorf("nft: %w in this kernel (netlink: %w)", nft.ErrNotSupported, err)
 		}
 		return nil, fmt.Errorf("nft: querying the nf_tables generation: %w", err)
 	}
@@ -125,17 +133,17 @@ func (n *Netlink) dial() (*nlConn, error) {
 }
 
 // Apply sends the transaction as one batch.
-func (n *Netlink) Apply(ctx context.Context, tx *Transaction) error {
+func (n *Netlink) Apply(ctx context.Context, tx *nft.Transaction) error {
 	return n.send(ctx, tx, false)
 }
 
 // Check implements Checker: the kernel runs and validates the batch, then
 // aborts it.
-func (n *Netlink) Check(ctx context.Context, tx *Transaction) error {
+func (n *Netlink) Check(ctx context.Context, tx *nft.Transaction) error {
 	return n.send(ctx, tx, true)
 }
 
-func (n *Netlink) send(ctx context.Context, tx *Transaction, check bool) error {
+func (n *Netlink) send(ctx context.Context, tx *nft.Transaction, check bool) error {
 	if tx.Len() == 0 {
 		return nil
 	}
@@ -144,12 +152,12 @@ func (n *Netlink) send(ctx context.Context, tx *Transaction, check bool) error {
 	defer n.mu.Unlock()
 	c, err := n.applyConn()
 	if err != nil {
-		return wrapApply(tx, err)
+		return nft.WrapApplyError(tx, err)
 	}
 
 	l := newLowerer(tx, &nlView{n: n, ctx: ctx, tx: tx})
 	if err := l.lower(); err != nil {
-		return wrapApply(tx, err)
+		return nft.WrapApplyError(tx, err)
 	}
 	lowered := time.Now()
 	errs, err := c.sendBatch(ctx, l.msgs, check)
@@ -163,7 +171,7 @@ func (n *Netlink) send(ctx context.Context, tx *Transaction, check bool) error {
 		err = l.explain(errs)
 	}
 	if err != nil {
-		return wrapApply(tx, err)
+		return nft.WrapApplyError(tx, err)
 	}
 	if klogV := klog.V(4); klogV.Enabled() && !check {
 		// What was handed to the kernel, and how long lowering (Go) and
@@ -226,11 +234,11 @@ func (l *lowerer) explain(errs []batchError) error {
 			out = append(out, fmt.Errorf("%d more errors", len(errs)-maxReported))
 			break
 		}
-		oe := &OpError{Index: -1, Message: e.text, Err: e.errno}
+		oe := &nft.OpError{Index: -1, Message: e.text, Err: e.errno}
 		if e.msg < 0 || e.msg >= len(l.msgs) {
 			if e.errno == unix.EOPNOTSUPP {
 				// nfnetlink without the nf_tables subsystem.
-				oe.Err = fmt.Errorf("%w in this kernel: %w", ErrNotSupported, e.errno)
+				oe.Err = fmt.Errorf("%w in this kernel: %w", nft.ErrNotSupported, e.errno)
 			}
 			out = append(out, oe)
 			continue
@@ -243,9 +251,7 @@ func (l *lowerer) explain(errs []batchError) error {
 			}
 			if k := lastLE(m.exprStarts, e.offset); k >= 0 {
 				if r := l.tx.Ops[m.op].Rule; r != nil && m.exprStmts[k] < len(r.Stmts) {
-					var b strings.Builder
-					writeStmt(&b, l.tx.Family, r.Stmts[m.exprStmts[k]])
-					oe.Detail = "statement " + b.String()
+					oe.Detail = "statement " + nft.StmtText(l.tx.Family, r.Stmts[m.exprStmts[k]])
 				}
 			}
 		}
@@ -275,10 +281,10 @@ func lastLE(starts []int, off int) int {
 type nlView struct {
 	n   *Netlink
 	ctx context.Context
-	tx  *Transaction
+	tx  *nft.Transaction
 }
 
-func (v *nlView) setDef(table, name string) (*Set, error) {
+func (v *nlView) setDef(table, name string) (*nft.Set, error) {
 	c, err := v.n.dial()
 	if err != nil {
 		return nil, err
@@ -327,8 +333,8 @@ func (v *nlView) setEmpty(table, name string) (bool, error) {
 }
 
 // decodeSet reads the parts of a set definition lowering needs.
-func decodeSet(b []byte) (*Set, error) {
-	s := &Set{}
+func decodeSet(b []byte) (*nft.Set, error) {
+	s := &nft.Set{}
 	var flags, ktype, dtype uint32
 	var udata []byte
 	forEachAttr(b, func(typ uint16, data []byte) {
@@ -376,7 +382,7 @@ func decodeSet(b []byte) (*Set, error) {
 		return nil, fmt.Errorf("set %s is a map from service and integer whose type kproxy does not know", s.Name)
 	}
 	for id := ktype; id != 0; id >>= dtBitsConcat {
-		var t DataType
+		var t nft.DataType
 		for name, dt := range dataTypes {
 			if dt.id == id&(1<<dtBitsConcat-1) {
 				t = name
@@ -385,7 +391,7 @@ func decodeSet(b []byte) (*Set, error) {
 		if t == "" {
 			return nil, fmt.Errorf("set %s has a key type (%#x) kproxy does not use", s.Name, ktype)
 		}
-		s.Key = append([]DataType{t}, s.Key...)
+		s.Key = append([]nft.DataType{t}, s.Key...)
 	}
 	s.Interval = flags&setInterval != 0
 	s.Dynamic = flags&setEval != 0
@@ -393,13 +399,13 @@ func decodeSet(b []byte) (*Set, error) {
 		if dtype != verdictData {
 			return nil, fmt.Errorf("set %s is a map to data type %#x, not a verdict map", s.Name, dtype)
 		}
-		s.Data = TypeVerdict
+		s.Data = nft.TypeVerdict
 	}
 	return s, nil
 }
 
 // TableExists reports whether the table exists.
-func (n *Netlink) TableExists(ctx context.Context, family Family, table string) (bool, error) {
+func (n *Netlink) TableExists(ctx context.Context, family nft.Family, table string) (bool, error) {
 	c, err := n.dial()
 	if err != nil {
 		return false, err
@@ -408,7 +414,7 @@ func (n *Netlink) TableExists(ctx context.Context, family Family, table string) 
 	return tableExists(ctx, c, family, table)
 }
 
-func tableExists(ctx context.Context, c *nlConn, family Family, table string) (bool, error) {
+func tableExists(ctx context.Context, c *nlConn, family nft.Family, table string) (bool, error) {
 	var a attrs
 	a.str(unix.NFTA_TABLE_NAME, table)
 	_, err := c.get(ctx, unix.NFT_MSG_GETTABLE, nfproto(family), a.b)
@@ -422,7 +428,7 @@ func tableExists(ctx context.Context, c *nlConn, family Family, table string) (b
 }
 
 // ListTables returns the names of the tables of a family, sorted.
-func (n *Netlink) ListTables(ctx context.Context, family Family) ([]string, error) {
+func (n *Netlink) ListTables(ctx context.Context, family nft.Family) ([]string, error) {
 	c, err := n.dial()
 	if err != nil {
 		return nil, err
@@ -445,16 +451,16 @@ func (n *Netlink) ListTables(ctx context.Context, family Family) ([]string, erro
 }
 
 // ListChains returns the chain names of a table, sorted.
-func (n *Netlink) ListChains(ctx context.Context, family Family, table string) ([]string, error) {
+func (n *Netlink) ListChains(ctx context.Context, family nft.Family, table string) ([]string, error) {
 	return n.listNames(ctx, family, table, unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, 0)
 }
 
 // ListSets returns the names of the named sets and maps of a table, sorted.
-func (n *Netlink) ListSets(ctx context.Context, family Family, table string) ([]string, error) {
+func (n *Netlink) ListSets(ctx context.Context, family nft.Family, table string) ([]string, error) {
 	return n.listNames(ctx, family, table, unix.NFT_MSG_GETSET, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, unix.NFTA_SET_FLAGS)
 }
 
-func (n *Netlink) listNames(ctx context.Context, family Family, table string, msg, tableAttr, nameAttr, flagsAttr uint16) ([]string, error) {
+func (n *Netlink) listNames(ctx context.Context, family nft.Family, table string, msg, tableAttr, nameAttr, flagsAttr uint16) ([]string, error) {
 	c, err := n.dial()
 	if err != nil {
 		return nil, err
@@ -465,7 +471,7 @@ func (n *Netlink) listNames(ctx context.Context, family Family, table string, ms
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("nft: table %s %s: %w", family, table, ErrNotFound)
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, table, nft.ErrNotFound)
 	}
 	var a attrs
 	a.str(tableAttr, table)
@@ -498,9 +504,9 @@ func (n *Netlink) listNames(ctx context.Context, family Family, table string, ms
 }
 
 // DeleteTable deletes a table; a missing table is not an error.
-func (n *Netlink) DeleteTable(ctx context.Context, family Family, table string) error {
-	tx := NewTransaction(family, table)
-	tx.Delete(&Table{})
+func (n *Netlink) DeleteTable(ctx context.Context, family nft.Family, table string) error {
+	tx := nft.NewTransaction(family, table)
+	tx.Delete(&nft.Table{})
 	err := n.Apply(ctx, tx)
 	if errors.Is(err, unix.ENOENT) {
 		return nil

@@ -1,4 +1,4 @@
-package nft
+package nfnetlink
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/mdlayher/socket"
 	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // This file is the netlink transport: one NETLINK_NETFILTER socket, raw
@@ -65,7 +67,7 @@ func dialNetfilter(netnsFd int) (*nlConn, error) {
 	s, err := socket.Socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, "nftables", &socket.Config{NetNS: netnsFd})
 	if err != nil {
 		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, fmt.Errorf("%w: opening a NETLINK_NETFILTER socket: %w", ErrNotSupported, err)
+			return nil, fmt.Errorf("%w: opening a NETLINK_NETFILTER socket: %w", nft.ErrNotSupported, err)
 		}
 		return nil, fmt.Errorf("opening a NETLINK_NETFILTER socket: %w", err)
 	}
