@@ -124,13 +124,15 @@ func (v *validator) label(labels map[string]string, key, category string) {
 }
 
 // ValidateService returns the identity errors of a Service: its name
-// (DNS-1035 label), namespace (DNS-1123 label), the labels kproxy reads,
+// (DNS-1123 label: the API server has taken names starting with a digit
+// since RelaxedServiceNameValidation, so a stricter check here would drop
+// Services it stores), namespace (DNS-1123 label), the labels kproxy reads,
 // its port names (DNS-1123 labels, required and unique when there are
 // several ports) and that it has ports at all unless it is headless or
 // ExternalName. A Service with any is not proxied.
 func ValidateService(svc *v1.Service) []*InvalidError {
 	v := validator{kind: "Service", obj: svc.Namespace + "/" + svc.Name}
-	v.meta(svc.Name, svc.Namespace, true, apivalidation.NameIsDNS1035Label, validation.DNS1035LabelMaxLength)
+	v.meta(svc.Name, svc.Namespace, true, apivalidation.NameIsDNSLabel, validation.DNS1123LabelMaxLength)
 	for _, k := range labelsRead {
 		v.label(svc.Labels, k, ReasonLabel)
 	}

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,53 +40,6 @@ func TestMalformedCatalogue(t *testing.T) {
 			testMalformedCatalogue(t, m)
 		})
 	}
-}
-
-// klogKV is how klog's text format writes a string value.
-func klogKV(key, v string) string {
-	if !strings.Contains(v, "\n") {
-		return key + "=" + strconv.Quote(v)
-	}
-	return key + "=<\n\t" + strings.ReplaceAll(v, "\n", "\n\t") + "\n >"
-}
-
-// logEntries splits a klog text log into entries (a multi-line value
-// stays in its entry).
-func logEntries(log string) []string {
-	start := regexp.MustCompile(`(?m)^[IWEF]\d{4} `)
-	idx := start.FindAllStringIndex(log, -1)
-	out := make([]string, 0, len(idx))
-	for i, m := range idx {
-		end := len(log)
-		if i+1 < len(idx) {
-			end = idx[i+1][0]
-		}
-		out = append(out, log[m[0]:end])
-	}
-	return out
-}
-
-// anyEntry reports whether one entry holds every part.
-func anyEntry(entries []string, parts ...string) bool {
-	for _, e := range entries {
-		ok := true
-		for _, p := range parts {
-			if !strings.Contains(e, p) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-// hasAddr reports whether the rules mention the address (not as a prefix
-// of a longer one).
-func hasAddr(dump, addr string) bool {
-	return regexp.MustCompile(`(^|[^0-9.])` + regexp.QuoteMeta(addr) + `([^0-9]|$)`).MatchString(dump)
 }
 
 func testMalformedCatalogue(t *testing.T, m proxyMode) {
@@ -145,7 +97,7 @@ func testMalformedCatalogue(t *testing.T, m proxyMode) {
 		t.Fatal(err)
 	}
 	log := c.kproxy[nodeA].Log()
-	entries := logEntries(log)
+	entries := malformed.LogEntries(log)
 	for _, e := range entries {
 		if len(e) > 64<<10 {
 			t.Errorf("a log entry of %d bytes: %.300s", len(e), e)
@@ -154,40 +106,35 @@ func testMalformedCatalogue(t *testing.T, m proxyMode) {
 	catPath := filepath.Join(dir, "catalogue.json")
 	for i, cs := range cases {
 		t.Run(cs.Name, func(t *testing.T) {
-			var parts []string
-			switch {
-			case cs.Want == malformed.Contested:
-				parts = []string{`"Service port loses a contested address`, klogKV("servicePort", cs.Object+":http/TCP")}
-			case cs.Reason == malformed.ReasonUndecodable:
-				parts = []string{`"Skipping object"`, klogKV("file", catPath)}
+			parts := malformed.SkipLog(cs)
+			if cs.Reason == malformed.ReasonUndecodable {
+				parts = []string{`"Skipping object"`, malformed.KlogKV("file", catPath)}
 				if cs.Object != "" {
 					ns, name, _ := strings.Cut(cs.Object, "/")
 					if cs.Kind == "Node" {
 						ns, name = "", cs.Object
 					}
-					parts = append(parts, klogKV("name", name), klogKV("namespace", ns))
+					parts = append(parts, malformed.KlogKV("name", name), malformed.KlogKV("namespace", ns))
 				} else {
 					parts = append(parts, "item="+strconv.Itoa(firstItem[i])+" ")
 				}
-			case cs.Want == malformed.Skip || cs.Want == malformed.SkipPart:
-				parts = []string{`"Skipping invalid `, klogKV("kind", cs.Kind), klogKV("object", cs.Object), klogKV("category", cs.Reason)}
 			}
 			if parts != nil {
-				if !anyEntry(entries, parts...) {
+				if !malformed.AnyEntry(entries, parts...) {
 					t.Errorf("no log entry with %q", parts)
 				}
 				series := fmt.Sprintf(`kproxy_invalid_objects_total{kind=%q,reason=%q}`, cs.Kind, cs.Reason)
 				if !metricPositive(body, series) {
 					t.Errorf("%s not counted", series)
 				}
-			} else if cs.Object != "" && (anyEntry(entries, `"Skipping invalid `, klogKV("object", cs.Object)) ||
-				anyEntry(entries, `"Skipping object"`, klogKV("file", catPath), "item="+strconv.Itoa(firstItem[i])+" ")) {
+			} else if cs.Object != "" && (malformed.AnyEntry(entries, `"Skipping invalid `, malformed.KlogKV("object", cs.Object)) ||
+				malformed.AnyEntry(entries, `"Skipping object"`, malformed.KlogKV("file", catPath), "item="+strconv.Itoa(firstItem[i])+" ")) {
 				t.Errorf("a valid object (%s) is reported as skipped", cs.Want)
 			}
-			if got := hasAddr(dump, cs.ClusterIP); got != cs.InRules {
+			if got := malformed.HasAddr(dump, cs.ClusterIP); got != cs.InRules {
 				t.Errorf("cluster IP %s in the rules: %v, want %v", cs.ClusterIP, got, cs.InRules)
 			}
-			if got := hasAddr(dump, cs.Endpoint); got != cs.EndpointInRules {
+			if got := malformed.HasAddr(dump, cs.Endpoint); got != cs.EndpointInRules {
 				t.Errorf("endpoint %s in the rules: %v, want %v", cs.Endpoint, got, cs.EndpointInRules)
 			}
 		})
@@ -197,20 +144,20 @@ func testMalformedCatalogue(t *testing.T, m proxyMode) {
 			path := filepath.Join(dir, fc.FileName)
 			switch fc.Want {
 			case malformed.FileFault:
-				parts := []string{`"Snapshot file cannot be used`, klogKV("file", path), klogKV("reason", fc.Reason)}
-				if !anyEntry(entries, parts...) {
+				parts := []string{`"Snapshot file cannot be used`, malformed.KlogKV("file", path), malformed.KlogKV("reason", fc.Reason)}
+				if !malformed.AnyEntry(entries, parts...) {
 					t.Errorf("no log entry with %q", parts)
 				}
 				if series := fmt.Sprintf(`kproxy_source_file_errors_total{reason=%q}`, fc.Reason); !metricPositive(body, series) {
 					t.Errorf("%s not counted", series)
 				}
 			case malformed.Skip:
-				parts := []string{`"Skipping invalid object"`, klogKV("kind", fc.Kind), klogKV("object", fc.Object), klogKV("category", fc.Reason)}
-				if !anyEntry(entries, parts...) {
+				parts := []string{`"Skipping invalid object"`, malformed.KlogKV("kind", fc.Kind), malformed.KlogKV("object", fc.Object), malformed.KlogKV("category", fc.Reason)}
+				if !malformed.AnyEntry(entries, parts...) {
 					t.Errorf("no log entry with %q", parts)
 				}
 			}
-			if fc.ClusterIP != "" && hasAddr(dump, fc.ClusterIP) {
+			if fc.ClusterIP != "" && malformed.HasAddr(dump, fc.ClusterIP) {
 				t.Errorf("cluster IP %s in the rules", fc.ClusterIP)
 			}
 		})

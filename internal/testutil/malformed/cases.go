@@ -299,22 +299,29 @@ func Cases() []Case {
 	add(sliceCase(n(), "slice", "endpoint without addresses", SkipPart, model.ReasonInvalidPart, false, false, func(o obj) {
 		set(o, "endpoints.0.addresses", []any{})
 	}))
-	add(sliceCase(n(), "slice", "endpoint with two addresses (the first is used)", Accept, "", false, true, func(o obj) {
+	add(sliceCase(n(), "slice", "endpoint with two addresses (the first is used)", Accept, "", true, true, func(o obj) {
 		set(o, "endpoints.0.addresses", []any{EndpointOf(len(cs)), "198.18.141.250"})
 	}))
 	for _, v := range []struct {
 		name string
 		p    any
 	}{{"slice port 0", 0}, {"slice port 65536", 65536}} {
-		add(sliceCase(n(), "slice", v.name, SkipPart, model.ReasonInvalidPart, false, false, func(o obj) { set(o, "ports.0.port", v.p) }))
+		// The API server does not check a slice's port numbers.
+		add(sliceCase(n(), "slice", v.name, SkipPart, model.ReasonInvalidPart, true, false, func(o obj) { set(o, "ports.0.port", v.p) }))
 	}
 	add(sliceCase(n(), "slice", "slice port name in capitals", Skip, model.ReasonPortName, false, false, func(o obj) { set(o, "ports.0.name", "HTTP") }))
 	add(sliceCase(n(), "slice", "slice ports named alike", Skip, model.ReasonPortName, false, false, func(o obj) {
 		o["ports"] = []any{obj{"name": "http", "port": 8080}, obj{"name": "http", "port": 8081}}
 	}))
-	add(sliceCase(n(), "slice", "slice port without a name (the API defaults it to \"\")", SkipPart, model.ReasonInvalidPart, true, false, func(o obj) {
-		del(o, "ports.0.name")
-	}))
+	{
+		// The file source reads no name; the API server stores the
+		// name "", which is valid and matches no named service port.
+		c := sliceCase(n(), "slice", "slice port without a name (the API defaults it to \"\")", SkipPart, model.ReasonInvalidPart, true, false, func(o obj) {
+			del(o, "ports.0.name")
+		})
+		c.APIWant = Accept
+		add(c)
+	}
 	add(sliceCase(n(), "slice", "endpoint node name with a quote and a newline", Accept, "", false, true, func(o obj) {
 		set(o, "endpoints.0.nodeName", "node\"b\n-A X")
 	}))
@@ -347,7 +354,13 @@ func Cases() []Case {
 	add(svcCase(n(), "names", "service name 64 characters", Skip, model.ReasonName, false, false, func(o obj) { set(o, "metadata.name", long(64)) }))
 	add(svcCase(n(), "names", "service name 1000 characters", Skip, model.ReasonName, false, false, func(o obj) { set(o, "metadata.name", long(1000)) }))
 	add(svcCase(n(), "names", "service name in capitals", Skip, model.ReasonName, false, false, func(o obj) { set(o, "metadata.name", "Web") }))
-	add(svcCase(n(), "names", "service name starting with a digit", Skip, model.ReasonName, false, false, func(o obj) { set(o, "metadata.name", "1web") }))
+	// Accepted since RelaxedServiceNameValidation (Service names are
+	// DNS-1123 labels, no longer DNS-1035).
+	{
+		c := svcCase(n(), "names", "service name starting with a digit", Accept, "", true, true, func(o obj) { set(o, "metadata.name", "1web") })
+		c.Objects[1].(obj)["metadata"].(obj)["labels"] = obj{"kubernetes.io/service-name": "1web"}
+		add(c)
+	}
 	add(svcCase(n(), "names", "service name with a dot", Skip, model.ReasonName, false, false, func(o obj) { set(o, "metadata.name", "web.x") }))
 	add(svcCase(n(), "names", "service without a name", Skip, ReasonUndecodable, false, false, func(o obj) { del(o, "metadata.name") }))
 	add(svcCase(n(), "names", "namespace 64 characters", Skip, model.ReasonNamespace, false, false, func(o obj) { set(o, "metadata.namespace", long(64)) }))

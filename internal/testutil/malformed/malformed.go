@@ -77,6 +77,11 @@ type Case struct {
 	// APIAccepts says whether the API server accepts the objects (in
 	// order, each created after the previous).
 	APIAccepts bool
+	// APIWant, when set, is what kproxy must do with the objects as the
+	// API server stores them, where that differs from Want (the API
+	// server fills in a default the file source does not); the rules
+	// flags hold for both.
+	APIWant Want
 	// ClusterIP is the case's own cluster IP, Endpoint its endpoint
 	// address. InRules says whether ClusterIP must be in the rules
 	// (false: it must not be); Endpoint is in the rules only when
