@@ -17,7 +17,8 @@
 # whole suite refuses to start (use --unit).
 #
 # Groups: unit (every package but the ones below; as root their kernel
-# tests run too), kernel (test/kernel), vm (internal/testutil/vm), fuzz
+# tests run too), kernel (test/kernel), vm (internal/testutil/vm; test/vmsuite:
+# every test that needs the VM's kernel, in one boot), fuzz
 # (each fuzz target for a fixed number of executions; FUZZTIME overrides), e2e
 # (test/e2e and test/compat, upstream kube-proxy as the oracle; run beside
 # the others: they mostly wait), then test/monitoring and test/tools
@@ -97,8 +98,11 @@ gts() {
 all=$(go list ./...)
 e2e_pkgs=$(grep -E '/test/(e2e|compat)(/|$)' <<<"$all" || true)
 kernel_pkgs=$(grep -E '/test/kernel$' <<<"$all" || true)
-vm_pkgs=$(grep -E '/internal/testutil/vm$' <<<"$all" || true)
-unit_pkgs=$(grep -vE '/test/(e2e|compat)(/|$)|/test/kernel$|/internal/testutil/vm$' <<<"$all")
+vm_pkgs=$(grep -E '/internal/testutil/vm$|/test/vmsuite$' <<<"$all" || true)
+unit_pkgs=$(grep -vE '/test/(e2e|compat)(/|$)|/test/kernel$|/internal/testutil/vm$|/test/vmsuite$' <<<"$all")
+# The tests that need the VM's kernel run in one boot (test/vmsuite,
+# listed in its tests.txt); the host's groups leave them out.
+vm_only="^($(sed -e 's/#.*//' test/vmsuite/tests.txt | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^Test/) print $i}' | paste -sd'|'))\$"
 
 status=0
 if [ "$unit" = 0 ]; then
@@ -118,14 +122,14 @@ fi
 t=$SECONDS
 echo "== unit tests"
 # shellcheck disable=SC2086
-gts unit -p 2 "$@" $unit_pkgs || status=1
+gts unit -p 2 -skip "$vm_only" "$@" $unit_pkgs || status=1
 took unit "$t"
 
 if [ "$unit" = 0 ]; then
   t=$SECONDS
   echo "== kernel tests"
   # shellcheck disable=SC2086
-  gts kernel "$@" $kernel_pkgs || status=1
+  gts kernel -skip "$vm_only" "$@" $kernel_pkgs || status=1
   took kernel "$t"
   t=$SECONDS
   echo "== VM tests"

@@ -27,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -202,7 +203,7 @@ func service(r *reader, i int, name string) (*v1.Service, []*discovery.EndpointS
 			at = discovery.AddressTypeIPv6
 		}
 		sl := &discovery.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "fz", Name: fmt.Sprintf("%s-%s", svcName, at), Labels: map[string]string{discovery.LabelServiceName: svcName}},
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "fz", Name: fmt.Sprintf("%s-%s", svcName, strings.ToLower(string(at))), Labels: map[string]string{discovery.LabelServiceName: svcName}},
 			AddressType: at,
 		}
 		if r.n(12) == 0 {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -289,6 +290,67 @@ func TestHasHardwareVirt(t *testing.T) {
 	} {
 		if got := hasHardwareVirt(tc.cpuinfo); got != tc.want {
 			t.Errorf("%s: hasHardwareVirt = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestParseSuite(t *testing.T) {
+	in := `# comment
+./test/kernel   TestSCTP TestOther   env=A=$KPROXY modules=a,b
+./internal/x    TestY                # trailing comment
+`
+	got, err := ParseSuite(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SuiteEntry{
+		{Pkg: "./test/kernel", Tests: []string{"TestSCTP", "TestOther"}, Env: []string{"A=$KPROXY"}, Modules: []string{"a", "b"}},
+		{Pkg: "./internal/x", Tests: []string{"TestY"}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("ParseSuite (-want +got):\n%s", d)
+	}
+	if s := SuiteSkip(got); s != "^(TestSCTP|TestOther|TestY)$" {
+		t.Errorf("SuiteSkip = %q", s)
+	}
+	for _, bad := range []string{"test/kernel TestA\n", "./x\n", "./x TestA env=novalue\n", "./x TestA whatever\n"} {
+		if _, err := ParseSuite(strings.NewReader(bad)); err == nil {
+			t.Errorf("ParseSuite(%q) took it", bad)
+		}
+	}
+}
+
+func TestSplitSuite(t *testing.T) {
+	lines := []string{
+		"boot noise",
+		suiteMarker + " 0 start",
+		"=== RUN   TestA",
+		"--- PASS: TestA (0.01s)",
+		"=== RUN   TestB",
+		"    --- SKIP: TestB/sub (0.00s)",
+		"--- SKIP: TestB (0.00s)",
+		suiteMarker + " 0 exit 0",
+		suiteMarker + " 1 start",
+		"=== RUN   TestC",
+		"--- FAIL: TestC (1.00s)",
+		suiteMarker + " 1 exit 1",
+		suiteMarker + " 2 start",
+		"=== RUN   TestD",
+	}
+	s := splitSuite(lines, 3)
+	if !s[0].ended || s[0].exit != 0 || s[0].outcome["TestA"] != "PASS" || s[0].outcome["TestB"] != "SKIP" || s[0].outcome["TestB/sub"] != "" {
+		t.Errorf("section 0: %+v", s[0])
+	}
+	if !s[1].ended || s[1].exit != 1 || s[1].outcome["TestC"] != "FAIL" || s[1].results.failed != 1 {
+		t.Errorf("section 1: %+v", s[1])
+	}
+	if s[2].ended || len(s[2].lines) != 1 {
+		t.Errorf("section 2 (VM stopped in it): %+v", s[2])
+	}
+	script := suiteScript("/repo", []SuiteEntry{{Pkg: "./a", Tests: []string{"TestA", "TestB"}, Env: []string{"BIN=$KPROXY"}}}, []string{"/tmp/s/0-a.test"}, "/tmp/s/kproxy", time.Minute)
+	for _, want := range []string{"cd '/repo/a'", "env 'BIN=/tmp/s/kproxy' '/tmp/s/0-a.test' -test.run '^(TestA|TestB)$'", suiteMarker + ` 0 exit $?`} {
+		if !strings.Contains(script, want) {
+			t.Errorf("script lacks %q:\n%s", want, script)
 		}
 	}
 }
