@@ -364,3 +364,25 @@ func addVirtualServer(k *netlinkKernel, vs VirtualServer) error {
 	_, err = req.Execute(unix.NETLINK_GENERIC, 0)
 	return err
 }
+
+// TestKernelNewHandleWithoutIPVS: on a kernel without IPVS NewHandle
+// fails, saying so (moby/ipvs alone would hand back a Handle whose every
+// call succeeds and lists nothing).
+func TestKernelNewHandleWithoutIPVS(t *testing.T) {
+	netns.Require(t)
+	if _, err := os.Stat(procIPVS); err == nil || vm.InVM() {
+		t.Skip("this kernel has IPVS loaded")
+	}
+	if out, err := exec.Command("modprobe", "-n", "ip_vs").CombinedOutput(); err == nil {
+		t.Skipf("ip_vs can be loaded here (modprobe -n: %s)", out)
+	}
+	ns := netns.New(t, "ipvs-"+netns.RandomID(3), "node")
+	h, err := NewHandle("/run/netns/" + ns.Name)
+	if err == nil {
+		h.Close()
+		t.Fatal("NewHandle on a kernel without IPVS: no error")
+	}
+	if !strings.Contains(err.Error(), "no IPVS") {
+		t.Errorf("err = %v, want one saying the kernel has no IPVS", err)
+	}
+}

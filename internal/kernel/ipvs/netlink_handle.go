@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	mobyipvs "github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // netlinkHandle is the real Handle: IPVS's generic netlink family through
@@ -22,9 +25,18 @@ type netlinkHandle struct {
 }
 
 // NewHandle opens IPVS in the network namespace at netnsPath ("" is the
-// current one). moby/ipvs runs `modprobe ip_vs` once per process first
-// (the kernel would also load it on the first request).
+// current one). A kernel without IPVS is an error here: moby/ipvs would
+// answer every request with success then (moby/ipvs#27; its own check
+// only logs). moby/ipvs also runs `modprobe ip_vs` once per process.
 func NewHandle(netnsPath string) (Handle, error) {
+	// Generic netlink families are global, not per namespace; asking for
+	// one the kernel lacks makes it try to load the module first.
+	if _, err := netlink.GenlFamilyGet(ipvsGenlName); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("ipvs: the kernel has no IPVS (no %s generic netlink family; CONFIG_IP_VS off or the ip_vs module cannot be loaded): %w", ipvsGenlName, err)
+		}
+		return nil, fmt.Errorf("ipvs: looking up the %s generic netlink family: %w", ipvsGenlName, err)
+	}
 	h, err := mobyipvs.New(netnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: opening generic netlink in %q: %w", netnsPath, err)
