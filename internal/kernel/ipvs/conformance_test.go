@@ -421,37 +421,52 @@ func TestKernelConformanceNetdev(t *testing.T) {
 }
 
 // TestKernelConformanceTraffic: what the fakes only stand in for, with
-// real traffic. The real Handles bind a service address to a dummy and
-// send it to a pod: a real server's connection counters (which
-// graceful termination reads; ipvstest.Fake.SetConns plays them) count an
-// open TCP connection, which keeps working at weight 0 while a new one
-// finds no real server; the counters drop when it closes. EnsureSysctls
-// sets upstream's ipvs sysctls and strictARP in the namespace.
+// real traffic, IPv4 and IPv6. The real Handles bind a service address to
+// kube-ipvs0 (a dummy left down, as upstream's) and send it to a pod: a
+// real server's connection counters (which graceful termination reads;
+// ipvstest.Fake.SetConns plays them) count an open TCP connection, which
+// keeps working at weight 0 while a new one finds no real server; the
+// counters drop when it closes. EnsureSysctls sets upstream's ipvs
+// sysctls and strictARP in the namespace.
 func TestKernelConformanceTraffic(t *testing.T) {
 	ipvs.RequireVMKernel(t)
-	id := netns.RandomID(3)
-	node := netns.New(t, id, "node")
-	pod := netns.New(t, id, "pod")
-	if err := netns.Veth(node, "eth-pod", pod, "eth0"); err != nil {
-		t.Fatal(err)
+	for _, fam := range []struct {
+		name                     string
+		nodeIP, podIP, vip, dflt string
+	}{
+		{"IPv4", "198.18.0.1/24", "198.18.0.2/24", "198.19.0.10", "0.0.0.0/0"},
+		{"IPv6", "fd00:18::1/64", "fd00:18::2/64", "fd00:19::10", "::/0"},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			id := netns.RandomID(3)
+			node := netns.New(t, id, "node")
+			pod := netns.New(t, id, "pod")
+			if err := netns.Veth(node, "eth-pod", pod, "eth0"); err != nil {
+				t.Fatal(err)
+			}
+			nodeIP, podIP := netip.MustParsePrefix(fam.nodeIP), netip.MustParsePrefix(fam.podIP)
+			for _, s := range []struct {
+				ns  *netns.NS
+				dev string
+				p   netip.Prefix
+			}{{node, "eth-pod", nodeIP}, {pod, "eth0", podIP}} {
+				if err := s.ns.LinkUp(s.dev); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.ns.AddAddr(s.dev, s.p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pod.AddRoute(netip.MustParsePrefix(fam.dflt), nodeIP.Addr()); err != nil {
+				t.Fatal(err)
+			}
+			netns.ServeEcho(t, pod, "pod", "tcp", 8080)
+			trafficThroughIPVS(t, node, netip.MustParseAddr(fam.vip), podIP.Addr())
+		})
 	}
-	for _, s := range []struct {
-		ns  *netns.NS
-		dev string
-		p   string
-	}{{node, "eth-pod", "198.18.0.1/24"}, {pod, "eth0", "198.18.0.2/24"}} {
-		if err := s.ns.LinkUp(s.dev); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.ns.AddAddr(s.dev, netip.MustParsePrefix(s.p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pod.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), netip.MustParseAddr("198.18.0.1")); err != nil {
-		t.Fatal(err)
-	}
-	netns.ServeEcho(t, pod, "pod", "tcp", 8080)
+}
 
+func trafficThroughIPVS(t *testing.T, node *netns.NS, vip, podIP netip.Addr) {
 	path := "/run/netns/" + node.Name
 	nd, err := netdev.NewHandle(path)
 	if err != nil {
@@ -477,18 +492,17 @@ func TestKernelConformanceTraffic(t *testing.T) {
 		}
 	}
 
-	vip := netip.MustParseAddr("198.19.0.10")
 	if _, err := nd.EnsureDummy(ipvs.DummyDevice); err != nil {
 		t.Fatal(err)
 	}
 	if err := nd.AddAddress(ipvs.DummyDevice, vip); err != nil {
 		t.Fatal(err)
 	}
-	vs := vsOf(syscall.IPPROTO_TCP, vip.String(), 80)
+	vs := ipvs.VirtualServer{Protocol: syscall.IPPROTO_TCP, Addr: vip, Port: 80}
 	if err := iv.AddService(ipvs.Service{VirtualServer: vs, Scheduler: "rr"}); err != nil {
 		t.Fatal(err)
 	}
-	ep := dest("198.18.0.2", 8080, 1)
+	ep := ipvs.Destination{Addr: podIP, Port: 8080, Weight: 1}
 	if err := iv.AddDestination(vs, ep); err != nil {
 		t.Fatal(err)
 	}
