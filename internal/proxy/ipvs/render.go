@@ -30,8 +30,9 @@ const DefaultScheduler = "rr"
 const FlagSourceHash uint32 = 0x10
 
 // Schedulers are the IPVS schedulers ipvs.scheduler may name (the
-// kernel's ip_vs_<name> modules that upstream documents).
-var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh"}
+// kernel's ip_vs_<name> modules), the list upstream's configuration
+// validation accepts (internal/config/validation.go holds the same).
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "fo", "ovf", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq", "twos"}
 
 // RenderConfig is what shapes ipvs mode's state besides the services: the
 // KubeProxyConfiguration's settings for one family, taken once at start.
