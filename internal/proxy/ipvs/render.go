@@ -218,6 +218,17 @@ func ipPort(ip netip.Addr, proto string, port int32) string {
 	return ip.String() + "," + proto + ":" + strconv.Itoa(int(port))
 }
 
+// netText is a hash:ip,port,net member's net as ipset lists it: a host
+// prefix is a bare address (upstream writes "/32" and so sees a member it
+// wants missing at every sync).
+func netText(p netip.Prefix) string {
+	p = p.Masked()
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
 // servicePort renders one service port: its ipset entries and virtual
 // servers, in upstream's order (cluster IP, external IPs, LB IPs, node
 // ports, health check node port).
@@ -276,7 +287,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 			r.entries[SetLoadBalancerFW].Insert(e)
 			allowFromNode := false
 			for _, p := range sp.LoadBalancerSourceRanges {
-				r.entries[SetLoadBalancerSourceCIDR].Insert(e + "," + p.Masked().String())
+				r.entries[SetLoadBalancerSourceCIDR].Insert(e + "," + netText(p))
 				if r.nodeIP.IsValid() && p.Contains(r.nodeIP) {
 					allowFromNode = true
 				}
