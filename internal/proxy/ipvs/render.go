@@ -206,8 +206,9 @@ func protoNumber(p v1.Protocol) uint16 {
 	}
 }
 
-func (r *renderer) addrFamily() uint16 {
-	if r.ipv6 {
+// addrFamily is the kernel's address family of f (AF_INET, AF_INET6).
+func addrFamily(f v1.IPFamily) uint16 {
+	if f == model.IPv6 {
 		return unix.AF_INET6
 	}
 	return unix.AF_INET
@@ -341,7 +342,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 // Two service ports claiming one address and port were resolved by the
 // model; should one slip through, the first (in name order) keeps it.
 func (r *renderer) virtualServer(sp *model.ServicePort, ip netip.Addr, port int32, eps []*model.Endpoint) {
-	key := ipvs.VirtualServer{Protocol: protoNumber(sp.Protocol), Addr: ip, Port: uint16(port), Family: r.addrFamily()}
+	key := ipvs.VirtualServer{Protocol: protoNumber(sp.Protocol), Addr: ip, Port: uint16(port), Family: addrFamily(r.cfg.Family)}
 	if _, ok := r.d.Services[key]; ok {
 		return
 	}
