@@ -128,6 +128,24 @@ type lbEntry struct {
 // Render turns one family's model state into what ipvs mode wants in the
 // kernel, as upstream v1.37's syncProxyRules programs it on that node. It
 // is pure: it reads no clock, runs nothing and changes no argument.
+//
+// Where it differs from upstream, on purpose:
+//   - a port whose loadBalancerSourceRanges are all of the other family is
+//     closed in this one (model.ServicePort.LoadBalancerClosed): its LB IP
+//     is in KUBE-LOAD-BALANCER-FW with no allowed source;
+//   - a single-address source range is written as ipset lists it
+//     ("1.2.3.4", not "1.2.3.4/32"), so the proxier's diff against
+//     Entries is stable;
+//   - the health check node port is in its set even when no address
+//     carries node ports (upstream's loop skips it then);
+//   - nothing of the object names reaches the rules (set comments are
+//     upstream's fixed texts), so no name needs escaping.
+//
+// Endpoint selection is the model's (ready, else serving and terminating;
+// topology hints), applied as upstream's syncEndpoint does: a virtual
+// server of traffic policy Local gets the local endpoints, or, when there
+// are none, the cluster's (for internal policy Local the cluster list is
+// empty unless the port is reachable from outside).
 func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) (*Desired, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
