@@ -687,3 +687,51 @@ func TestJumpRulesOnce(t *testing.T) {
 		t.Errorf("filter INPUT: %q", r)
 	}
 }
+
+// Upstream's TestNodePortIPv6 with policy Local for each protocol: the
+// local sets of UDP and SCTP, and the health check node port that stays in
+// its set when no address carries node ports (upstream skips it then).
+func TestNodePortsLocalPerProtocol(t *testing.T) {
+	mk := func(name, ip string, proto v1.Protocol, port int32) svcEps {
+		return svcEps{makeSP(name, ip, 80, func(sp *model.ServicePort) {
+			sp.Type, sp.Protocol, sp.NodePort = v1.ServiceTypeNodePort, proto, port
+			sp.ExternalPolicyLocal, sp.HealthCheckNodePort = true, port+2000
+		}), []*model.Endpoint{makeEP("fd00:18:1:a::20", 8080, true, nil)}}
+	}
+	list := []svcEps{mk("u", "fd00:19::1", model.UDP, 30053), mk("s", "fd00:19::2", model.SCTP, 30099)}
+	c := testConfig(model.IPv6)
+	d := render(t, c, list...)
+	e := entries(d)
+	want := map[string][]string{
+		"KUBE-6-NODE-PORT-UDP":            {"30053"},
+		"KUBE-6-NODE-PORT-LOCAL-UDP":      {"30053"},
+		"KUBE-6-NODE-PORT-SCTP-HASH":      {"fd00:18::10,sctp:30099"},
+		"KUBE-6-NODE-PORT-LOCAL-SCTP-HAS": {"fd00:18::10,sctp:30099"},
+		"KUBE-6-HEALTH-CHECK-NODE-PORT":   {"32053", "32099"},
+	}
+	for s, w := range want {
+		if diff := cmp.Diff(w, e[s]); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", s, diff)
+		}
+	}
+	// fe80::1 and ::1 carry no node port.
+	for k := range services(d) {
+		if strings.Contains(k, "fe80::") || strings.Contains(k, "[::1]") {
+			t.Errorf("node port on %s", k)
+		}
+	}
+	if diff := cmp.Diff([]string{
+		`-p udp -m comment --comment "Kubernetes nodeport UDP port with externalTrafficPolicy=local" -m set --match-set KUBE-6-NODE-PORT-LOCAL-UDP dst -j RETURN`,
+		`-p udp -m comment --comment "Kubernetes nodeport UDP port for masquerade purpose" -m set --match-set KUBE-6-NODE-PORT-UDP dst -j KUBE-MARK-MASQ`,
+		`-p sctp -m comment --comment "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'" -m set --match-set KUBE-6-NODE-PORT-LOCAL-SCTP-HAS dst,dst -j RETURN`,
+		`-p sctp -m comment --comment "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'" -m set --match-set KUBE-6-NODE-PORT-SCTP-HASH dst,dst -j KUBE-MARK-MASQ`,
+	}, chainRules(d, TableNAT, ChainNodePort)); diff != "" {
+		t.Errorf("nat KUBE-NODE-PORT (-want +got):\n%s", diff)
+	}
+
+	c.NodePortAddresses = []string{"::1/128"}
+	e = entries(render(t, c, list...))
+	if len(e["KUBE-6-NODE-PORT-UDP"]) != 0 || len(e["KUBE-6-HEALTH-CHECK-NODE-PORT"]) != 2 {
+		t.Errorf("no node port address: %v", e)
+	}
+}
