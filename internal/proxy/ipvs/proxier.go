@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -25,10 +27,6 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
-// DummyDevice is the interface ipvs mode binds service addresses to, as
-// upstream's.
-const DummyDevice = "kube-ipvs0"
-
 // Protocol numbers of IPVS virtual servers.
 const (
 	protoTCP = 6
@@ -37,7 +35,7 @@ const (
 
 // RenderFunc turns one sync's request into what the kernel should hold
 // (Render, with the proxier's configuration bound).
-type RenderFunc func(req *proxy.Request) (*Desired, error)
+type RenderFunc func(req *proxy.Request, host Host) (*Desired, error)
 
 // ProxierOptions configure one family's proxier.
 type ProxierOptions struct {
@@ -69,6 +67,9 @@ type Handles struct {
 	IPTables xtables.Interface
 	// Conntrack clears stale UDP entries; nil: none are cleared.
 	Conntrack conntrack.Interface
+	// LocalAddrs lists the node's addresses on every interface but
+	// kube-ipvs0 (Host.Addrs); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
 }
 
 // Proxier is the ipvs backend of one IP family. It keeps what it last
@@ -84,8 +85,11 @@ type Proxier struct {
 	// known is what the kernel holds of kproxy's, as of the end of the
 	// last successful sync; nil: unknown, the next sync reads the kernel.
 	known *kernelState
-	// iptables is the restore input last applied; nil: none or unknown.
+	// iptables is the restore input last applied without its jump rule
+	// insertions; nil: none or unknown.
 	iptables []byte
+	// host is what Render is told of the node, read at full syncs.
+	host *Host
 	// timeoutsSet: Options.Timeouts were applied.
 	timeoutsSet bool
 	graceful    *graceful
@@ -128,28 +132,33 @@ func NewProxier(opts ProxierOptions, render RenderFunc, h Handles) *Proxier {
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if req.Trial {
-		// IPVS and ipsets cannot be checked without being changed, and a
-		// failing trial must leave the kernel alone: render only.
-		if _, err := p.render(req); err != nil {
+	start := time.Now()
+	if req.Full || p.known == nil || p.host == nil {
+		p.known, p.host = nil, nil
+		h, err := p.readHost(ctx, req)
+		if err != nil {
 			return nil, err
 		}
-		return &proxy.Result{}, nil
+		p.host = h
 	}
-	start := time.Now()
-	d, err := p.render(req)
+	d, err := p.render(req, *p.host)
 	if err != nil {
 		return nil, fmt.Errorf("rendering ipvs state: %w", err)
 	}
-	if req.Full || p.known == nil {
-		p.known = nil
+	if req.Trial {
+		// IPVS and ipsets cannot be checked without being changed, and a
+		// failing trial must leave the kernel alone: its iptables input
+		// is checked (--test), nothing is applied.
+		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
+			return nil, fmt.Errorf("iptables-restore --test of a trial: %w", err)
+		}
+		return &proxy.Result{}, nil
 	}
 	st, err := p.apply(ctx, d)
 	if err != nil {
 		// Whatever we knew of the kernel may be wrong now: the next sync
 		// reads it again and diffs everything.
-		p.known = nil
-		p.iptables = nil
+		p.known, p.host, p.iptables = nil, nil, nil
 		return nil, err
 	}
 	for _, k := range p.graceful.run(p.now()) {
@@ -257,16 +266,23 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 		}
 	}
 
-	// iptables: only when the text changed.
-	if p.iptables == nil || !bytes.Equal(p.iptables, d.IPTables) {
-		if len(d.IPTables) > 0 {
-			if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
-				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
-				return st, fmt.Errorf("iptables-restore of ipvs mode's chains (%d bytes): %w", len(d.IPTables), err)
-			}
+	// iptables: only when the rules changed or a jump rule from a
+	// built-in chain is missing.
+	base, inserts := splitInserts(d.IPTables)
+	if p.iptables == nil || inserts || !bytes.Equal(p.iptables, base) {
+		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+			return st, fmt.Errorf("iptables-restore of ipvs mode's chains (%d bytes): %w", len(d.IPTables), err)
 		}
-		p.iptables = slices.Clone(d.IPTables)
+		p.iptables = base
 		st.iptables = true
+		// The jump rules are in place now: later renders leave them out.
+		for _, j := range JumpRules {
+			if p.host.Rules[j.Table] == nil {
+				p.host.Rules[j.Table] = sets.New[string]()
+			}
+			p.host.Rules[j.Table].Insert(j.Line)
+		}
 	}
 
 	// Virtual servers and their real servers.
@@ -369,6 +385,53 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 		st.addrDeleted++
 	}
 	return st, nil
+}
+
+// builtinChains are the chains whose rules Host.Rules holds.
+var builtinChains = sets.New("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+
+// readHost reads what Render needs of the node: its addresses and the
+// rules of the built-in chains (which jump rules are there).
+func (p *Proxier) readHost(ctx context.Context, req *proxy.Request) (*Host, error) {
+	h := &Host{Rules: map[string]sets.Set[string]{}}
+	if p.h.LocalAddrs != nil {
+		addrs, err := p.h.LocalAddrs()
+		if err != nil {
+			return nil, fmt.Errorf("reading the node's addresses: %w", err)
+		}
+		h.Addrs = addrs
+	} else if req.Node != nil {
+		h.Addrs = req.Node.Addresses
+	}
+	for _, table := range []string{TableNAT, TableFilter} {
+		out, err := p.h.IPTables.Save(ctx, table)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s table: %w", table, err)
+		}
+		rules := sets.New[string]()
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "-A" && builtinChains.Has(f[1]) {
+				rules.Insert(strings.TrimSpace(line))
+			}
+		}
+		h.Rules[table] = rules
+	}
+	return h, nil
+}
+
+// splitInserts returns the restore input without its "-I" lines (jump
+// rules inserted into built-in chains) and whether it had any.
+func splitInserts(data []byte) ([]byte, bool) {
+	var out bytes.Buffer
+	found := false
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("-I ")) {
+			found = true
+			continue
+		}
+		out.Write(line)
+	}
+	return out.Bytes(), found
 }
 
 // read lists what the kernel holds of kproxy's for this family: the

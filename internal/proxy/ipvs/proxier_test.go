@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
 	"github.com/kproxy/kproxy/internal/kernel/ipset/ipsettest"
@@ -20,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 )
 
 // world is one network namespace's worth of fakes and a proxier over
@@ -52,7 +54,7 @@ func (w *world) restart(opts ProxierOptions) {
 	if opts.Family == "" {
 		opts.Family = model.IPv4
 	}
-	w.p = NewProxier(opts, func(*proxy.Request) (*Desired, error) {
+	w.p = NewProxier(opts, func(*proxy.Request, Host) (*Desired, error) {
 		if w.desired == nil {
 			return nil, errors.New("no desired state")
 		}
@@ -364,5 +366,75 @@ func TestProxierTimeouts(t *testing.T) {
 	}
 	if n := w.ipvs.Calls(ipvstest.OpSetTimeouts); n != 1 {
 		t.Errorf("SetTimeouts called %d times, want once", n)
+	}
+}
+
+// TestProxierExampleWithRender runs the real Render of the built-in
+// example through the proxier over the fakes: every virtual server,
+// address and set member arrives; the jump rules are inserted once, and
+// another sync rewrites nothing (a restart the iptables chains, once); a jump rule
+// deleted by someone else comes back at the next full sync.
+func TestProxierExampleWithRender(t *testing.T) {
+	s := flowtest.Example(t, example.NodeA)
+	w := newWorld(t, ProxierOptions{})
+	render := func(req *proxy.Request, h Host) (*Desired, error) {
+		return Render(exampleConfig(model.IPv4), req.State, req.Node, h)
+	}
+	h := Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev, IPTables: w.ipt, Conntrack: w.ct,
+		LocalAddrs: func() ([]netip.Addr, error) { return s.Node.Addresses, nil }}
+	req := &proxy.Request{State: s.States[model.IPv4], Node: s.Node, Full: true}
+	sync := func(full bool) {
+		t.Helper()
+		req.Full = full
+		if _, err := w.p.Sync(context.Background(), req); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, render, h)
+	sync(true)
+	want, err := render(req, Host{Addrs: s.Node.Addresses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for vs, v := range want.Services {
+		if got := destsOf(t, w.ipvs, key(vs)); len(got) != len(v.Reals) {
+			t.Errorf("%s: real servers %v, want %d", vs, got, len(v.Reals))
+		}
+	}
+	for name, set := range want.Sets {
+		es, err := w.sets.Entries(name)
+		if err != nil || len(es) != len(set.Entries) {
+			t.Errorf("ipset %s: %d members (%v), want %d", name, len(es), err, len(set.Entries))
+		}
+	}
+	nat, err := w.ipt.Save(context.Background(), TableNAT)
+	if err != nil || !strings.Contains(string(nat), "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+		t.Fatalf("nat table lacks the jump to KUBE-SERVICES (%v):\n%s", err, nat)
+	}
+	restores := len(w.ipt.Restores())
+	for _, full := range []bool{false, true} {
+		w.resetCalls()
+		sync(full)
+		if n := w.writes(); n != 0 || len(w.ipt.Restores()) != restores {
+			t.Errorf("full=%v: unchanged state wrote %d times, %d restores", full, n, len(w.ipt.Restores())-restores)
+		}
+	}
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, render, h)
+	w.resetCalls()
+	sync(true)
+	// A new process does not know what its predecessor wrote into its
+	// chains: it rewrites them once (--noflush, atomic per table), and
+	// changes nothing else.
+	if n := w.writes(); n != 0 || len(w.ipt.Restores()) != restores+1 {
+		t.Errorf("restart: %d writes, %d restores, want 0 and 1", n, len(w.ipt.Restores())-restores)
+	}
+	// Someone deletes the PREROUTING jump: the next full sync puts it back.
+	if err := w.ipt.Restore(context.Background(), []byte("*nat\n-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n"), xtables.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	sync(true)
+	nat, _ = w.ipt.Save(context.Background(), TableNAT)
+	if !strings.Contains(string(nat), "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+		t.Errorf("the deleted jump rule was not restored:\n%s", nat)
 	}
 }
