@@ -174,7 +174,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		"changes", st.changes(), "servicesAdded", st.svcAdded, "servicesDeleted", st.svcDeleted,
 		"realServersAdded", st.destAdded, "realServersDeleted", st.destDeleted, "realServersTerminating", p.graceful.len(),
 		"setMembersChanged", st.setChanged, "iptablesWritten", st.iptables, "seconds", time.Since(start).Seconds())
-	return &proxy.Result{CleanupPending: p.graceful.len() > 0}, nil
+	// Terminating real servers are checked again at the next sync (at
+	// least every syncPeriod), as upstream's graceful termination
+	// manager checks them on its own period; CleanupPending would make
+	// the loop sync back to back while a long connection lasts.
+	return &proxy.Result{}, nil
 }
 
 // stats counts what one sync changed.
