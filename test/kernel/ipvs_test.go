@@ -171,7 +171,8 @@ func testIPVSTraffic(t *testing.T, m proxyMode) {
 // node (one on the node's address and a port outside the node port
 // range, one on an address of its own) survive kproxy's syncs, a restart
 // and a change, with their real servers; traffic through the one on the
-// node address keeps reaching its pod.
+// node address keeps reaching its pod. The restart breaks neither an
+// established connection nor new ones.
 func testIPVSForeign(t *testing.T, m proxyMode) {
 	snap := exampleSnapshot(t)
 	c := newCluster(t, clusterOptions{mode: m, snapshot: snap, kproxyOn: []string{nodeA}})
@@ -215,11 +216,22 @@ func testIPVSForeign(t *testing.T, m proxyMode) {
 		return !ok
 	})
 	check("after a sync")
+	// An established connection through kproxy's virtual server and new
+	// connections all along survive the restart.
+	sess := openSessionTo(t, c.Client, ap("198.19.0.10:80"), webB)
+	prober := netns.StartProber(c.Client, "client to web-clusterip", ap("198.19.0.10:80"), web, masqueraded)
+	defer prober.Stop()
 	if err := c.kproxy[nodeA].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	c.restartKproxy(nodeA)
 	check("after a restart")
+	checkSession(t, "client's connection to web-clusterip across the restart", sess, webB)
+	if n, failures := prober.Result(); n == 0 || len(failures) > 0 {
+		t.Errorf("during the restart: %d of %d new connections failed: %v", len(failures), n, failures)
+	} else {
+		t.Logf("during the restart: %d new connections, none failed", n)
+	}
 }
 
 // testIPVSGraceful: an endpoint removed under an open TCP connection: its
