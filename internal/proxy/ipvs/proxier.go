@@ -94,6 +94,9 @@ type Proxier struct {
 	timeoutsSet bool
 	graceful    *graceful
 	now         func() time.Time
+	// canonical caches set members in the kernel's text form, by type
+	// and member as Render wrote it.
+	canonical map[string]string
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -203,7 +206,7 @@ func (s stats) changes() int {
 // the virtual and real servers; only then what is gone is removed.
 func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 	var st stats
-	entries, err := canonicalEntries(d.Sets)
+	entries, err := p.canonicalEntries(d.Sets)
 	if err != nil {
 		return st, err
 	}
@@ -290,8 +293,9 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 	}
 
 	// Virtual servers and their real servers.
-	for _, vs := range sortedServices(services) {
-		dv := services[vs]
+	// Map order: every wanted server is added whatever the order, and
+	// sorting 10k virtual servers at each sync costs more than it says.
+	for vs, dv := range services {
 		svc := dv.Service
 		svc.VirtualServer = vs
 		ks, ok := k.services[vs]
@@ -621,22 +625,30 @@ func sortedDestKeys(m map[destKey]ipvs.Destination) []destKey {
 }
 
 // canonicalEntries writes every wanted member as the kernel lists it, so
-// that they compare as text.
-func canonicalEntries(sets map[string]*Set) (map[string][]string, error) {
+// that they compare as text. Members seen at the last sync are not parsed
+// again.
+func (p *Proxier) canonicalEntries(sets map[string]*Set) (map[string][]string, error) {
 	out := make(map[string][]string, len(sets))
+	seen := make(map[string]string, len(p.canonical))
 	for name, s := range sets {
 		if s.Name != name {
 			return nil, fmt.Errorf("ipset %q is listed under the name %q", s.Name, name)
 		}
 		es := make([]string, 0, len(s.Entries))
 		for _, e := range s.Entries {
-			c, err := ipset.Canonical(s.Type, s.IPv6, e)
-			if err != nil {
-				return nil, fmt.Errorf("ipset %s: %w", name, err)
+			k := s.Type + " " + e
+			c, ok := p.canonical[k]
+			if !ok {
+				var err error
+				if c, err = ipset.Canonical(s.Type, s.IPv6, e); err != nil {
+					return nil, fmt.Errorf("ipset %s: %w", name, err)
+				}
 			}
+			seen[k] = c
 			es = append(es, c)
 		}
 		out[name] = es
 	}
+	p.canonical = seen
 	return out, nil
 }
