@@ -14,10 +14,12 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
@@ -29,10 +31,77 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/vm"
 )
 
-// vmModules are loaded up front when TestKernelVirtualServers runs in the
-// test VM (an on-demand load costs seconds there): IPVS and the ipset
-// types the test creates.
-var vmModules = []string{"ip_vs", "ip_set", "ip_set_hash_ipport", "ip_set_hash_ip", "ip_set_bitmap_port"}
+// vmModules are loaded up front when TestKernelVM boots the test VM (an
+// on-demand load costs seconds there): IPVS with the schedulers the tests
+// use, every ipset type ipvs mode makes, dummy links, and what an iptables
+// rule matching a set needs.
+var vmModules = []string{
+	"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "ip_vs_mh",
+	"ip_set", "ip_set_hash_ip", "ip_set_hash_ipport", "ip_set_hash_ipportip",
+	"ip_set_hash_ipportnet", "ip_set_hash_net", "ip_set_bitmap_port",
+	"dummy", "xt_set", "nft_compat",
+}
+
+// vmTests are this package's tests that need a kernel with IPVS, every
+// ipset type and dummy links; TestKernelVM runs them all in one VM boot.
+const vmTests = "^(TestKernelVirtualServers|TestKernelConformance.*)$"
+
+// vmKernelMissing says what the running kernel lacks of what vmTests
+// need ("" for nothing).
+func vmKernelMissing() string {
+	if vm.InVM() {
+		return ""
+	}
+	for _, f := range []struct{ path, what string }{
+		{"/proc/net/ip_vs", "IPVS (ip_vs)"},
+		{"/sys/module/dummy", "dummy links"},
+		{"/sys/module/ip_set", "ipset"},
+	} {
+		if _, err := os.Stat(f.path); err != nil {
+			return "this kernel has no " + f.what + " loaded (" + f.path + ")"
+		}
+	}
+	return ""
+}
+
+// requireVMKernel skips a test of vmTests on a host kernel that lacks what
+// it needs: TestKernelVM runs it in the test VM then.
+func requireVMKernel(t *testing.T) {
+	t.Helper()
+	netns.Require(t)
+	if why := vmKernelMissing(); why != "" {
+		t.Skipf("%s: TestKernelVM runs this test in the test VM", why)
+	}
+}
+
+// TestKernelVM is the gate of this package's VM tests: when the host
+// kernel lacks IPVS, dummy links or ipset, it boots the test VM once and
+// runs every test of vmTests there. Without a VM it skips, saying why,
+// unless KPROXY_VM=1 (CI), where it fails.
+func TestKernelVM(t *testing.T) {
+	netns.Require(t)
+	if vm.InVM() {
+		t.Skip("the gate does not run inside the VM")
+	}
+	why := vmKernelMissing()
+	if why == "" {
+		t.Skip("the host kernel has IPVS, dummy links and ipset: the tests ran on the host")
+	}
+	avail, whyNot := vm.Available()
+	switch {
+	case avail:
+		t.Logf("%s: running %s in the test VM", why, vmTests)
+		defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
+		vm.DefaultModules = append(slices.Clone(vm.DefaultModules), vmModules...)
+		start := time.Now()
+		vm.RunTestInVM(t, vmTests)
+		t.Logf("VM boot and tests took %v", time.Since(start).Round(time.Second))
+		return
+	case vm.Required():
+		t.Fatalf("%s, and no test VM: %s (KPROXY_VM=1 requires one)", why, whyNot)
+	}
+	t.Skipf("kernel test skipped: %s, and no test VM: %s (test/vm/prepare.sh makes one)", why, whyNot)
+}
 
 type kernelNS struct {
 	ns *netns.NS
@@ -222,11 +291,9 @@ func TestKernelSetInUse(t *testing.T) {
 // TestKernelVirtualServers needs a kernel with IPVS; it creates kube-proxy's
 // virtual servers and another load balancer's, and checks that only
 // kube-proxy's go. On a host kernel without IPVS (CONFIG_IP_VS off, as on
-// this project's CI machines) it runs itself again inside the test VM
-// (internal/testutil/vm), whose Debian kernel has IPVS as a module, as
-// test/kernel's TestSCTP does for SCTP; without a VM it skips, saying why,
-// unless KPROXY_VM=1 (CI), where it fails.
+// this project's CI machines) TestKernelVM runs it inside the test VM.
 func TestKernelVirtualServers(t *testing.T) {
+	requireVMKernel(t)
 	k := newKernelNS(t)
 	kern, err := newNetlinkKernel("/run/netns/" + k.ns.Name)
 	if err != nil {
@@ -238,22 +305,7 @@ func TestKernelVirtualServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !ok {
-		const missing = "this kernel has no IPVS (CONFIG_IP_VS off or ip_vs not loaded: no IPVS generic netlink family)"
-		if vm.InVM() {
-			t.Fatalf("the test VM's kernel: %s", missing)
-		}
-		avail, why := vm.Available()
-		switch {
-		case avail:
-			t.Logf("%s: running the test in the test VM", missing)
-			defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
-			vm.DefaultModules = append(slices.Clone(vm.DefaultModules), vmModules...)
-			vm.RunTestInVM(t, "^TestKernelVirtualServers$")
-			return
-		case vm.Required():
-			t.Fatalf("%s, and no test VM: %s (KPROXY_VM=1 requires one)", missing, why)
-		}
-		t.Skipf("kernel test skipped: %s, and no test VM: %s (test/vm/prepare.sh makes one)", missing, why)
+		t.Fatal("this kernel has no IPVS (CONFIG_IP_VS off or ip_vs not loaded: no IPVS generic netlink family)")
 	}
 	k.addKubeIPVS0(t, "10.96.0.1")
 	if err := netns.Veth(k.ns, "eth0", k.ns, "eth0-peer"); err != nil {
@@ -311,4 +363,26 @@ func addVirtualServer(k *netlinkKernel, vs VirtualServer) error {
 	req.AddData(svc)
 	_, err = req.Execute(unix.NETLINK_GENERIC, 0)
 	return err
+}
+
+// TestKernelNewHandleWithoutIPVS: on a kernel without IPVS NewHandle
+// fails, saying so (moby/ipvs alone would hand back a Handle whose every
+// call succeeds and lists nothing).
+func TestKernelNewHandleWithoutIPVS(t *testing.T) {
+	netns.Require(t)
+	if _, err := os.Stat(procIPVS); err == nil || vm.InVM() {
+		t.Skip("this kernel has IPVS loaded")
+	}
+	if out, err := exec.Command("modprobe", "-n", "ip_vs").CombinedOutput(); err == nil {
+		t.Skipf("ip_vs can be loaded here (modprobe -n: %s)", out)
+	}
+	ns := netns.New(t, "ipvs-"+netns.RandomID(3), "node")
+	h, err := NewHandle("/run/netns/" + ns.Name)
+	if err == nil {
+		h.Close()
+		t.Fatal("NewHandle on a kernel without IPVS: no error")
+	}
+	if !strings.Contains(err.Error(), "no IPVS") {
+		t.Errorf("err = %v, want one saying the kernel has no IPVS", err)
+	}
 }

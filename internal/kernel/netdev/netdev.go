@@ -10,8 +10,8 @@ type Handle interface {
 	// down, as upstream's) and says whether it did.
 	EnsureDummy(name string) (created bool, err error)
 	DeleteLink(name string) error
-	// Addresses lists the addresses on the interface (host-scope /32 and
-	// /128 in ipvs mode).
+	// Addresses lists the addresses on the interface (/32 and /128 in
+	// ipvs mode, scope global as upstream binds them).
 	Addresses(name string) ([]netip.Addr, error)
 	AddAddress(name string, a netip.Addr) error
 	DelAddress(name string, a netip.Addr) error

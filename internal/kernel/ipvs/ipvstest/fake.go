@@ -162,9 +162,11 @@ func (f *Fake) Closed() bool {
 func key(vs ipvs.VirtualServer) ipvs.VirtualServer {
 	vs.Addr = vs.Addr.Unmap()
 	if vs.Family == 0 {
-		vs.Family = syscall.AF_INET6
-		if vs.Addr.Is4() {
-			vs.Family = syscall.AF_INET
+		// A firewall mark service without a family is IPv4, as the real
+		// Handle sends it.
+		vs.Family = syscall.AF_INET
+		if vs.Addr.Is6() {
+			vs.Family = syscall.AF_INET6
 		}
 	}
 	return vs

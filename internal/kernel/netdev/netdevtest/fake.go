@@ -201,6 +201,9 @@ func (f *Fake) DelAddress(name string, a netip.Addr) error {
 	if err != nil {
 		return err
 	}
+	if err := netdev.CheckAddr(a); err != nil {
+		return err
+	}
 	i := slices.Index(l.addrs, a)
 	if i < 0 {
 		return fmt.Errorf("deleting %s from %s: %w", a, name, netdev.ErrNoAddr)
