@@ -21,7 +21,6 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/source/file"
@@ -251,29 +250,6 @@ func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname
 		BridgeInterface:     c.DetectLocal.BridgeInterface,
 		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
 		NodePortAddresses:   c.NodePortAddresses,
-	}
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		o.NodeIPs = []netip.Addr{ip}
-	}
-	return o
-}
-
-// ipvsRenderConfig derives one family's ipvs settings from the config.
-// hostname is the node's name.
-func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname string) *ipvsmode.RenderConfig {
-	o := &ipvsmode.RenderConfig{
-		Family:        f,
-		NodeName:      hostname,
-		Scheduler:     c.IPVS.Scheduler,
-		MasqueradeBit: int(config.MasqueradeBit(c)),
-		MasqueradeAll: config.MasqueradeAll(c),
-		LocalDetect: localdetect.Config{
-			Mode:                string(c.DetectLocalMode),
-			ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-			BridgeInterface:     c.DetectLocal.BridgeInterface,
-			InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-		},
-		NodePortAddresses: c.NodePortAddresses,
 	}
 	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
 		o.NodeIPs = []netip.Addr{ip}
