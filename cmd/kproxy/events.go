@@ -9,19 +9,21 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/kproxy/kproxy/internal/config"
 )
 
 // Events upstream kube-proxy v1.37.2 records about its node
 // (cmd/kube-proxy/app/server.go, server_linux.go), through the
 // events.k8s.io API with reportingController "kube-proxy" and action
 // StartKubeProxy. kproxy records the same when the API server is its
-// source. IPVSDeprecation is not recorded: kproxy refuses the ipvs mode
-// before it would be.
+// source, IPVSDeprecation included (ipvs mode).
 const (
 	eventActionStart = "StartKubeProxy"
 
 	reasonStarting            = "Starting"
 	reasonDefaultMode         = "KubeProxyDefaultMode"
+	reasonIPVSDeprecation     = "IPVSDeprecation"
 	reasonFailedHealthzServer = "FailedToStartProxierHealthcheck"
 	reasonFailedMetricsServer = "FailedToStartMetricServer"
 
@@ -52,6 +54,10 @@ func setUpEvents(ctx context.Context, client kubernetes.Interface, c *v1alpha1.K
 	ev := newNodeEvents(rec, node)
 	if c.Mode == "" {
 		ev.defaultMode()
+	}
+	if config.EffectiveMode(c) == config.ModeIPVS && ev.rec != nil {
+		// Logged when the mode is set up (proxy.go), as upstream.
+		ev.rec.Eventf(ev.ref, nil, v1.EventTypeWarning, reasonIPVSDeprecation, eventActionStart, ipvsDeprecation)
 	}
 	return rec, ev, stop
 }

@@ -35,11 +35,13 @@ func hostInitEnv() initEnv { return initEnv{sys: sysctl.Files{}, numCPU: conntra
 // It runs before anything touches the kernel.
 func checkSupported(c *v1alpha1.KubeProxyConfiguration, mode string) error {
 	switch mode {
-	case config.ModeIPTables:
+	case config.ModeIPTables, config.ModeIPVS:
+		// ipvs: the KubeProxyIPVS feature gate is checked by validation,
+		// as upstream's.
 		return nil
 	case config.ModeNFTables:
 	default:
-		return fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)
+		return fmt.Errorf("--proxy-mode %s is not available in this kproxy build; use --proxy-mode nftables, iptables or ipvs", mode)
 	}
 	fg, err := config.NewFeatureGate(c)
 	if err != nil {

@@ -260,8 +260,17 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		}
 		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families)
 		fams, backends, backendName, after = s.families, s.backends, string(s.backend), s.after
+	case config.ModeIPVS:
+		s, err := setUpIPVSMode(ctx, o, fams, node, ipvsEnv{})
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families, "scheduler", schedulerName(c))
+		klog.ErrorS(nil, ipvsDeprecation)
+		fams, backends, backendName, after = s.families, s.backends, string(s.backend), s.after
 	default:
-		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build yet; use --proxy-mode nftables or iptables", mode)}
+		return usageError{fmt.Errorf("--proxy-mode %s is not available in this kproxy build; use --proxy-mode nftables, iptables or ipvs", mode)}
 	}
 	metrics.SetInfo(mode, backendName, version)
 	metrics.SetBuildInfo(versionInfo())

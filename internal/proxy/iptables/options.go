@@ -7,15 +7,16 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // Detect-local modes (KubeProxyConfiguration.detectLocalMode).
 const (
-	DetectClusterCIDR         = "ClusterCIDR"
-	DetectNodeCIDR            = "NodeCIDR"
-	DetectBridgeInterface     = "BridgeInterface"
-	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
+	DetectClusterCIDR         = localdetect.ClusterCIDR
+	DetectNodeCIDR            = localdetect.NodeCIDR
+	DetectBridgeInterface     = localdetect.BridgeInterface
+	DetectInterfaceNamePrefix = localdetect.InterfaceNamePrefix
 )
 
 // DefaultMaxChainsPerRestore bounds the chains one iptables-nft-restore
@@ -129,33 +130,14 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 }
 
 // localDetector returns the match arguments that tell pod traffic apart,
-// as upstream's LocalTrafficDetector: one CIDR per family ("-s CIDR"),
-// or the interface ("-i NAME", "-i PREFIX+").
+// as upstream's LocalTrafficDetector (package localdetect, shared with
+// ipvs mode).
 func (o *Options) localDetector(node *model.Node) LocalDetector {
-	cidr := func(p []netip.Prefix) LocalDetector {
-		if len(p) == 0 {
-			return LocalDetector{}
-		}
-		s := p[0].Masked().String()
-		return LocalDetector{IfLocal: []string{"-s", s}, IfNotLocal: []string{"!", "-s", s}}
-	}
-	iif := func(name string) LocalDetector {
-		if name == "" || name == "+" {
-			return LocalDetector{}
-		}
-		return LocalDetector{IfLocal: []string{"-i", name}, IfNotLocal: []string{"!", "-i", name}}
-	}
-	switch o.DetectLocalMode {
-	case DetectNodeCIDR:
-		return cidr(node.PodCIDRsOf(o.Family))
-	case DetectBridgeInterface:
-		return iif(o.BridgeInterface)
-	case DetectInterfaceNamePrefix:
-		if o.InterfaceNamePrefix == "" {
-			return LocalDetector{}
-		}
-		return iif(o.InterfaceNamePrefix + "+")
-	default:
-		return cidr(o.ClusterCIDRs)
-	}
+	return localdetect.NewIPTables(localdetect.Config{
+		Mode:                o.DetectLocalMode,
+		Family:              o.Family,
+		ClusterCIDRs:        o.ClusterCIDRs,
+		BridgeInterface:     o.BridgeInterface,
+		InterfaceNamePrefix: o.InterfaceNamePrefix,
+	}, node)
 }

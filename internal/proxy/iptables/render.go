@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 )
 
 var newline = []byte{'\n'}
@@ -25,16 +26,8 @@ var newline = []byte{'\n'}
 const largeClusterEndpointsThreshold = 1000
 
 // LocalDetector tells traffic from local pods apart from other traffic, per
-// detectLocalMode: iptables match arguments, nil when the mode has nothing
-// to match on for this family (then no masquerade rule for cluster IP
-// traffic is written and pod traffic is not short-circuited, as upstream).
-type LocalDetector struct {
-	IfLocal    []string
-	IfNotLocal []string
-}
-
-// Implemented reports whether local traffic can be recognised.
-func (d LocalDetector) Implemented() bool { return len(d.IfNotLocal) > 0 }
+// detectLocalMode (see package localdetect).
+type LocalDetector = localdetect.IPTables
 
 // Config is what shapes the rules besides the services themselves. A
 // change of Config needs a full sync.

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/ipset"
+	kipvs "github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/kernel/netdev"
+	"github.com/kproxy/kproxy/internal/kernel/sysctl"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/ipvs"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+)
+
+// ipvsDeprecation is upstream's start-up message for ipvs mode, verbatim
+// (logged as an error and recorded as a Warning event IPVSDeprecation).
+const ipvsDeprecation = "The ipvs proxier has been deprecated and will be disabled by default in Kubernetes 1.40 and removed in Kubernetes 1.43. Migrate to the 'nftables' proxier instead."
+
+// ipvsSetup is what starting ipvs mode decided.
+type ipvsSetup struct {
+	backend  xtables.Backend
+	reason   string
+	families []v1.IPFamily
+	backends map[v1.IPFamily]proxy.Backend
+	after    *afterFirstSync
+	// close releases the kernel handles.
+	close func()
+}
+
+// ipvsEnv points the ipvs mode set-up elsewhere than this process's
+// network namespace and /proc/sys (tests).
+type ipvsEnv struct {
+	xtables []xtables.Option
+	// netns is the network namespace path of the handles ("" this one).
+	netns  string
+	sysctl sysctl.Interface
+	// kernelRelease is uname's release ("" reads it).
+	kernelRelease string
+}
+
+// setUpIPVSMode prepares --proxy-mode ipvs before any rule is written: it
+// picks the iptables backend as iptables mode does, opens IPVS, ipset and
+// the interfaces over netlink, checks that the scheduler can be used (its
+// module loads), sets upstream's sysctls and returns one proxier per
+// family. Everything that can make the mode unusable is an error here.
+func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, node string, env ipvsEnv) (_ *ipvsSetup, err error) {
+	c := o.Config
+	b, reason, err := xtables.Select(ctx, o.IPTablesMode, env.xtables...)
+	if err != nil {
+		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
+	}
+	s := &ipvsSetup{backend: b, reason: reason, backends: map[v1.IPFamily]proxy.Backend{}}
+	var closers []func()
+	s.close = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if env.netns == "" {
+		// moby/ipvs opens without complaint on a kernel without IPVS.
+		if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
+			_ = exec.CommandContext(ctx, "modprobe", "ip_vs").Run()
+			if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
+				return nil, fmt.Errorf("can't use the IPVS proxier: this kernel has no IPVS (module ip_vs not loaded and cannot be loaded): %w", err)
+			}
+		}
+	}
+	probe, err := kipvs.NewHandle(env.netns)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs mode needs IPVS in the kernel (module ip_vs): %w", err)
+	}
+	closers = append(closers, probe.Close)
+	if err := kipvs.CheckScheduler(probe, c.IPVS.Scheduler); err != nil {
+		return nil, fmt.Errorf("can't use the IPVS proxier: ipvs.scheduler %q cannot be used (is its kernel module ip_vs_%s available?): %w", schedulerName(c), schedulerName(c), err)
+	}
+	sys := env.sysctl
+	if sys == nil {
+		sys = sysctl.Files{}
+	}
+	if err := kipvs.EnsureSysctls(sys, c.IPVS.StrictARP, env.kernelRelease); err != nil {
+		return nil, err
+	}
+	timeouts := kipvs.Timeouts{
+		TCP:    uint32(c.IPVS.TCPTimeout.Duration / time.Second),
+		TCPFin: uint32(c.IPVS.TCPFinTimeout.Duration / time.Second),
+		UDP:    uint32(c.IPVS.UDPTimeout.Duration / time.Second),
+	}
+	excludes, err := excludeCIDRs(c)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range fams {
+		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
+		if err == nil {
+			_, err = ipt.Version(ctx)
+		}
+		if err != nil {
+			if i > 0 {
+				klog.ErrorS(err, "Cannot use iptables for this IP family; proxying the primary family only", "ipFamily", f, "backend", b)
+				continue
+			}
+			return nil, fmt.Errorf("ipvs mode (%s iptables backend): %w", b, err)
+		}
+		h, err := openIPVSHandles(env.netns)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, h.close)
+		h.Handles.IPTables = wrapXtables(ipt)
+		h.Handles.Conntrack = conntrack.Netlink{}
+		h.Handles.LocalAddrs = nodeAddrsWithoutDummy
+		rc := ipvsRenderConfig(c, f, node)
+		if err := rc.Validate(); err != nil {
+			return nil, err
+		}
+		render := func(req *proxy.Request, host ipvs.Host) (*ipvs.Desired, error) {
+			return ipvs.Render(rc, req.State, req.Node, host)
+		}
+		opts := ipvs.ProxierOptions{Family: f, ExcludeCIDRs: ofFamily(excludes, f), Timeouts: timeouts}
+		s.families = append(s.families, f)
+		s.backends[f] = ipvs.NewProxier(opts, render, h.Handles)
+	}
+	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
+		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })
+	return s, nil
+}
+
+func schedulerName(c *v1alpha1.KubeProxyConfiguration) string {
+	if c.IPVS.Scheduler == "" {
+		return ipvs.DefaultScheduler
+	}
+	return c.IPVS.Scheduler
+}
+
+// logLine is the start-up line: upstream's "Using ipvs Proxier", with the
+// iptables backend of its chains and why.
+func (s *ipvsSetup) logLine() string {
+	line := fmt.Sprintf("Using ipvs Proxier; its iptables chains in %s mode (%s)", s.backend, s.reason)
+	if s.backend == xtables.NFT {
+		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
+	}
+	return line
+}
+
+// ipvsRenderConfig derives one family's Render configuration.
+func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.RenderConfig {
+	rc := &ipvs.RenderConfig{
+		Family:        f,
+		NodeName:      node,
+		Scheduler:     c.IPVS.Scheduler,
+		MasqueradeBit: int(config.MasqueradeBit(c)),
+		MasqueradeAll: config.MasqueradeAll(c),
+		LocalDetect: localdetect.Config{
+			Mode:                string(c.DetectLocalMode),
+			Family:              f,
+			ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
+			BridgeInterface:     c.DetectLocal.BridgeInterface,
+			InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
+		},
+		NodePortAddresses: c.NodePortAddresses,
+	}
+	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
+		rc.NodeIPs = []netip.Addr{ip}
+	}
+	return rc
+}
+
+// excludeCIDRs parses ipvs.excludeCIDRs (validation refused bad ones
+// already; this says which, should one slip through).
+func excludeCIDRs(c *v1alpha1.KubeProxyConfiguration) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.IPVS.ExcludeCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("ipvs.excludeCIDRs: %q: %w", s, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// ipvsHandles are one proxier's netlink handles.
+type ipvsHandles struct {
+	ipvs.Handles
+	close func()
+}
+
+func openIPVSHandles(netns string) (*ipvsHandles, error) {
+	vs, err := kipvs.NewHandle(netns)
+	if err != nil {
+		return nil, fmt.Errorf("opening IPVS: %w", err)
+	}
+	sets, err := ipset.NewHandle(netns)
+	if err != nil {
+		vs.Close()
+		return nil, fmt.Errorf("opening ipset (module ip_set): %w", err)
+	}
+	dev, err := netdev.NewHandle(netns)
+	if err != nil {
+		vs.Close()
+		sets.Close()
+		return nil, fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	return &ipvsHandles{
+		Handles: ipvs.Handles{IPVS: vs, IPSet: sets, NetDev: dev},
+		close:   func() { vs.Close(); sets.Close(); dev.Close() },
+	}, nil
+}
+
+// nodeAddrsWithoutDummy lists the node's addresses on every interface but
+// kube-ipvs0 (whose service addresses are no node addresses).
+func nodeAddrsWithoutDummy() ([]netip.Addr, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ifc := range ifaces {
+		if ifc.Name == ipvs.DummyDevice {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					out = append(out, ip.Unmap())
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// cleanupForIPVSMode removes what nftables mode left and kube-proxy's
+// chains in the other iptables backend, after ipvs mode's first sync. The
+// chosen backend's chains are ipvs mode's own (same names as upstream's);
+// its first sync rewrote them.
+func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
+	var errs []error
+	if err := deleteNFTablesTables(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,64 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/ipset"
+	"github.com/kproxy/kproxy/internal/kernel/ipset/ipsettest"
+	"github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/kernel/ipvs/ipvstest"
+	"github.com/kproxy/kproxy/internal/kernel/netdev/netdevtest"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+)
+
+// bigDesired has n TCP services of 10 endpoints each, on 198.19.x.y:80.
+func bigDesired(n int) *Desired {
+	d := &Desired{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{
+		"KUBE-CLUSTER-IP": {Set: ipset.Set{Name: "KUBE-CLUSTER-IP", Type: "hash:ip,port"}},
+	}, IPTables: []byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n")}
+	for i := 0; i < n; i++ {
+		a := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+		vs := vsOf(protoTCP, a, 80)
+		var rs []ipvs.Destination
+		for j := 0; j < 10; j++ {
+			rs = append(rs, ipvs.Destination{Addr: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), Port: uint16(8000 + j), Weight: 1})
+		}
+		d.Addresses = append(d.Addresses, a)
+		d.Services[vs] = &VirtualServer{Service: ipvs.Service{VirtualServer: vs, Scheduler: "rr"}, Reals: rs}
+		d.Sets["KUBE-CLUSTER-IP"].Entries = append(d.Sets["KUBE-CLUSTER-IP"].Entries, a.String()+",tcp:80")
+	}
+	return d
+}
+
+// BenchmarkProxierOneChange: one endpoint change (one real server's
+// port) in n services × 10 endpoints, on the fakes: the proxier's own
+// cost, which must not grow with n. (Kernel figures come from the VM.)
+func BenchmarkProxierOneChange(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			d := bigDesired(n)
+			p := NewProxier(ProxierOptions{Family: model.IPv4}, func(*proxy.Request, Host) (*Desired, error) { return d, nil },
+				Handles{IPVS: ipvstest.New(), IPSet: ipsettest.New(), NetDev: netdevtest.New(), IPTables: xtablestest.NewFake(xtables.Legacy, xtables.IPv4), Conntrack: &conntrack.Fake{}})
+			req := &proxy.Request{State: model.NewState(model.IPv4), Full: true}
+			if _, err := p.Sync(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			req.Full = false
+			vs := vsOf(protoTCP, netip.AddrFrom4([4]byte{198, 19, 0, 7}), 80)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d.Services[vs].Reals[0].Port = uint16(9000 + i%2)
+				if _, err := p.Sync(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,654 @@
+package ipvs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/ipset"
+	"github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/kernel/netdev"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
+)
+
+// Protocol numbers of IPVS virtual servers.
+const (
+	protoTCP = 6
+	protoUDP = 17
+)
+
+// RenderFunc turns one sync's request into what the kernel should hold
+// (Render, with the proxier's configuration bound).
+type RenderFunc func(req *proxy.Request, host Host) (*Desired, error)
+
+// ProxierOptions configure one family's proxier.
+type ProxierOptions struct {
+	Family v1.IPFamily
+	// ExcludeCIDRs (ipvs.excludeCIDRs): virtual servers in them are never
+	// deleted, whoever made them.
+	ExcludeCIDRs []netip.Prefix
+	// NodePortMin, NodePortMax bound the ports a virtual server on a node
+	// address must have to count as kproxy's (a NodePort one); 0: the
+	// Kubernetes default range 30000-32767.
+	NodePortMin, NodePortMax uint16
+	// GracePeriod bounds how long a removed TCP real server is kept at
+	// weight 0 while it still has connections; 0: DefaultGracePeriod.
+	GracePeriod time.Duration
+	// Timeouts are IPVS's connection timeouts (tcpTimeout, tcpFinTimeout,
+	// udpTimeout), set once at the first sync; zero values are left alone.
+	Timeouts ipvs.Timeouts
+}
+
+// DefaultGracePeriod bounds graceful termination when not configured.
+const DefaultGracePeriod = 15 * time.Minute
+
+// Handles are the kernel interfaces one proxier works through.
+type Handles struct {
+	IPVS   ipvs.Handle
+	IPSet  ipset.Handle
+	NetDev netdev.Handle
+	// IPTables is the family's iptables of the chosen backend.
+	IPTables xtables.Interface
+	// Conntrack clears stale UDP entries; nil: none are cleared.
+	Conntrack conntrack.Interface
+	// LocalAddrs lists the node's addresses on every interface but
+	// kube-ipvs0 (Host.Addrs); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
+}
+
+// Proxier is the ipvs backend of one IP family. It keeps what it last
+// applied (virtual and real servers, set members, addresses, iptables
+// input) and reads the kernel again only on full syncs and after a
+// failure, so that an incremental sync costs what changed.
+type Proxier struct {
+	opts   ProxierOptions
+	render RenderFunc
+	h      Handles
+
+	mu sync.Mutex
+	// known is what the kernel holds of kproxy's, as of the end of the
+	// last successful sync; nil: unknown, the next sync reads the kernel.
+	known *kernelState
+	// iptables is the restore input last applied without its jump rule
+	// insertions; nil: none or unknown.
+	iptables []byte
+	// host is what Render is told of the node, read at full syncs.
+	host *Host
+	// timeoutsSet: Options.Timeouts were applied.
+	timeoutsSet bool
+	graceful    *graceful
+	now         func() time.Time
+	// canonical caches set members in the kernel's text form, by type
+	// and member as Render wrote it.
+	canonical map[string]string
+}
+
+var _ proxy.Backend = (*Proxier)(nil)
+
+// kernelState is kproxy's part of the kernel as the proxier knows it.
+type kernelState struct {
+	addrs    map[netip.Addr]bool
+	services map[ipvs.VirtualServer]*knownService
+	sets     map[string]map[string]bool
+}
+
+type knownService struct {
+	svc   ipvs.Service
+	dests map[destKey]ipvs.Destination
+}
+
+type destKey struct {
+	addr netip.Addr
+	port uint16
+}
+
+// NewProxier returns one family's proxier.
+func NewProxier(opts ProxierOptions, render RenderFunc, h Handles) *Proxier {
+	if opts.GracePeriod <= 0 {
+		opts.GracePeriod = DefaultGracePeriod
+	}
+	if opts.NodePortMin == 0 && opts.NodePortMax == 0 {
+		opts.NodePortMin, opts.NodePortMax = 30000, 32767
+	}
+	p := &Proxier{opts: opts, render: render, h: h, now: time.Now}
+	p.graceful = newGraceful(h.IPVS, h.Conntrack, opts.Family, opts.GracePeriod)
+	return p
+}
+
+// Sync implements proxy.Backend.
+func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := time.Now()
+	if req.Full || p.known == nil || p.host == nil {
+		p.known, p.host = nil, nil
+		h, err := p.readHost(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		p.host = h
+	}
+	d, err := p.render(req, *p.host)
+	if err != nil {
+		return nil, fmt.Errorf("rendering ipvs state: %w", err)
+	}
+	if req.Trial {
+		// IPVS and ipsets cannot be checked without being changed, and a
+		// failing trial must leave the kernel alone: its iptables input
+		// is checked (--test), nothing is applied.
+		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
+			return nil, fmt.Errorf("iptables-restore --test of a trial: %w", err)
+		}
+		return &proxy.Result{}, nil
+	}
+	st, err := p.apply(ctx, d)
+	if err != nil {
+		// Whatever we knew of the kernel may be wrong now: the next sync
+		// reads it again and diffs everything.
+		p.known, p.host, p.iptables = nil, nil, nil
+		return nil, err
+	}
+	for _, k := range p.graceful.run(p.now()) {
+		if ks := p.known.services[k.vs]; ks != nil {
+			delete(ks.dests, k.dest)
+		}
+	}
+	if req.Full {
+		udpflows.Reconcile(p.h.Conntrack, p.opts.Family, req.State)
+	}
+	klog.V(2).InfoS("Applied ipvs state", "ipFamily", p.opts.Family, "full", req.Full,
+		"virtualServers", len(d.Services), "addresses", len(d.Addresses), "sets", len(d.Sets),
+		"changes", st.changes(), "servicesAdded", st.svcAdded, "servicesDeleted", st.svcDeleted,
+		"realServersAdded", st.destAdded, "realServersDeleted", st.destDeleted, "realServersTerminating", p.graceful.len(),
+		"setMembersChanged", st.setChanged, "iptablesWritten", st.iptables, "seconds", time.Since(start).Seconds())
+	// Terminating real servers are checked again at the next sync (at
+	// least every syncPeriod), as upstream's graceful termination
+	// manager checks them on its own period; CleanupPending would make
+	// the loop sync back to back while a long connection lasts.
+	return &proxy.Result{}, nil
+}
+
+// stats counts what one sync changed.
+type stats struct {
+	svcAdded, svcUpdated, svcDeleted    int
+	destAdded, destUpdated, destDeleted int
+	addrAdded, addrDeleted, setChanged  int
+	iptables                            bool
+}
+
+func (s stats) changes() int {
+	n := s.svcAdded + s.svcUpdated + s.svcDeleted + s.destAdded + s.destUpdated + s.destDeleted + s.addrAdded + s.addrDeleted + s.setChanged
+	if s.iptables {
+		n++
+	}
+	return n
+}
+
+// apply makes the kernel hold d, changing only the difference with what
+// it holds. The order keeps traffic flowing: the interface, its addresses
+// and the sets first, then the iptables rules that match the sets, then
+// the virtual and real servers; only then what is gone is removed.
+func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
+	var st stats
+	entries, err := p.canonicalEntries(d.Sets)
+	if err != nil {
+		return st, err
+	}
+	services := make(map[ipvs.VirtualServer]*VirtualServer, len(d.Services))
+	for vs, v := range d.Services {
+		services[key(vs)] = v
+	}
+	if p.known == nil {
+		k, err := p.read(d, services)
+		if err != nil {
+			return st, err
+		}
+		p.known = k
+	}
+	k := p.known
+	if _, err := p.h.NetDev.EnsureDummy(DummyDevice); err != nil {
+		return st, fmt.Errorf("creating %s: %w", DummyDevice, err)
+	}
+	if !p.timeoutsSet && p.opts.Timeouts != (ipvs.Timeouts{}) {
+		if err := p.h.IPVS.SetTimeouts(p.opts.Timeouts); err != nil {
+			return st, fmt.Errorf("setting IPVS timeouts: %w", err)
+		}
+		p.timeoutsSet = true
+	}
+
+	// Addresses on kube-ipvs0.
+	want := map[netip.Addr]bool{}
+	for _, a := range d.Addresses {
+		want[a.Unmap()] = true
+	}
+	for _, a := range sortedAddrs(want) {
+		if k.addrs[a] {
+			continue
+		}
+		if err := p.h.NetDev.AddAddress(DummyDevice, a); err != nil && !errors.Is(err, netdev.ErrAddrExists) {
+			return st, fmt.Errorf("adding %s to %s: %w", a, DummyDevice, err)
+		}
+		k.addrs[a] = true
+		st.addrAdded++
+	}
+
+	// ipsets: create, then add members; members that go are deleted
+	// after the iptables rules and servers are in place.
+	names := sortedKeys(d.Sets)
+	for _, name := range names {
+		s := d.Sets[name]
+		have, ok := k.sets[name]
+		if !ok {
+			if err := p.h.IPSet.Create(s.Set); err != nil {
+				return st, fmt.Errorf("creating ipset %s: %w", name, err)
+			}
+			have = map[string]bool{}
+			k.sets[name] = have
+		}
+		for _, e := range entries[name] {
+			if have[e] {
+				continue
+			}
+			if err := p.h.IPSet.Add(name, e); err != nil && !errors.Is(err, ipset.ErrEntryExists) {
+				return st, fmt.Errorf("adding %q to ipset %s: %w", e, name, err)
+			}
+			have[e] = true
+			st.setChanged++
+		}
+	}
+
+	// iptables: only when the rules changed or a jump rule from a
+	// built-in chain is missing.
+	base, inserts := splitInserts(d.IPTables)
+	if p.iptables == nil || inserts || !bytes.Equal(p.iptables, base) {
+		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+			return st, fmt.Errorf("iptables-restore of ipvs mode's chains (%d bytes): %w", len(d.IPTables), err)
+		}
+		p.iptables = base
+		st.iptables = true
+		// The jump rules are in place now: later renders leave them out.
+		for _, j := range JumpRules {
+			if p.host.Rules[j.Table] == nil {
+				p.host.Rules[j.Table] = sets.New[string]()
+			}
+			p.host.Rules[j.Table].Insert(j.Line)
+		}
+	}
+
+	// Virtual servers and their real servers.
+	// Map order: every wanted server is added whatever the order, and
+	// sorting 10k virtual servers at each sync costs more than it says.
+	for vs, dv := range services {
+		svc := dv.Service
+		svc.VirtualServer = vs
+		ks, ok := k.services[vs]
+		switch {
+		case !ok:
+			if err := p.h.IPVS.AddService(svc); err != nil {
+				return st, fmt.Errorf("adding virtual server %s: %w", vs, err)
+			}
+			ks = &knownService{svc: svc, dests: map[destKey]ipvs.Destination{}}
+			k.services[vs] = ks
+			st.svcAdded++
+		case !sameService(ks.svc, svc):
+			if err := p.h.IPVS.UpdateService(svc); err != nil {
+				return st, fmt.Errorf("updating virtual server %s: %w", vs, err)
+			}
+			ks.svc = svc
+			st.svcUpdated++
+		}
+		wantDests := map[destKey]bool{}
+		for _, r := range dv.Reals {
+			dk := destKey{r.Addr.Unmap(), r.Port}
+			wantDests[dk] = true
+			r := ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: r.Weight}
+			have, ok := ks.dests[dk]
+			switch {
+			case !ok:
+				if err := p.h.IPVS.AddDestination(vs, r); err != nil {
+					return st, fmt.Errorf("adding real server %s to %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
+				}
+				st.destAdded++
+			case have.Weight != r.Weight:
+				// Also an endpoint back during its graceful termination.
+				if err := p.h.IPVS.UpdateDestination(vs, r); err != nil {
+					return st, fmt.Errorf("updating real server %s of %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
+				}
+				st.destUpdated++
+			}
+			p.graceful.cancel(vs, dk)
+			ks.dests[dk] = r
+		}
+		for _, dk := range sortedDestKeys(ks.dests) {
+			if wantDests[dk] {
+				continue
+			}
+			deleted, err := p.graceful.remove(vs, ks.dests[dk], p.now())
+			if err != nil {
+				return st, err
+			}
+			if deleted {
+				delete(ks.dests, dk)
+				st.destDeleted++
+			} else {
+				ks.dests[dk] = ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: 0}
+			}
+		}
+	}
+
+	// What is gone: virtual servers, set members, addresses.
+	for _, vs := range sortedServices(k.services) {
+		if _, ok := services[vs]; ok {
+			continue
+		}
+		if err := p.h.IPVS.DeleteService(vs); err != nil && !isNotFound(err) {
+			return st, fmt.Errorf("deleting virtual server %s: %w", vs, err)
+		}
+		p.graceful.forget(vs)
+		delete(k.services, vs)
+		st.svcDeleted++
+	}
+	for _, name := range names {
+		want := map[string]bool{}
+		for _, e := range entries[name] {
+			want[e] = true
+		}
+		have := k.sets[name]
+		for _, e := range sortedKeys(have) {
+			if want[e] {
+				continue
+			}
+			if err := p.h.IPSet.Del(name, e); err != nil && !isNotFound(err) {
+				return st, fmt.Errorf("deleting %q from ipset %s: %w", e, name, err)
+			}
+			delete(have, e)
+			st.setChanged++
+		}
+	}
+	for _, a := range sortedAddrs(k.addrs) {
+		if want[a] {
+			continue
+		}
+		if err := p.h.NetDev.DelAddress(DummyDevice, a); err != nil {
+			return st, fmt.Errorf("deleting %s from %s: %w", a, DummyDevice, err)
+		}
+		delete(k.addrs, a)
+		st.addrDeleted++
+	}
+	return st, nil
+}
+
+// builtinChains are the chains whose rules Host.Rules holds.
+var builtinChains = sets.New("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+
+// readHost reads what Render needs of the node: its addresses and the
+// rules of the built-in chains (which jump rules are there).
+func (p *Proxier) readHost(ctx context.Context, req *proxy.Request) (*Host, error) {
+	h := &Host{Rules: map[string]sets.Set[string]{}}
+	if p.h.LocalAddrs != nil {
+		addrs, err := p.h.LocalAddrs()
+		if err != nil {
+			return nil, fmt.Errorf("reading the node's addresses: %w", err)
+		}
+		h.Addrs = addrs
+	} else if req.Node != nil {
+		h.Addrs = req.Node.Addresses
+	}
+	for _, table := range []string{TableNAT, TableFilter} {
+		out, err := p.h.IPTables.Save(ctx, table)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s table: %w", table, err)
+		}
+		rules := sets.New[string]()
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "-A" && builtinChains.Has(f[1]) {
+				rules.Insert(strings.TrimSpace(line))
+			}
+		}
+		h.Rules[table] = rules
+	}
+	return h, nil
+}
+
+// splitInserts returns the restore input without its "-I" lines (jump
+// rules inserted into built-in chains) and whether it had any.
+func splitInserts(data []byte) ([]byte, bool) {
+	var out bytes.Buffer
+	found := false
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("-I ")) {
+			found = true
+			continue
+		}
+		out.Write(line)
+	}
+	return out.Bytes(), found
+}
+
+// read lists what the kernel holds of kproxy's for this family: the
+// addresses on kube-ipvs0, the virtual servers kproxy owns with their
+// real servers, and the members of the sets d names.
+func (p *Proxier) read(d *Desired, services map[ipvs.VirtualServer]*VirtualServer) (*kernelState, error) {
+	k := &kernelState{addrs: map[netip.Addr]bool{}, services: map[ipvs.VirtualServer]*knownService{}, sets: map[string]map[string]bool{}}
+	addrs, err := p.h.NetDev.Addresses(DummyDevice)
+	if err != nil && !isNotFound(err) {
+		return nil, fmt.Errorf("listing the addresses of %s: %w", DummyDevice, err)
+	}
+	for _, a := range addrs {
+		if a = a.Unmap(); model.FamilyOf(a) == p.opts.Family {
+			k.addrs[a] = true
+		}
+	}
+	o := p.ownership(d.Addresses, services, k.addrs)
+	svcs, err := p.h.IPVS.Services()
+	if err != nil {
+		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
+	}
+	for _, s := range svcs {
+		vs := key(s.VirtualServer)
+		if !o.owns(vs) {
+			continue
+		}
+		s.VirtualServer = vs
+		ds, err := p.h.IPVS.Destinations(vs)
+		if err != nil {
+			return nil, fmt.Errorf("listing the real servers of %s: %w", vs, err)
+		}
+		ks := &knownService{svc: s, dests: map[destKey]ipvs.Destination{}}
+		for _, dst := range ds {
+			ks.dests[destKey{dst.Addr.Unmap(), dst.Port}] = dst
+		}
+		k.services[vs] = ks
+	}
+	have, err := p.h.IPSet.Sets()
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets: %w", err)
+	}
+	for _, name := range have {
+		if _, ok := d.Sets[name]; !ok {
+			continue
+		}
+		es, err := p.h.IPSet.Entries(name)
+		if err != nil {
+			return nil, fmt.Errorf("listing ipset %s: %w", name, err)
+		}
+		m := map[string]bool{}
+		s := d.Sets[name]
+		for _, e := range es {
+			if c, err := ipset.Canonical(s.Type, s.IPv6, e); err == nil {
+				e = c
+			}
+			m[e] = true
+		}
+		k.sets[name] = m
+	}
+	return k, nil
+}
+
+// ownership decides, as upstream does by its addresses, which virtual
+// servers are kproxy's: those on an address of kube-ipvs0 (now or
+// wanted), and NodePort ones (a port in the node port range) on the node
+// addresses kproxy puts NodePort virtual servers on. Others (another
+// load balancer's on the host) and those in excludeCIDRs are left alone.
+type ownership struct {
+	p         *Proxier
+	bound     map[netip.Addr]bool
+	nodeAddrs map[netip.Addr]bool
+}
+
+func (p *Proxier) ownership(addrs []netip.Addr, services map[ipvs.VirtualServer]*VirtualServer, bound map[netip.Addr]bool) ownership {
+	o := ownership{p: p, bound: map[netip.Addr]bool{}, nodeAddrs: map[netip.Addr]bool{}}
+	for a := range bound {
+		o.bound[a] = true
+	}
+	for _, a := range addrs {
+		o.bound[a.Unmap()] = true
+	}
+	for vs := range services {
+		if a := vs.Addr.Unmap(); !o.bound[a] {
+			o.nodeAddrs[a] = true
+		}
+	}
+	return o
+}
+
+func (o ownership) owns(vs ipvs.VirtualServer) bool {
+	if vs.FWMark != 0 || !vs.Addr.IsValid() {
+		return false
+	}
+	a := vs.Addr.Unmap()
+	if model.FamilyOf(a) != o.p.opts.Family {
+		return false
+	}
+	for _, c := range o.p.opts.ExcludeCIDRs {
+		if c.Contains(a) {
+			return false
+		}
+	}
+	if o.bound[a] {
+		return true
+	}
+	return o.nodeAddrs[a] && vs.Port >= o.p.opts.NodePortMin && vs.Port <= o.p.opts.NodePortMax
+}
+
+// sameService compares what kproxy sets (FlagHashed is the kernel's).
+func sameService(a, b ipvs.Service) bool {
+	return a.Scheduler == b.Scheduler && a.Flags&^ipvs.FlagHashed == b.Flags&^ipvs.FlagHashed && a.Timeout == b.Timeout
+}
+
+// isNotFound: the object is gone already, which is what was wanted
+// (IPVS answers ESRCH for a virtual server, ENOENT for a real server).
+func isNotFound(err error) bool {
+	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENOENT) ||
+		errors.Is(err, netdev.ErrNoLink) || errors.Is(err, netdev.ErrNoAddr) || errors.Is(err, ipset.ErrNoEntry)
+}
+
+// key is a virtual server as the proxier compares them: the family
+// follows the address (the kernel reports it, Render may not set it).
+func key(vs ipvs.VirtualServer) ipvs.VirtualServer {
+	if !vs.Addr.IsValid() {
+		return vs // a firewall mark service: never kproxy's
+	}
+	vs.Addr = vs.Addr.Unmap()
+	if vs.Addr.Is4() {
+		vs.Family = syscall.AF_INET
+	} else {
+		vs.Family = syscall.AF_INET6
+	}
+	return vs
+}
+
+func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedServices[V any](m map[ipvs.VirtualServer]V) []ipvs.VirtualServer {
+	out := make([]ipvs.VirtualServer, 0, len(m))
+	for vs := range m {
+		out = append(out, vs)
+	}
+	slices.SortFunc(out, func(a, b ipvs.VirtualServer) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		if a.Protocol != b.Protocol {
+			return int(a.Protocol) - int(b.Protocol)
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return out
+}
+
+func sortedDestKeys(m map[destKey]ipvs.Destination) []destKey {
+	out := make([]destKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b destKey) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		return int(a.port) - int(b.port)
+	})
+	return out
+}
+
+// canonicalEntries writes every wanted member as the kernel lists it, so
+// that they compare as text. Members seen at the last sync are not parsed
+// again.
+func (p *Proxier) canonicalEntries(sets map[string]*Set) (map[string][]string, error) {
+	out := make(map[string][]string, len(sets))
+	seen := make(map[string]string, len(p.canonical))
+	for name, s := range sets {
+		if s.Name != name {
+			return nil, fmt.Errorf("ipset %q is listed under the name %q", s.Name, name)
+		}
+		es := make([]string, 0, len(s.Entries))
+		for _, e := range s.Entries {
+			k := s.Type + " " + e
+			c, ok := p.canonical[k]
+			if !ok {
+				var err error
+				if c, err = ipset.Canonical(s.Type, s.IPv6, e); err != nil {
+					return nil, fmt.Errorf("ipset %s: %w", name, err)
+				}
+			}
+			seen[k] = c
+			es = append(es, c)
+		}
+		out[name] = es
+	}
+	p.canonical = seen
+	return out, nil
+}
