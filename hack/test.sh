@@ -102,7 +102,7 @@ vm_pkgs=$(grep -E '/internal/testutil/vm$|/test/vmsuite$' <<<"$all" || true)
 unit_pkgs=$(grep -vE '/test/(e2e|compat)(/|$)|/test/kernel$|/internal/testutil/vm$|/test/vmsuite$' <<<"$all")
 # The tests that need the VM's kernel run in one boot (test/vmsuite,
 # listed in its tests.txt); the host's groups leave them out.
-vm_only="^($(sed -e 's/#.*//' test/vmsuite/tests.txt | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^Test/) print $i}' | paste -sd'|'))\$"
+vm_only="^($(sed -e 's/#.*//' -e 's/gate=/ /g' -e 's/,/ /g' test/vmsuite/tests.txt | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^Test/) print $i}' | paste -sd'|'))\$"
 
 status=0
 if [ "$unit" = 0 ]; then

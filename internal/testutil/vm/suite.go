@@ -30,6 +30,10 @@ type SuiteEntry struct {
 	Pkg string
 	// Tests are top-level test names, run with -test.run ^(a|b)$.
 	Tests []string
+	// Gates are left out of the host's runs but not run in the VM: a
+	// package's own gate that would boot a VM for its tests, an opt-in
+	// measurement that skips without its variable.
+	Gates []string
 	// Modules are loaded before the tests (on-demand loads are slow in
 	// the VM).
 	Modules []string
@@ -41,7 +45,7 @@ type SuiteEntry struct {
 
 // ParseSuite reads the suite's list: one line per package, "#" comments,
 //
-//	./pkg  TestA TestB  [modules=m1,m2]  [env=K=V]...
+//	./pkg  TestA TestB  [modules=m1,m2]  [env=K=V]...  [gate=TestG,...]
 func ParseSuite(r io.Reader) ([]SuiteEntry, error) {
 	var entries []SuiteEntry
 	sc := bufio.NewScanner(r)
@@ -61,6 +65,8 @@ func ParseSuite(r io.Reader) ([]SuiteEntry, error) {
 			switch {
 			case strings.HasPrefix(w, "modules="):
 				e.Modules = append(e.Modules, strings.Split(strings.TrimPrefix(w, "modules="), ",")...)
+			case strings.HasPrefix(w, "gate="):
+				e.Gates = append(e.Gates, strings.Split(strings.TrimPrefix(w, "gate="), ",")...)
 			case strings.HasPrefix(w, "env="):
 				kv := strings.TrimPrefix(w, "env=")
 				if !strings.Contains(kv, "=") {
@@ -87,6 +93,7 @@ func SuiteSkip(entries []SuiteEntry) string {
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Tests...)
+		names = append(names, e.Gates...)
 	}
 	return "^(" + strings.Join(names, "|") + ")$"
 }

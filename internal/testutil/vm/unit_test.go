@@ -297,7 +297,7 @@ func TestHasHardwareVirt(t *testing.T) {
 func TestParseSuite(t *testing.T) {
 	in := `# comment
 ./test/kernel   TestSCTP TestOther   env=A=$KPROXY modules=a,b
-./internal/x    TestY                # trailing comment
+./internal/x    TestY  gate=TestG,TestH  # trailing comment
 `
 	got, err := ParseSuite(strings.NewReader(in))
 	if err != nil {
@@ -305,12 +305,12 @@ func TestParseSuite(t *testing.T) {
 	}
 	want := []SuiteEntry{
 		{Pkg: "./test/kernel", Tests: []string{"TestSCTP", "TestOther"}, Env: []string{"A=$KPROXY"}, Modules: []string{"a", "b"}},
-		{Pkg: "./internal/x", Tests: []string{"TestY"}},
+		{Pkg: "./internal/x", Tests: []string{"TestY"}, Gates: []string{"TestG", "TestH"}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("ParseSuite (-want +got):\n%s", d)
 	}
-	if s := SuiteSkip(got); s != "^(TestSCTP|TestOther|TestY)$" {
+	if s := SuiteSkip(got); s != "^(TestSCTP|TestOther|TestY|TestG|TestH)$" {
 		t.Errorf("SuiteSkip = %q", s)
 	}
 	for _, bad := range []string{"test/kernel TestA\n", "./x\n", "./x TestA env=novalue\n", "./x TestA whatever\n"} {
