@@ -224,7 +224,7 @@ func TestKernelSetInUse(t *testing.T) {
 // kube-proxy's go. On a host kernel without IPVS (CONFIG_IP_VS off, as on
 // this project's CI machines) it runs itself again inside the test VM
 // (internal/testutil/vm), whose Debian kernel has IPVS as a module, as
-// test/kernel's TestSCTP does for SCTP; without a VM it skips, saying why,
+// test/kernel's TestInVM does for SCTP; without a VM it skips, saying why,
 // unless KPROXY_VM=1 (CI), where it fails.
 func TestKernelVirtualServers(t *testing.T) {
 	k := newKernelNS(t)
