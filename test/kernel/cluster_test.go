@@ -273,6 +273,8 @@ type kcluster struct {
 	servers map[string][]*netns.EchoServer
 	// bin is the kproxy binary (kproxyBin unless clusterOptions say).
 	bin string
+	// cgroup is where kproxy starts (clusterOptions.cgroup).
+	cgroup string
 }
 
 type clusterOptions struct {
@@ -291,6 +293,8 @@ type clusterOptions struct {
 	// files are more files (name → content) put beside the snapshot
 	// before kproxy starts (with fromDir, kproxy reads them too).
 	files map[string][]byte
+	// cgroup is the cgroup v2 directory kproxy starts in ("": the test's).
+	cgroup string
 }
 
 // newCluster builds a fresh cluster for the test, starts the echo servers
@@ -316,6 +320,7 @@ func newCluster(t *testing.T, o clusterOptions) *kcluster {
 		kproxy:  map[string]*netns.Process{},
 		servers: map[string][]*netns.EchoServer{},
 		bin:     cmp.Or(o.bin, kproxyBin),
+		cgroup:  o.cgroup,
 	}
 	c.snapPath = filepath.Join(t.TempDir(), "snapshot.yaml")
 	for _, p := range pods {
@@ -392,7 +397,7 @@ func (c *kcluster) kproxyArgs(node string) []string {
 
 func (c *kcluster) startKproxy(node string) {
 	c.t.Helper()
-	c.kproxy[node] = netns.StartProcess(c.t, c.Nodes[node].NS, "kproxy-"+node, c.logDir, c.kproxyArgs(node)...)
+	c.kproxy[node] = netns.StartProcessIn(c.t, c.Nodes[node].NS, c.cgroup, "kproxy-"+node, c.logDir, c.kproxyArgs(node)...)
 }
 
 // restartKproxy starts kproxy again on a node after it was stopped or

@@ -36,6 +36,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
+	"github.com/kproxy/kproxy/internal/testutil/vm"
 )
 
 const (
@@ -48,6 +49,17 @@ const (
 	// bigSyncTimeout bounds a sync of 2,000 services on a busy host.
 	bigSyncTimeout = 90 * time.Second
 )
+
+// echoTimeout and connectTimeout bound a stream's echo and a new
+// connection. In the emulated test VM (TestMemoryPressure), with kproxy's
+// pages being reclaimed and read back over 9p, the whole guest stalls for
+// seconds at a time while no rule changes.
+var echoTimeout, connectTimeout = func() (time.Duration, time.Duration) {
+	if vm.InVM() {
+		return 10 * time.Second, 6 * time.Second
+	}
+	return 3 * time.Second, 2 * time.Second
+}()
 
 // watchedStream is a long-lived connection that echoes periodically.
 type watchedStream struct {
@@ -119,7 +131,7 @@ func watchFaults(t *testing.T, c *kcluster) *faultWatch {
 				return
 			}
 			msg := fmt.Sprintf("tick-%d", i)
-			got, err := ws.s.Echo(msg, 3*time.Second)
+			got, err := ws.s.Echo(msg, echoTimeout)
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if err == nil && got != ws.pod+" "+msg {
@@ -138,7 +150,7 @@ func watchFaults(t *testing.T, c *kcluster) *faultWatch {
 		if i%2 == 1 {
 			from, dst = tester, ap("[fd00:19::17]:80")
 		}
-		r := from.Request("tcp", dst, netns.DialOptions{Timeout: 2 * time.Second})
+		r := from.Request("tcp", dst, netns.DialOptions{Timeout: connectTimeout})
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.attempts++
@@ -310,9 +322,11 @@ type faultEnv struct {
 	// env and args are added to kproxy's; bin replaces it.
 	env, args []string
 	bin       string
-	snap      *snapshot
-	c         *kcluster
-	w         *faultWatch
+	// cgroup is the cgroup v2 directory kproxy starts in.
+	cgroup string
+	snap   *snapshot
+	c      *kcluster
+	w      *faultWatch
 }
 
 // start builds the cluster with kproxy on node-a and starts the watch.
@@ -327,7 +341,7 @@ func (f *faultEnv) start() {
 	if f.snap == nil {
 		f.snap = exampleSnapshot(f.t)
 	}
-	f.c = newCluster(f.t, clusterOptions{mode: m, snapshot: f.snap, kproxyOn: []string{nodeA}, bin: f.bin,
+	f.c = newCluster(f.t, clusterOptions{mode: m, snapshot: f.snap, kproxyOn: []string{nodeA}, bin: f.bin, cgroup: f.cgroup,
 		args: append([]string{"--iptables-sync-period", faultSyncPeriod.String()}, f.args...)})
 	f.w = watchFaults(f.t, f.c)
 	f.w.waitHealth("start", 200, time.Time{}, syncTimeout)
@@ -804,6 +818,16 @@ exit $rc
 // 200 per /24) with web-clusterip's endpoints.
 func addServices(t *testing.T, s *snapshot, n int) {
 	t.Helper()
+	addServicesFrom(t, s, 0, n)
+}
+
+// genVIP is the ClusterIP of generated service gen-i.
+func genVIP(i int) string { return fmt.Sprintf("198.19.%d.%d", 10+i/200, 1+i%200) }
+
+// addServicesFrom adds gen-from … gen-(from+n-1) (at most 9,000 in all,
+// up to 198.19.54.200).
+func addServicesFrom(t *testing.T, s *snapshot, from, n int) {
+	t.Helper()
 	var svc, slice map[string]any
 	for _, o := range s.Items {
 		k, name := kindName(o)
@@ -817,9 +841,9 @@ func addServices(t *testing.T, s *snapshot, n int) {
 	if svc == nil || slice == nil {
 		t.Fatal("web-clusterip not in the snapshot")
 	}
-	for i := 0; i < n; i++ {
+	for i := from; i < from+n; i++ {
 		name := fmt.Sprintf("gen-%d", i)
-		vip := fmt.Sprintf("198.19.%d.%d", 10+i/200, 1+i%200)
+		vip := genVIP(i)
 		c := deepCopy(t, svc)
 		md := c["metadata"].(map[string]any)
 		md["name"], md["uid"] = name, fmt.Sprintf("6b1f0c2e-7000-4a5b-9c8d-%012d", i)

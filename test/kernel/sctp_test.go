@@ -1,48 +1,23 @@
 package kernel
 
 import (
-	"errors"
-	"slices"
 	"testing"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
-	"github.com/kproxy/kproxy/internal/testutil/vm"
 )
 
 // sctpPod is the example's only SCTP endpoint, on node-b.
 const sctpPod = "sctp-0"
 
 // TestSCTP: the sctp service 198.19.0.19:9999 reaches sctp-0, in every
-// proxy mode. Needs a
-// kernel with SCTP (CONFIG_IP_SCTP). On a host kernel without it the test
-// runs itself again inside the test VM (internal/testutil/vm), whose kernel
-// has SCTP, with the same kproxy binary; without a VM it skips, saying why,
-// unless KPROXY_VM=1 (CI), where it fails.
-//
-// The VM run happens before t.Parallel, while the package's parallel tests
-// still wait: an emulated VM (no KVM) is slow enough without sharing the
-// CPUs with them, and the inner test keeps the usual timeouts.
+// proxy mode. Needs a kernel with SCTP (CONFIG_IP_SCTP). On a host kernel
+// without it the test skips and TestInVM runs it inside the test VM
+// (internal/testutil/vm), whose kernel has SCTP, with the same kproxy
+// binary.
 func TestSCTP(t *testing.T) {
 	requireKernel(t)
-	if err := netns.New(t, netns.RandomID(3), "sctp-probe").SCTPSupported(); err != nil {
-		if !errors.Is(err, netns.ErrSCTPUnsupported) {
-			t.Fatal(err)
-		}
-		if vm.InVM() {
-			t.Fatalf("the test VM's kernel cannot open SCTP sockets: %v", err)
-		}
-		ok, why := vm.Available()
-		switch {
-		case ok:
-			t.Logf("the host kernel lacks SCTP (%v): running the test in the test VM", err)
-			defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
-			vm.DefaultModules = append(slices.Clone(vm.DefaultModules), iptablesModules...)
-			vm.RunTestInVM(t, "^TestSCTP$", "KPROXY_KERNEL_TEST_BIN="+kproxyBin)
-			return
-		case vm.Required():
-			t.Fatalf("SCTP traffic not tested: %v, and no test VM: %s (KPROXY_VM=1 requires one)", err, why)
-		}
-		t.Skipf("SCTP traffic not tested: %v (the kernel lacks CONFIG_IP_SCTP), and no test VM: %s", err, why)
+	if err := sctpUnsupported(t); err != nil {
+		skipForVM(t, err)
 	}
 	t.Parallel()
 	for _, m := range modes {
@@ -56,7 +31,7 @@ func TestSCTP(t *testing.T) {
 }
 
 // iptablesModules are what the iptables modes' rules use, loaded up front
-// in the VM like vm.DefaultModules (an on-demand load costs seconds there).
+// in the VM (TestInVM) like vm.DefaultModules (an on-demand load costs seconds there).
 var iptablesModules = []string{
 	"ip_tables", "iptable_nat", "iptable_filter", "iptable_mangle",
 	"ip6_tables", "ip6table_nat", "ip6table_filter", "ip6table_mangle", "nft_compat",

@@ -291,7 +291,8 @@ func TestKernelSetInUse(t *testing.T) {
 // TestKernelVirtualServers needs a kernel with IPVS; it creates kube-proxy's
 // virtual servers and another load balancer's, and checks that only
 // kube-proxy's go. On a host kernel without IPVS (CONFIG_IP_VS off, as on
-// this project's CI machines) TestKernelVM runs it inside the test VM.
+// this project's CI machines) it runs in the suite's VM (test/vmsuite), or
+// TestKernelVM boots one for it when run alone.
 func TestKernelVirtualServers(t *testing.T) {
 	requireVMKernel(t)
 	k := newKernelNS(t)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -134,4 +135,72 @@ func chainsOf(save []byte) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestNFTRestoreTestResolvesNoChain pins what the proxier's checks of a
+// split trial rely on (proxier.go, Request.Trial): iptables-nft-restore
+// --test resolves no chain (an -A to a chain that does not exist and a
+// jump to one pass; only the lines' own syntax and options are checked),
+// so each restore of a split plan checked alone is the same check as the
+// whole plan's; iptables-legacy-restore --test resolves jumps against the
+// kernel, so a legacy trial is not split. Then a trial of the example
+// (split by a budget of 8 chains for nft) on a fresh namespace passes and
+// leaves no chain behind, in each backend.
+func TestNFTRestoreTestResolvesNoChain(t *testing.T) {
+	netns.Require(t)
+	// A private xtables lock (iptables and kproxy both read
+	// XTABLES_LOCKFILE): the host's /run/xtables.lock is taken by other
+	// tests, and waiting for them is not what this test is about.
+	t.Setenv("XTABLES_LOCKFILE", filepath.Join(t.TempDir(), "xtables.lock"))
+	c := loadExample(t, "node-a")
+	for _, b := range xtables.Backends {
+		t.Run(string(b), func(t *testing.T) {
+			ns := netns.New(t, netns.RandomID(4), "ipt")
+			ipt, err := xtables.New(b, xtables.IPv4, xtables.WithCommandPrefix("ip", "netns", "exec", ns.Name))
+			if errors.Is(err, xtables.ErrNotInstalled) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			check := func(in string) error {
+				return ipt.Restore(ctx, []byte(in), xtables.RestoreOptions{NoFlush: true, Test: true})
+			}
+			missingJump := "*nat\n:KPROXY-TEST-A - [0:0]\n-A KPROXY-TEST-A -j KPROXY-TEST-MISSING\nCOMMIT\n"
+			missingChain := "*nat\n-A KPROXY-TEST-MISSING -j ACCEPT\nCOMMIT\n"
+			badOption := "*nat\n:KPROXY-TEST-A - [0:0]\n-A KPROXY-TEST-A -m statistic --mode random --probability 2 -j ACCEPT\nCOMMIT\n"
+			if err := check(badOption); err == nil {
+				t.Errorf("--test accepted a rule with a bad option: the check checks nothing")
+			}
+			switch b {
+			case xtables.NFT:
+				for name, in := range map[string]string{"a jump to a missing chain": missingJump, "an -A to a missing chain": missingChain} {
+					if err := check(in); err != nil {
+						t.Errorf("iptables-nft-restore --test refused %s (%v): it resolves chains now, and the restores of a split trial can no longer be checked one by one", name, err)
+					}
+				}
+			case xtables.Legacy:
+				if err := check(missingJump); err == nil {
+					t.Errorf("iptables-legacy-restore --test accepted a jump to a missing chain: a legacy trial need not be unsplit any more")
+				}
+			}
+
+			o := exampleOptions(model.IPv4)
+			o.Hostname = c.nodeName
+			o.MaxChainsPerRestore = 8
+			p := NewProxier(o, ipt, nil, nil)
+			st := c.states[model.IPv4].Clone()
+			if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.KeySet(st.Services), Node: c.node, Full: true, Trial: true}); err != nil {
+				t.Fatalf("trial of the example on a fresh node: %v", err)
+			}
+			nat, err := ipt.Save(ctx, tableNAT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(nat), "KUBE-") {
+				t.Errorf("a trial left rules behind:\n%s", nat)
+			}
+		})
+	}
 }

@@ -148,37 +148,46 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		p.written.reset()
 	}
 	start := time.Now()
-	plan := Render(p.cfg, in, p.applied)
+	cfg := p.cfg
+	if req.Trial && p.ipt.Backend() == xtables.Legacy && cfg.MaxChainsPerRestore > 0 {
+		// See below: a legacy trial is rendered unsplit (legacy runs
+		// cost the whole table each, so nothing is lost).
+		c := *cfg
+		c.MaxChainsPerRestore = 0
+		cfg = &c
+	}
+	plan := Render(cfg, in, p.applied)
 	renderTime := time.Since(start)
 	size := 0
 	var lockWait time.Duration
-	if req.Trial && len(plan.Restores) == 1 {
+	if req.Trial {
 		// A trial of failure isolation: checked, not committed, so the
-		// services a trial leaves out keep their rules. The isolation's
-		// last, real sync programs what passed. (A split plan cannot be
-		// checked whole: its later restores build on the first; below,
-		// its first restore is checked before it is committed.)
-		if _, err := p.ipt.RestoreWithStats(ctx, plan.Restores[0], xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
-			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
-			return nil, fmt.Errorf("iptables-restore --test of a trial (%d bytes): %w", len(plan.Restores[0]), err)
+		// services a trial leaves out keep their rules (iptables-restore
+		// commits table by table, nat before filter, and a split plan
+		// restore by restore: a committed trial whose filter table or
+		// later restore fails would leave only a subset's DNAT rules in
+		// place while the fault lasts). The isolation's last, real sync
+		// programs what passed.
+		//
+		// A split plan (iptables-nft) is checked restore by restore,
+		// each against the kernel as it is. That is the same check as one
+		// --test of the whole plan: iptables-nft-restore --test parses
+		// each line and checks its matches' and targets' options, but
+		// resolves no chain and sends nothing to the kernel, so what a
+		// later restore takes from an earlier one (the chains it jumps
+		// to) is never looked up (TestNFTRestoreTestResolvesNoChain).
+		// iptables-legacy-restore --test does resolve chains against the
+		// kernel, so a legacy trial is never split (above).
+		for i, data := range plan.Restores {
+			if _, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
+				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+				return nil, fmt.Errorf("iptables-restore --test of a trial, restore %d of %d (%d bytes): %w", i+1, len(plan.Restores), len(data), err)
+			}
 		}
 		return &proxy.Result{}, nil
 	}
 	for i, data := range plan.Restores {
 		opts := xtables.RestoreOptions{NoFlush: true}
-		if req.Trial && i == 0 {
-			// A trial of failure isolation programs a subset of the
-			// services. iptables-restore commits nat before filter
-			// (render.go), so a trial whose filter table fails would
-			// leave only that subset's DNAT rules in place while the
-			// fault lasts. Check it first; a failing check changes
-			// nothing. Only the first restore of a split plan can be
-			// checked alone (the later ones build on it).
-			if _, err := p.ipt.RestoreWithStats(ctx, data, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
-				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
-				return nil, fmt.Errorf("iptables-restore --test of a trial (%d bytes): %w", len(data), err)
-			}
-		}
 		st, err := p.ipt.RestoreWithStats(ctx, data, opts)
 		lockWait += st.LockWait
 		size += len(data)

@@ -368,6 +368,104 @@ func TestProxierSplitRestores(t *testing.T) {
 	}
 }
 
+// TestProxierTrialIsChecked: a trial of failure isolation is only checked
+// (iptables-restore --test), never committed, split or not: nothing is
+// applied, the applied state stays, and a refused check of any restore is
+// the trial's failure. iptables-nft's plan is split (a budget of 6 chains)
+// and each restore checked; a legacy trial is rendered unsplit, as
+// legacy's --test resolves the chains an earlier restore would create.
+func TestProxierTrialIsChecked(t *testing.T) {
+	c := loadExample(t, "node-a")
+	for _, b := range xtables.Backends {
+		t.Run(string(b), func(t *testing.T) {
+			r := newRig(t, c, model.IPv4, b, func(o *Options) { o.MaxChainsPerRestore = 6 })
+			all := sets.KeySet(r.state.Services)
+			ctx := context.Background()
+			trial := func(st *model.State) ([]xtablestest.RestoreCall, error) {
+				t.Helper()
+				k := len(r.fake.Restores())
+				_, err := r.p.Sync(ctx, &proxy.Request{State: st, Changed: all, Node: r.node, Full: true, Trial: true})
+				return r.fake.Restores()[k:], err
+			}
+			checkedOnly := func(what string, calls []xtablestest.RestoreCall, before string) {
+				t.Helper()
+				for i, call := range calls {
+					if !call.Test {
+						t.Errorf("%s: restore %d of %d was committed:\n%s", what, i+1, len(calls), call.Data)
+					}
+				}
+				want := 1
+				if b == xtables.NFT {
+					want = 4 // split: the prelude, chunks, the shared chains
+				}
+				if len(calls) < want || (b == xtables.Legacy && len(calls) != 1) {
+					t.Errorf("%s: %d restores checked, want %s%d", what, len(calls), map[bool]string{true: "", false: "at least "}[b == xtables.Legacy], want)
+				}
+				if got := r.fake.Dump(); got != before {
+					t.Errorf("%s changed the rules:\n%s", what, cmp.Diff(before, got))
+				}
+			}
+
+			// On a fresh node: the whole state, split, checked against a
+			// kernel that has none of the chains the first restores
+			// would create.
+			calls, err := trial(r.state)
+			if err != nil {
+				t.Fatalf("trial on a fresh node: %v", err)
+			}
+			// (Reading the tables creates them empty in legacy, as
+			// iptables-legacy-save does.)
+			empty := xtablestest.NewFake(b, xtables.IPv4)
+			for _, tb := range []string{"filter", "nat"} {
+				if _, err := empty.Save(ctx, tb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkedOnly("trial on a fresh node", calls, empty.Dump())
+
+			r.mustSync(true)
+			before := r.fake.Dump()
+			// Without web-clusterip (isolation's first trial, without the
+			// suspects): its chains would go.
+			without := r.state.Clone()
+			web := spName("web-clusterip", "http", model.TCP)
+			delete(without.Services, web)
+			delete(without.Endpoints, web)
+			calls, err = trial(without)
+			if err != nil {
+				t.Fatalf("trial without web-clusterip: %v", err)
+			}
+			checkedOnly("trial without web-clusterip", calls, before)
+
+			// A refused check of the last restore fails the trial and
+			// commits nothing before it.
+			n := len(calls)
+			seen := 0
+			r.fake.RestoreHook = func(data []byte, opts xtables.RestoreOptions) error {
+				if !opts.Test {
+					return errors.New("a trial committed a restore")
+				}
+				if seen++; seen == n {
+					return &xtables.RestoreError{Backend: b, Family: xtables.IPv4, Line: 1, Detail: "refused"}
+				}
+				return nil
+			}
+			calls, err = trial(without)
+			r.fake.RestoreHook = nil
+			if err == nil {
+				t.Fatal("a refused check passed")
+			}
+			checkedOnly("refused trial", calls, before)
+
+			// The next real partial sync still knows what the kernel holds.
+			r.mustSync(false)
+			if diff := cmp.Diff(normalize(before), normalize(r.fake.Dump())); diff != "" {
+				t.Errorf("after the trials, a sync changed the rules:\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestProxierLeftovers: chains of an earlier run that no service uses any
 // more are deleted by the first full sync; other programs' chains stay.
 func TestProxierLeftovers(t *testing.T) {

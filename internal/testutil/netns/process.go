@@ -20,6 +20,8 @@ import (
 type Process struct {
 	Name    string
 	LogPath string
+	// Cgroup, when set, is the cgroup v2 directory every run starts in.
+	Cgroup string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -46,7 +48,17 @@ const StackTailLines = 400
 // if the test failed, the tail of its log is logged.
 func StartProcess(t testing.TB, n *NS, name, logDir string, argv ...string) *Process {
 	t.Helper()
-	p := &Process{Name: name, LogPath: filepath.Join(logDir, name+".log")}
+	return StartProcessIn(t, n, "", name, logDir, argv...)
+}
+
+// StartProcessIn is StartProcess with the process (and each restart) born
+// in the cgroup v2 directory cgroup ("" for the test's own): clone3 puts it
+// there before it runs, so its memory is charged there from the start (a
+// process moved later keeps the charges it made; `ip netns exec` remounts
+// /sys, so the command could not join a cgroup mounted there itself).
+func StartProcessIn(t testing.TB, n *NS, cgroup, name, logDir string, argv ...string) *Process {
+	t.Helper()
+	p := &Process{Name: name, LogPath: filepath.Join(logDir, name+".log"), Cgroup: cgroup}
 	if err := p.start(n, argv); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +104,15 @@ func (p *Process) start(n *NS, argv []string) error {
 	// Its own process group: a ^C to the test does not hit it first, and
 	// Stop signals exactly this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.Cgroup != "" {
+		cg, err := os.Open(p.Cgroup)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("starting %s: its cgroup: %w", p.Name, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("starting %s in netns %s: %w", p.Name, n.Name, err)

@@ -19,7 +19,8 @@ import (
 // refuse the socket: check SCTPSupported first.
 //
 // The host kernel these tests were written on has no SCTP; test/kernel's
-// TestSCTP runs itself in the test VM (internal/testutil/vm) there.
+// TestSCTP runs in the test VM (internal/testutil/vm) there, through
+// TestInVM.
 
 // ErrSCTPUnsupported wraps the kernel's refusal to open an SCTP socket.
 var ErrSCTPUnsupported = errors.New("the kernel cannot open SCTP sockets")

@@ -212,7 +212,8 @@ func RunSuite(t *testing.T, root string, entries []SuiteEntry) {
 	}
 	t.Logf("built %d test binaries and kproxy in %v", len(bins), time.Since(start).Round(time.Second))
 
-	timeout := DefaultTimeout
+	// Every VM test of the suite in one run: far longer than one test.
+	timeout := 40 * time.Minute
 	if dl, ok := t.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl)-5*time.Second)
 	}

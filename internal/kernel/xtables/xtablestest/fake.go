@@ -107,10 +107,10 @@ func (f *Fake) RestoreWithStats(_ context.Context, data []byte, opts xtables.Res
 			for n, t := range kept {
 				f.tables[n] = t.clone()
 			}
-			err = f.restore(string(data), opts.NoFlush)
+			err = f.restore(string(data), opts.NoFlush, f.backend == xtables.NFT)
 			f.tables = kept
 		} else {
-			err = f.restore(string(data), opts.NoFlush)
+			err = f.restore(string(data), opts.NoFlush, false)
 		}
 	}
 	f.restores = append(f.restores, RestoreCall{Data: slices.Clone(data), NoFlush: opts.NoFlush, Test: opts.Test, Err: err})
@@ -211,6 +211,13 @@ func (f *Fake) Rules(table, chain string) []string {
 type table struct {
 	name   string
 	chains map[string]*chain
+	// syntaxOnly: what iptables-nft-restore --test does. It parses every
+	// line and checks each match's and target's options in userspace, but
+	// resolves no chain and sends nothing to the kernel: an -A or -I to a
+	// chain that does not exist, a jump to one, a -D of a rule that is not
+	// there, a -X of a chain in use and a loop all pass (iptables v1.8.9,
+	// checked by TestNFTRestoreTestResolvesNoChain in internal/proxy/iptables).
+	syntaxOnly bool
 }
 
 type chain struct {
@@ -334,8 +341,9 @@ func (f *Fake) restoreError(line int, format string, args ...any) error {
 	return &xtables.RestoreError{Backend: f.backend, Family: f.family, Line: line, Detail: fmt.Sprintf(format, args...)}
 }
 
-// restore applies restore input to the Fake's tables. f.mu is held.
-func (f *Fake) restore(data string, noflush bool) error {
+// restore applies restore input to the Fake's tables (syntaxOnly: see
+// table). f.mu is held.
+func (f *Fake) restore(data string, noflush, syntaxOnly bool) error {
 	staged := map[string]*table{}
 	var cur *table
 	lines := strings.Split(data, "\n")
@@ -364,11 +372,12 @@ func (f *Fake) restore(data string, noflush bool) error {
 			default:
 				cur = base.flushed()
 			}
+			cur.syntaxOnly = syntaxOnly
 		case line == "COMMIT":
 			if cur == nil {
 				return f.restoreError(n, "COMMIT outside a table")
 			}
-			if err := cur.check(); err != nil {
+			if err := cur.check(); err != nil && !cur.syntaxOnly {
 				return f.restoreError(n, "%s", err)
 			}
 			staged[cur.name] = cur
@@ -487,6 +496,13 @@ func command(t *table, line string) error {
 			return nil, "", fmt.Errorf("%s needs a chain", cmd)
 		}
 		c := t.chains[args[0]]
+		if c == nil && t.syntaxOnly {
+			if err := checkChainName(args[0]); err != nil {
+				return nil, args[0], err
+			}
+			c = &chain{}
+			t.chains[args[0]] = c
+		}
 		if c == nil {
 			return nil, args[0], fmt.Errorf("chain '%s' does not exist in table %s", args[0], t.name)
 		}
@@ -514,6 +530,9 @@ func command(t *table, line string) error {
 				pos, spec = n, spec[1:]
 			}
 		}
+		if t.syntaxOnly {
+			pos = min(max(pos, 1), len(c.rules)+1)
+		}
 		if pos < 1 || pos > len(c.rules)+1 {
 			return fmt.Errorf("index of insertion %d too big for chain %s (%d rules)", pos, name, len(c.rules))
 		}
@@ -538,6 +557,9 @@ func command(t *table, line string) error {
 			}
 		}
 		i := slices.IndexFunc(c.rules, func(r rule) bool { return slices.Equal(r.fields, spec) })
+		if i < 0 && t.syntaxOnly {
+			return nil
+		}
 		if i < 0 {
 			//lint:ignore ST1005 iptables' own message, which callers match
 			return fmt.Errorf("Bad rule (does a matching rule exist in that chain?): no such rule in %s", name)
@@ -575,11 +597,17 @@ func command(t *table, line string) error {
 			names = []string{name}
 		}
 		for _, n := range names {
+			if t.syntaxOnly {
+				break
+			}
 			if len(t.chains[n].rules) > 0 {
 				return fmt.Errorf("cannot delete chain %s: Directory not empty (%d rules)", n, len(t.chains[n].rules))
 			}
 		}
 		for _, n := range names {
+			if t.syntaxOnly {
+				break
+			}
 			if refs := t.references(n); refs > 0 {
 				return fmt.Errorf("cannot delete chain %s: Too many links (%d rules jump to it)", n, refs)
 			}
@@ -687,6 +715,9 @@ func (t *table) newRule(chain string, spec []string) (rule, error) {
 		return r, nil
 	}
 	info := targets[r.target]
+	if info == nil && !slices.Contains(verdicts, r.target) && t.syntaxOnly && checkChainName(r.target) == nil {
+		return r, nil // taken for a chain, unresolved
+	}
 	if info == nil && !slices.Contains(verdicts, r.target) {
 		return rule{}, fmt.Errorf("couldn't load target `%s': no such chain in table %s, nor target", r.target, t.name)
 	}
