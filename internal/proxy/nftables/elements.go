@@ -18,6 +18,55 @@ type garbageElem struct {
 	since time.Time
 }
 
+// hairpinState is the hairpin set as applied. counts are, per endpoint
+// address, the reachable endpoints of service ports with that address:
+// the hairpin set holds "ep . ep" while the count is above zero. Counts
+// rather than owned elements: most elements of a cluster are these pairs
+// (one per endpoint), and keeping each as an element with its owners was
+// most of the renderer's memory. garbage are the pairs no service wants
+// any more, deleted by a later sync's clean-up transaction.
+type hairpinState struct {
+	counts  map[netip.Addr]int32
+	garbage map[elemKey]garbageElem
+}
+
+func newHairpinState(size int) hairpinState {
+	return hairpinState{counts: make(map[netip.Addr]int32, size), garbage: map[elemKey]garbageElem{}}
+}
+
+// hairpinPlan is how a plan changes hairpinState: counts are the new
+// counts of the addresses whose count the plan changed (a full sync: all
+// of them; zero removes); garbage the new garbage pairs (a nil elem: no
+// longer garbage); collected the pairs the clean-up deletes.
+type hairpinPlan struct {
+	counts    map[netip.Addr]int32
+	garbage   map[elemKey]garbageElem
+	collected []elemKey
+}
+
+func (p *hairpinPlan) commit(a *hairpinState) {
+	for ip, c := range p.counts {
+		if c <= 0 {
+			delete(a.counts, ip)
+		} else {
+			a.counts[ip] = c
+		}
+	}
+	for k, g := range p.garbage {
+		if g.elem == nil {
+			delete(a.garbage, k)
+		} else if _, ok := a.garbage[k]; !ok {
+			a.garbage[k] = g
+		}
+	}
+}
+
+func (p *hairpinPlan) commitCleanup(a *hairpinState) {
+	for _, k := range p.collected {
+		delete(a.garbage, k)
+	}
+}
+
 type elemKey struct {
 	set string
 	key string
@@ -121,13 +170,13 @@ func (r *renderer) claimElemFull(e *ownedElem) {
 
 // hairpinCount is an address's hairpin count as this plan leaves it.
 func (r *renderer) hairpinCount(ip netip.Addr) int32 {
-	if c, ok := r.plan.hairpin[ip]; ok {
+	if c, ok := r.plan.hairpin.counts[ip]; ok {
 		return c
 	}
 	if r.in.Full {
 		return 0
 	}
-	return r.last.hairpin[ip]
+	return r.last.hairpin.counts[ip]
 }
 
 // useHairpin moves one service port's references from the endpoints of
@@ -136,10 +185,10 @@ func (r *renderer) hairpinCount(ip netip.Addr) int32 {
 // reachable), so counts stay balanced without deduplicating.
 func (r *renderer) useHairpin(was, is []*model.Endpoint) {
 	for _, e := range is {
-		r.plan.hairpin[e.IP] = r.hairpinCount(e.IP) + 1
+		r.plan.hairpin.counts[e.IP] = r.hairpinCount(e.IP) + 1
 	}
 	for _, e := range was {
-		r.plan.hairpin[e.IP] = r.hairpinCount(e.IP) - 1
+		r.plan.hairpin.counts[e.IP] = r.hairpinCount(e.IP) - 1
 	}
 }
 
@@ -147,11 +196,11 @@ func (r *renderer) useHairpin(was, is []*model.Endpoint) {
 // from zero, the pair as counted before (nil: none; a garbage pair still in
 // the kernel is not counted) and as wanted after (nil: none).
 func (r *renderer) hairpinChanges() map[elemKey][2]*ownedElem {
-	out := make(map[elemKey][2]*ownedElem, len(r.plan.hairpin))
+	out := make(map[elemKey][2]*ownedElem, len(r.plan.hairpin.counts))
 	table := r.cfg.table()
 	var buf []byte
-	for ip, c := range r.plan.hairpin {
-		before := !r.in.Full && r.last.hairpin[ip] > 0
+	for ip, c := range r.plan.hairpin.counts {
+		before := !r.in.Full && r.last.hairpin.counts[ip] > 0
 		after := c > 0
 		if before == after {
 			continue
@@ -222,8 +271,8 @@ func (r *renderer) flushElements() {
 		}
 		if after != nil && k.set == setHairpin {
 			// Wanted again: no longer garbage.
-			if _, ok := r.last.hairpinGarbage[k]; ok {
-				r.plan.garbage[k] = garbageElem{}
+			if _, ok := r.last.hairpin.garbage[k]; ok {
+				r.plan.hairpin.garbage[k] = garbageElem{}
 				if before == nil && !r.in.Full {
 					continue // still in the kernel (a full sync has just flushed the set)
 				}
@@ -239,7 +288,7 @@ func (r *renderer) flushElements() {
 				// of any address), and so are endpoint map keys no rule
 				// draws any more; a later clean-up deletes them rather
 				// than this sync paying for a deletion.
-				r.plan.garbage[k] = garbageElem{elem: before.elem, table: before.table, since: r.in.Now}
+				r.plan.hairpin.garbage[k] = garbageElem{elem: before.elem, table: before.table, since: r.in.Now}
 				continue
 			}
 			r.tx.In(before.table).Delete(before.elem)

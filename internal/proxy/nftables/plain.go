@@ -76,6 +76,82 @@ type settledPlain struct {
 	dropped []objRef
 }
 
+// plainPortState is the shared chains and tiers of plain ports as applied.
+type plainPortState struct {
+	// sharedUsers counts, per shared chain (cluster/PROTO/N), the plain
+	// service ports whose elements send packets to it: a chain nobody
+	// uses any more is stale.
+	sharedUsers map[objRef]int
+	// settle lists the plain service ports with elements in tiers above
+	// 0, since their first change: a clean-up at least staleDelay later
+	// folds them into tier 0 (see plainApplied).
+	settle map[model.ServicePortName]time.Time
+}
+
+func newPlainPortState() plainPortState {
+	return plainPortState{sharedUsers: map[objRef]int{}, settle: map[model.ServicePortName]time.Time{}}
+}
+
+// plainPortPlan is how a plan changes plainPortState: sharedUsers and
+// settle are changes to its maps (users 0 and a zero time remove);
+// settled are the plain service ports the clean-up settles.
+type plainPortPlan struct {
+	sharedUsers map[objRef]int
+	settle      map[model.ServicePortName]time.Time
+	settled     []settledPlain
+}
+
+func (p *plainPortPlan) commit(a *plainPortState) {
+	for c, n := range p.sharedUsers {
+		if n == 0 {
+			delete(a.sharedUsers, c)
+		} else {
+			a.sharedUsers[c] = n
+		}
+	}
+	for n, t := range p.settle {
+		if t.IsZero() {
+			delete(a.settle, n)
+		} else if _, ok := a.settle[n]; !ok {
+			a.settle[n] = t
+		}
+	}
+}
+
+// commitCleanup records the settled ports: their state is what the tier
+// in use held, in tier 0, and shared chains only their other tiers used
+// lose a user (stale from now when nobody is left).
+func (p *plainPortPlan) commitCleanup(a *Applied, now time.Time) {
+	for _, st := range p.settled {
+		s := a.services[st.name]
+		if s == nil || s.plain != st.from {
+			continue // cannot happen: Commit ran first, with the plan settle was rendered from
+		}
+		s.plain = &plainApplied{svc: st.from.svc, port: st.from.port}
+		s.plain.tiers[0] = st.from.effective()
+		// The service port's mapClusterServices element now has the
+		// effective count's verdict: the bookkeeping must say so, or
+		// the next render would see a change to make.
+		for _, e := range s.elems {
+			if e.key.set == mapClusterServices {
+				ne := *e.elem
+				ne.Verdict = &nft.Verdict{Kind: nft.Goto, Chain: st.chain}
+				e.elem = &ne
+			}
+		}
+		delete(a.plainPorts.settle, st.name)
+		for _, c := range st.dropped {
+			a.plainPorts.sharedUsers[c]--
+			if a.plainPorts.sharedUsers[c] <= 0 {
+				delete(a.plainPorts.sharedUsers, c)
+				if _, ok := a.stale.objs[c]; !ok {
+					a.stale.objs[c] = staleObj{since: now}
+				}
+			}
+		}
+	}
+}
+
 // settlePlain moves plain ports whose first change is at least
 // staleDelay old back into tier 0 (see plainApplied), in the clean-up
 // transaction: tier 0 becomes what the tier in use holds, the higher
@@ -83,7 +159,7 @@ type settledPlain struct {
 // clean-up runs after their change is live.
 func (r *renderer) settlePlain(tx *nft.Transaction) {
 	var names []model.ServicePortName
-	for n, since := range r.last.settle {
+	for n, since := range r.last.plainPorts.settle {
 		if r.in.Now.Sub(since) >= staleDelay {
 			names = append(names, n)
 		}
@@ -95,8 +171,8 @@ func (r *renderer) settlePlain(tx *nft.Transaction) {
 			s = r.last.services[n]
 		}
 		if s == nil || s.plain == nil || s.plain.top() == 0 {
-			if _, ok := r.plan.settle[n]; !ok {
-				r.plan.settle[n] = time.Time{} // nothing to settle (any more)
+			if _, ok := r.plan.plainPorts.settle[n]; !ok {
+				r.plan.plainPorts.settle[n] = time.Time{} // nothing to settle (any more)
 			}
 			continue
 		}
@@ -123,7 +199,7 @@ func (r *renderer) settlePlain(tx *nft.Transaction) {
 				st.dropped = append(st.dropped, c)
 			}
 		}
-		r.plan.settled = append(r.plan.settled, st)
+		r.plan.plainPorts.settled = append(r.plan.plainPorts.settled, st)
 	}
 }
 
@@ -205,7 +281,7 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 	ch := &nft.Chain{Name: ref.name}
 	stale := r.isStale(ref)
 	if stale {
-		r.plan.stale[ref] = nil
+		r.plan.stale.objs[ref] = nil
 	}
 	switch {
 	case r.in.Full:
@@ -217,7 +293,7 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 	case stale:
 		// Its rules depend on the configuration alone (a change of
 		// which means a full sync): intact unless a clean-up emptied it.
-		if r.last.staleFlushed.Has(ref) {
+		if r.last.stale.flushed.Has(ref) {
 			w.AddRules(r.sharedRules(ref.name, proto, n)...)
 		}
 	case r.sharedUsersOf(ref) == 0:
@@ -228,13 +304,13 @@ func (r *renderer) declareShared(table string, proto v1.Protocol, n int) objRef 
 }
 
 func (r *renderer) sharedUsersOf(ref objRef) int {
-	if u, ok := r.plan.sharedUsers[ref]; ok {
+	if u, ok := r.plan.plainPorts.sharedUsers[ref]; ok {
 		return u
 	}
 	if r.in.Full {
 		return 0
 	}
-	return r.last.sharedUsers[ref]
+	return r.last.plainPorts.sharedUsers[ref]
 }
 
 // sharedRefs are the shared chains a plain port's elements send to.
@@ -260,20 +336,20 @@ func sharedRefs(table string, proto v1.Protocol, p *plainApplied) []objRef {
 func (r *renderer) useShared(old, cur []objRef) {
 	for _, c := range cur {
 		if !slices.Contains(old, c) {
-			r.plan.sharedUsers[c] = r.sharedUsersOf(c) + 1
+			r.plan.plainPorts.sharedUsers[c] = r.sharedUsersOf(c) + 1
 			// Made stale earlier in this render by another port's
 			// change: used again.
 			if r.isStale(c) {
-				r.plan.stale[c] = nil
+				r.plan.stale.objs[c] = nil
 			}
 		}
 	}
 	for _, c := range old {
 		if !slices.Contains(cur, c) {
 			u := r.sharedUsersOf(c) - 1
-			r.plan.sharedUsers[c] = u
+			r.plan.plainPorts.sharedUsers[c] = u
 			if u <= 0 {
-				r.plan.sharedUsers[c] = 0
+				r.plan.plainPorts.sharedUsers[c] = 0
 				r.markStale(c, false, nil)
 			}
 		}
@@ -356,7 +432,7 @@ func (r *renderer) renderPlain(n model.ServicePortName, sp *model.ServicePort, t
 		pa.tiers[top] = want
 		w.Add(tierElem(n, pa, top, want))
 		writePlainKeys(w, proto, top, pa, nil, want)
-		r.plan.settle[n] = r.in.Now // kept only if the port has no earlier change to settle
+		r.plan.plainPorts.settle[n] = r.in.Now // kept only if the port has no earlier change to settle
 	default:
 		// Out of tiers before the clean-up: in place, which deletes.
 		top = old.top()
@@ -388,7 +464,7 @@ func (r *renderer) dropPlain(n model.ServicePortName, table string, proto v1.Pro
 		writePlainKeys(w, proto, t, old, side, nil)
 	}
 	if old.top() > 0 {
-		r.plan.settle[n] = time.Time{}
+		r.plan.plainPorts.settle[n] = time.Time{}
 	}
 	r.useShared(sharedRefs(table, proto, old), nil)
 }

@@ -224,12 +224,12 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 	sameRange := func(a, b epRange) bool { return a.m == b.m && a.off == b.off }
 	for _, e := range s.eps {
 		if !slices.ContainsFunc(prev.epsOrNil(), func(p epRange) bool { return sameRange(p, e) }) {
-			r.plan.epAdds = append(r.plan.epAdds, e)
+			r.plan.epMaps.adds = append(r.plan.epMaps.adds, e)
 		}
 	}
 	for _, p := range prev.epsOrNil() {
 		if !slices.ContainsFunc(s.eps, func(e epRange) bool { return sameRange(p, e) }) {
-			r.plan.epGarbage = append(r.plan.epGarbage, epGarbage{epRange: p, since: r.in.Now})
+			r.plan.epMaps.garbage = append(r.plan.epMaps.garbage, epGarbage{epRange: p, since: r.in.Now})
 		}
 	}
 	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
@@ -249,7 +249,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			r.tx.In(table).Add(set)
 		}
 		if r.isStale(ref) {
-			r.plan.stale[ref] = nil
+			r.plan.stale.objs[ref] = nil
 		}
 	}
 	type pending struct {
@@ -265,7 +265,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 		applied.chains = append(applied.chains, c)
 		stale := r.isStale(c)
 		if stale {
-			r.plan.stale[c] = nil
+			r.plan.stale.objs[c] = nil
 		}
 		existed := old != nil && slices.Contains(old.chains, c)
 		ch := &nft.Chain{Name: c.name}

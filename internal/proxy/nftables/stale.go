@@ -20,17 +20,65 @@ type staleObj struct {
 	owner *model.ServicePortName
 }
 
+// staleObjects are the per-service chains and sets no longer used:
+// flushed, to be deleted by a clean-up at least staleDelay later.
+type staleObjects struct {
+	objs map[objRef]staleObj
+	// flushed are stale chains a clean-up has flushed: a shared chain
+	// used again before its deletion needs its rules back.
+	flushed sets.Set[objRef]
+}
+
+// stalePlan is how a plan changes staleObjects.
+type stalePlan struct {
+	objs map[objRef]*staleObj // nil value: no longer stale
+	// flushedInSync are the stale chains the sync's own transaction
+	// flushes (leftovers of a full sync); flushed those the clean-up
+	// flushes, cleaned the objects it deletes.
+	flushedInSync []objRef
+	flushed       []objRef
+	cleaned       []objRef
+}
+
+func (p *stalePlan) commit(a *staleObjects) {
+	for n, s := range p.objs {
+		if s == nil {
+			delete(a.objs, n)
+			a.flushed.Delete(n)
+		} else {
+			a.objs[n] = *s
+		}
+	}
+	for _, n := range p.flushedInSync {
+		if _, ok := a.objs[n]; ok {
+			a.flushed.Insert(n)
+		}
+	}
+}
+
+func (p *stalePlan) commitCleanup(a *staleObjects) {
+	for _, n := range p.flushed {
+		if _, ok := a.objs[n]; ok {
+			a.flushed.Insert(n)
+		}
+	}
+	for _, n := range p.cleaned {
+		delete(a.objs, n)
+		a.flushed.Delete(n)
+	}
+}
+
 // markStale records a per-service object no longer used, for deletion by
 // a clean-up transaction at least staleDelay later.
 func (r *renderer) markStale(ref objRef, isSet bool, owner *model.ServicePortName) {
-	if _, already := r.last.stale[ref]; already {
+	if _, already := r.last.stale.objs[ref]; already {
 		return
 	}
 	// No live rule or element uses a stale object, except rules of its
 	// owner shadowed by a partial sync's inserted ones; it is flushed and
 	// deleted by a later clean-up transaction, so that this sync pays for
 	// no deletion.
-	r.plan.stale[ref] = &staleObj{since: r.in.Now, isSet: isSet, owner: owner}
+	r.plan.stale.objs[ref] = &staleObj{since: r.in.Now, isSet: isSet, owner: owner}
 }
 
 // renderStale writes the clean-up transaction of a full sync.
@@ -67,8 +115,8 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 		return pending && !rewritten.Has(*n)
 	}
 	var names, flush []objRef
-	for ref, st := range r.last.stale {
-		if p, ok := r.plan.stale[ref]; ok && p == nil {
+	for ref, st := range r.last.stale.objs {
+		if p, ok := r.plan.stale.objs[ref]; ok && p == nil {
 			continue // revived or gone
 		}
 		if !st.isSet {
@@ -82,9 +130,9 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 		return
 	}
 	// Objects this very sync made stale too (a service just removed).
-	for ref, st := range r.plan.stale {
+	for ref, st := range r.plan.stale.objs {
 		if st != nil && !st.isSet {
-			if _, old := r.last.stale[ref]; !old {
+			if _, old := r.last.stale.objs[ref]; !old {
 				flush = append(flush, ref)
 			}
 		}
@@ -99,10 +147,10 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 	for _, ref := range flush {
 		tx.In(ref.table).Flush(&nft.Chain{Name: ref.name})
 	}
-	r.plan.flushed = flush
+	r.plan.stale.flushed = flush
 	for _, isSet := range []bool{false, true} {
 		for _, ref := range names {
-			if r.last.stale[ref].isSet != isSet {
+			if r.last.stale.objs[ref].isSet != isSet {
 				continue
 			}
 			if isSet {
@@ -114,7 +162,7 @@ func (r *renderer) renderStaleInto(tx *nft.Transaction) {
 			}
 		}
 	}
-	r.plan.cleaned = names
+	r.plan.stale.cleaned = names
 }
 
 func compareRefs(a, b objRef) int {
@@ -122,9 +170,9 @@ func compareRefs(a, b objRef) int {
 }
 
 func (r *renderer) isStale(ref objRef) bool {
-	if p, ok := r.plan.stale[ref]; ok {
+	if p, ok := r.plan.stale.objs[ref]; ok {
 		return p != nil
 	}
-	_, ok := r.last.stale[ref]
+	_, ok := r.last.stale.objs[ref]
 	return ok
 }

@@ -68,10 +68,10 @@ func (r *renderer) renderFull() {
 		active.Insert(s.chains...)
 		active.Insert(s.sets...)
 	}
-	for m := range r.plan.epNext {
+	for m := range r.plan.epMaps.next {
 		active.Insert(m)
 	}
-	for c, u := range r.plan.sharedUsers {
+	for c, u := range r.plan.plainPorts.sharedUsers {
 		if u > 0 {
 			active.Insert(c)
 		}
@@ -93,7 +93,7 @@ func (r *renderer) renderFull() {
 				continue
 			}
 			for _, ref := range sharedRefs(s.table, n.Protocol, s.plain) {
-				if since, ok := r.last.settle[n]; ok && !inUse.Has(ref) && since.After(garbage[ref]) {
+				if since, ok := r.last.plainPorts.settle[n]; ok && !inUse.Has(ref) && since.After(garbage[ref]) {
 					garbage[ref] = since
 				}
 			}
@@ -124,10 +124,10 @@ func (r *renderer) renderFull() {
 				// 372), and a shared chain used again gets its rules back
 				// (staleFlushed), also after a restart (seed 347).
 				r.tx.In(t).Flush(&nft.Chain{Name: c})
-				r.plan.flushedInSync = append(r.plan.flushedInSync, ref)
+				r.plan.stale.flushedInSync = append(r.plan.stale.flushedInSync, ref)
 				r.markStale(ref, false, nil)
-				if since, ok := garbage[ref]; ok && r.plan.stale[ref] != nil {
-					r.plan.stale[ref].since = since
+				if since, ok := garbage[ref]; ok && r.plan.stale.objs[ref] != nil {
+					r.plan.stale.objs[ref].since = since
 				}
 			}
 		}
@@ -137,18 +137,18 @@ func (r *renderer) renderFull() {
 			}
 		}
 	}
-	for ref, st := range r.last.stale {
+	for ref, st := range r.last.stale.objs {
 		if active.Has(ref) {
-			r.plan.stale[ref] = nil
-		} else if _, marked := r.plan.stale[ref]; !marked {
+			r.plan.stale.objs[ref] = nil
+		} else if _, marked := r.plan.stale.objs[ref]; !marked {
 			// Known stale from before but not listed (already gone), or in
 			// a table this transaction deletes.
 			o, ok := r.in.Existing[ref.table]
 			if !kept(ref.table) || !ok || (!slices.Contains(o.Chains, ref.name) && !slices.Contains(o.Sets, ref.name)) {
-				r.plan.stale[ref] = nil
+				r.plan.stale.objs[ref] = nil
 			} else {
 				s := st
-				r.plan.stale[ref] = &s
+				r.plan.stale.objs[ref] = &s
 			}
 		}
 	}
@@ -204,7 +204,7 @@ func (r *renderer) renderPartialCleanup() {
 		r.plan.rewritten = append(r.plan.rewritten, n)
 	}
 	var keys []elemKey
-	for k, g := range r.last.hairpinGarbage {
+	for k, g := range r.last.hairpin.garbage {
 		// Not if this sync's own transaction wants the pair again.
 		if r.in.Now.Sub(g.since) >= staleDelay && r.hairpinCount(g.elem.Key[0].Addr) <= 0 {
 			keys = append(keys, k)
@@ -212,12 +212,12 @@ func (r *renderer) renderPartialCleanup() {
 	}
 	slices.SortFunc(keys, func(a, b elemKey) int { return strings.Compare(a.key, b.key) })
 	for _, k := range keys {
-		g := r.last.hairpinGarbage[k]
+		g := r.last.hairpin.garbage[k]
 		tx.In(g.table).Delete(g.elem)
-		r.plan.collected = append(r.plan.collected, k)
+		r.plan.hairpin.collected = append(r.plan.hairpin.collected, k)
 	}
 	// Endpoint map keys, before any stale map is deleted below.
-	for _, g := range r.last.epGarbage {
+	for _, g := range r.last.epMaps.garbage {
 		if r.in.Now.Sub(g.since) < staleDelay {
 			break // the rest became garbage later
 		}
@@ -225,11 +225,11 @@ func (r *renderer) renderPartialCleanup() {
 		for i, to := range g.to {
 			w.Delete(&nft.Element{Set: g.m.name, Index: g.off + uint32(i), To: to})
 		}
-		r.plan.epCollected++
+		r.plan.epMaps.collected++
 	}
 	r.settlePlain(tx)
 	r.renderStaleInto(tx)
-	if tx.Len() > 0 || len(r.plan.rewritten) > 0 || len(r.plan.collected) > 0 || r.plan.epCollected > 0 || len(r.plan.settled) > 0 {
+	if tx.Len() > 0 || len(r.plan.rewritten) > 0 || len(r.plan.hairpin.collected) > 0 || r.plan.epMaps.collected > 0 || len(r.plan.plainPorts.settled) > 0 {
 		r.plan.Cleanup = tx
 	}
 }
@@ -254,7 +254,7 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 	}
 	r.useMaps(n, old.eps, nil)
 	for _, e := range old.eps {
-		r.plan.epGarbage = append(r.plan.epGarbage, epGarbage{epRange: e, since: r.in.Now})
+		r.plan.epMaps.garbage = append(r.plan.epMaps.garbage, epGarbage{epRange: e, since: r.in.Now})
 	}
 	if n.Protocol == model.UDP && len(old.reachable) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
