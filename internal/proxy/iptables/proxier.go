@@ -169,7 +169,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		if req.Trial && i == 0 {
 			// A trial of failure isolation programs a subset of the
 			// services. iptables-restore commits nat before filter
-			// (render.go), so a trial whose filter table fails would
+			// (restore.go, assemble), so a trial whose filter table fails would
 			// leave only that subset's DNAT rules in place while the
 			// fault lasts. Check it first; a failing check changes
 			// nothing. Only the first restore of a split plan can be
