@@ -26,4 +26,10 @@
 // square of the chains in one run, so large syncs are split into runs of
 // at most MaxChainsPerRestore chains; legacy always gets one run.
 // Options.CompactLayout (no KUBE-SEP chains) holds a third of the rules.
+//
+// Where things are: render.go (Config, Input, Render), applied.go (Applied,
+// Plan, Commit), sync.go (full and partial sync), service.go (one service
+// port's chains and rules), restore.go (putting the pieces into restore
+// inputs, split by MaxChainsPerRestore; the canary), jumps.go (the jump
+// rules from built-in chains), proxier.go (applying).
 package iptables

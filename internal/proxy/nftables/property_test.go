@@ -340,7 +340,7 @@ func randomizedSyncs(t *testing.T, c *exampleCluster, f v1.IPFamily, seed, steps
 	// stale delay has passed cleans everything up.
 	s.now = s.now.Add(staleDelay)
 	s.full()
-	if len(s.applied.stale) > 0 {
+	if len(s.applied.stale.objs) > 0 {
 		// That full sync itself left objects unused (ports moved to
 		// other shards when a step changed the shard size, a port that
 		// kept a chain while its cluster IP was in conflict is plain

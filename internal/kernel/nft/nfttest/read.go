@@ -1,0 +1,210 @@
+package nfttest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+)
+
+// TableExists reports whether the table exists.
+func (f *Fake) TableExists(ctx context.Context, family nft.Family, name string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.tables[tableKey{family, name}]
+	return ok, nil
+}
+
+// ListTables returns the names of the family's tables, sorted.
+func (f *Fake) ListTables(ctx context.Context, family nft.Family) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for k := range f.tables {
+		if k.family == family {
+			names = append(names, k.name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// ListChains returns the table's chain names, sorted.
+func (f *Fake) ListChains(ctx context.Context, family nft.Family, name string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tables[tableKey{family, name}]
+	if !ok {
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
+	}
+	return slices.Sorted(maps.Keys(t.chains)), nil
+}
+
+// ListSets returns the table's set and map names, sorted.
+func (f *Fake) ListSets(ctx context.Context, family nft.Family, name string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tables[tableKey{family, name}]
+	if !ok {
+		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
+	}
+	return slices.Sorted(maps.Keys(t.sets)), nil
+}
+
+// DeleteTable removes a table; a missing table is not an error.
+func (f *Fake) DeleteTable(ctx context.Context, family nft.Family, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.tables, tableKey{family, name})
+	return nil
+}
+
+// Chain returns a copy of a chain's definition and rules, or nil.
+func (f *Fake) Chain(family nft.Family, tbl, name string) (*nft.Chain, []nft.Rule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[tableKey{family, tbl}]
+	if t == nil || t.chains[name] == nil {
+		return nil, nil
+	}
+	c := t.chains[name]
+	def := c.def
+	rules := make([]nft.Rule, len(c.rules))
+	for i, r := range c.rules {
+		rules[i] = r.rule
+	}
+	return &def, rules
+}
+
+// Set returns a copy of a set's definition and its elements in the
+// canonical order, or nil.
+func (f *Fake) Set(family nft.Family, tbl, name string) (*nft.Set, []nft.Element) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[tableKey{family, tbl}]
+	if t == nil || t.sets[name] == nil {
+		return nil, nil
+	}
+	s := t.sets[name]
+	def := s.def
+	return &def, sortedElements(s)
+}
+
+func sortedElements(s *set) []nft.Element {
+	out := make([]nft.Element, 0, len(s.elems))
+	for _, e := range s.elems {
+		out = append(out, e.elem)
+	}
+	slices.SortFunc(out, func(a, b nft.Element) int {
+		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Index, b.Index))
+	})
+	return out
+}
+
+func compareValues(a, b nft.Value) int {
+	addr := func(v nft.Value) netip.Addr {
+		if v.Addr.IsValid() {
+			return v.Addr
+		}
+		return v.Prefix.Addr()
+	}
+	if c := addr(a).Compare(addr(b)); c != 0 {
+		return c
+	}
+	bits := func(v nft.Value) int {
+		if v.Prefix.IsValid() {
+			return v.Prefix.Bits()
+		}
+		return -1
+	}
+	return cmp.Or(cmp.Compare(bits(a), bits(b)), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+}
+
+func compareKeys(a, b []nft.Value) int {
+	for i := range min(len(a), len(b)) {
+		if c := compareValues(a[i], b[i]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// Dump returns the whole state as `nft -f` text in a canonical order:
+// per table (ip before ip6, then by name) the table, its chains, its sets
+// and maps (each sorted by name), the rules of each chain in order, and
+// the elements of each set sorted by key. Feeding it to nft -f or to
+// Load of a new Fake reproduces the state.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := slices.SortedFunc(func(yield func(tableKey) bool) {
+		for k := range f.tables {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b tableKey) int { return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.name, b.name)) })
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(f.dumpTable(k).String())
+	}
+	return b.String()
+}
+
+// DumpTable returns one table as `nft -f` text (see Dump), or "".
+func (f *Fake) DumpTable(family nft.Family, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.tables[tableKey{family, name}]; !ok {
+		return ""
+	}
+	return f.dumpTable(tableKey{family, name}).String()
+}
+
+func (f *Fake) dumpTable(k tableKey) *nft.Transaction {
+	t := f.tables[k]
+	tx := nft.NewTransaction(k.family, k.name)
+	tx.Add(&nft.Table{Family: k.family, Name: k.name, Comment: t.comment})
+	chains := slices.Sorted(maps.Keys(t.chains))
+	for _, n := range chains {
+		def := t.chains[n].def
+		tx.Add(&def)
+	}
+	sets := slices.Sorted(maps.Keys(t.sets))
+	for _, n := range sets {
+		def := t.sets[n].def
+		tx.Add(&def)
+	}
+	for _, n := range chains {
+		for _, r := range t.chains[n].rules {
+			rule := r.rule
+			tx.Add(&rule)
+		}
+	}
+	for _, n := range sets {
+		for _, e := range sortedElements(t.sets[n]) {
+			tx.Add(&e)
+		}
+	}
+	return tx
+}
+
+// Load applies text in the form Dump writes (see nft.Parse), one
+// transaction per family, and records them like any Apply.
+func (f *Fake) Load(text string) error {
+	txs, err := nft.Parse(text)
+	if err != nil {
+		return err
+	}
+	for _, tx := range txs {
+		if err := f.Apply(context.Background(), tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package nfttest
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
+)
+
+// ruleTargets lists the chains a rule jumps or goes to.
+func ruleTargets(r nft.Rule) []string {
+	var out []string
+	for _, s := range r.Stmts {
+		switch s := s.(type) {
+		case nft.Verdict:
+			if s.Kind == nft.Jump || s.Kind == nft.Goto {
+				out = append(out, s.Chain)
+			}
+		case nft.NumgenVmap:
+			out = append(out, s.Chains...)
+		}
+	}
+	return out
+}
+
+// ruleSets lists the named sets a rule uses.
+func ruleSets(r nft.Rule) []string {
+	var out []string
+	for _, s := range r.Stmts {
+		switch s := s.(type) {
+		case nft.MatchAddr:
+			if s.Set != "" {
+				out = append(out, s.Set)
+			}
+		case nft.UpdateSaddr:
+			out = append(out, s.Set)
+		case nft.VmapLookup:
+			out = append(out, s.Map)
+		case nft.MatchInSet:
+			out = append(out, s.Set)
+		case nft.DNATMap:
+			out = append(out, s.Map)
+		case nft.DNATByService:
+			out = append(out, s.Map)
+		}
+	}
+	return out
+}
+
+func (a *applier) checkJump(v nft.Verdict) error {
+	switch v.Kind {
+	case nft.Accept, nft.Drop, nft.Return:
+		return nil
+	case nft.Jump, nft.Goto:
+		c := a.t.chains[v.Chain]
+		if c == nil {
+			return kerr(unix.ENOENT, "%s to chain %q, which does not exist", v.Kind, v.Chain)
+		}
+		if c.def.Hook != "" {
+			return kerr(unix.EOPNOTSUPP, "%s to base chain %s", v.Kind, v.Chain)
+		}
+		return nil
+	}
+	return kerr(unix.EINVAL, "unknown verdict %q", v.Kind)
+}
+
+func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
+	if kind != nft.OpAdd && kind != nft.OpInsert {
+		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
+	}
+	c := a.t.chains[r.Chain]
+	if c == nil {
+		return kerr(unix.ENOENT, "chain %s does not exist", r.Chain)
+	}
+	if err := nft.CheckComment(r.Comment); err != nil {
+		return err
+	}
+	var l4 uint8
+	for _, st := range r.Stmts {
+		if err := a.checkStmt(st, &l4); err != nil {
+			return err
+		}
+	}
+	nr := *r
+	nr.Stmts = slices.Clone(r.Stmts)
+	e := &ruleEntry{rule: nr, op: i}
+	if kind == nft.OpInsert {
+		c.rules = append([]*ruleEntry{e}, c.rules...)
+	} else {
+		c.rules = append(c.rules, e)
+	}
+	return nil
+}
+
+func (a *applier) addrFamily(addr netip.Addr) error {
+	if addr.Is4() != (a.tx.Family == nft.IPv4) || addr.Is4In6() {
+		return kerr(unix.EINVAL, "address %s does not belong to family %s", addr, a.tx.Family)
+	}
+	return nil
+}
+
+func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
+	addrType := nft.AddrType(a.tx.Family)
+	switch s := st.(type) {
+	case nft.MatchCtStateNew, nft.MatchFibLocal, nft.MatchMarkZero, nft.SetMarkOr, nft.SetMarkXor,
+		nft.Masquerade, nft.Reject, nft.Counter:
+	case nft.MatchAddr:
+		if s.Set != "" {
+			set := a.t.sets[s.Set]
+			if set == nil {
+				return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+			}
+			// A lookup in a map matches its keys, which the kernel allows.
+			if len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+				return kerr(unix.EINVAL, "set %s does not have %s keys", s.Set, addrType)
+			}
+			return nil
+		}
+		if len(s.Prefixes) == 0 {
+			return kerr(unix.EINVAL, "address match without addresses")
+		}
+		for _, p := range s.Prefixes {
+			if !p.IsValid() {
+				return kerr(unix.EINVAL, "invalid prefix")
+			}
+			if err := a.addrFamily(p.Addr()); err != nil {
+				return err
+			}
+		}
+	case nft.MatchL4Proto:
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		*l4 = p
+	case nft.MatchDport:
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if *l4 != 0 && *l4 != p {
+			return kerr(unix.EINVAL, "conflicting protocols specified")
+		}
+		*l4 = p
+	case nft.MatchIifname:
+		if s.Name == "" && s.Prefix {
+			return kerr(unix.EINVAL, "all-wildcard strings are not supported")
+		}
+		if len(s.Name) >= 16 {
+			return kerr(unix.EINVAL, "interface name %q is too long", s.Name)
+		}
+	case nft.DNAT:
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if !s.To.IsValid() {
+			return kerr(unix.EINVAL, "invalid dnat destination")
+		}
+		if err := a.addrFamily(s.To.Addr()); err != nil {
+			return err
+		}
+		*l4 = p
+	case nft.DNATMap:
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 || s.Offset+s.Mod < s.Offset {
+			return kerr(unix.EINVAL, "numgen mod %d offset %d", s.Mod, s.Offset)
+		}
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		if m.def.ByService {
+			// The kernel refuses the lookup: numgen's 4 bytes are not
+			// the map's key length.
+			return kerr(unix.EINVAL, "%s is an endpoint map keyed by service", s.Map)
+		}
+		if m.def.Endpoints == "" {
+			// The kernel's lookup finds no data of the right kind
+			// in a verdict map.
+			if m.def.Data == nft.TypeVerdict {
+				return kerr(unix.ENODATA, "%s is a verdict map, not an endpoint map", s.Map)
+			}
+			return kerr(unix.EINVAL, "%s is not an endpoint map", s.Map)
+		}
+		// nft refuses a rule whose protocol differs from the map's
+		// ("conflicting protocols specified").
+		if m.def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
+		}
+		*l4 = p
+	case nft.DNATByService:
+		p, ok := nfnetlink.ProtoNumber(s.Proto)
+		if !ok {
+			return kerr(unix.EINVAL, "unknown protocol %q", s.Proto)
+		}
+		if s.Mod == 0 {
+			return kerr(unix.EINVAL, "numgen mod 0")
+		}
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		// The kernel checks the key length of the concatenation, nft
+		// the types and the protocol.
+		if m.def.Endpoints == "" || !m.def.ByService {
+			return kerr(unix.EINVAL, "%s is not an endpoint map keyed by service", s.Map)
+		}
+		if m.def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
+		}
+		*l4 = p
+	case nft.UpdateSaddr:
+		set := a.t.sets[s.Set]
+		if set == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+		}
+		// The kernel accepts updates of a hash set without the dynamic
+		// flag, but interval sets cannot be updated from the packet path.
+		if set.def.Interval {
+			return kerr(unix.EOPNOTSUPP, "interval set %s cannot be updated from the packet path", s.Set)
+		}
+		if set.def.IsMap() || len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+			return kerr(unix.EINVAL, "set %s is not a set of %s", s.Set, addrType)
+		}
+	case nft.MatchInSet:
+		m := a.t.sets[s.Set]
+		if m == nil {
+			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
+		}
+		if m.def.IsMap() {
+			return kerr(unix.EINVAL, "%s is a map, not a set", s.Set)
+		}
+		var want []nft.DataType
+		for _, f := range s.Fields {
+			switch f {
+			case nft.FieldDaddr, nft.FieldSaddr:
+				want = append(want, addrType)
+			case nft.FieldL4Proto:
+				want = append(want, nft.TypeInetProto)
+			case nft.FieldDport:
+				want = append(want, nft.TypeInetService)
+			default:
+				return kerr(unix.EINVAL, "unknown field %q", f)
+			}
+		}
+		if !slices.Equal(want, m.def.Key) {
+			return kerr(unix.EINVAL, "set %s has key %v, the lookup gives %v", s.Set, m.def.Key, want)
+		}
+	case nft.VmapLookup:
+		m := a.t.sets[s.Map]
+		if m == nil {
+			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
+		}
+		if m.def.Data != nft.TypeVerdict {
+			return kerr(unix.EINVAL, "%s is not a verdict map", s.Map)
+		}
+		var want []nft.DataType
+		loaded := 0 // bytes the fields put into registers
+		for _, f := range s.Fields {
+			switch f {
+			case nft.FieldDaddr, nft.FieldSaddr:
+				want = append(want, addrType)
+				loaded += addrLen(addrType)
+			case nft.FieldL4Proto:
+				want = append(want, nft.TypeInetProto)
+				loaded += 4
+			case nft.FieldDport:
+				want = append(want, nft.TypeInetService)
+				loaded += 4
+			default:
+				return kerr(unix.EINVAL, "unknown field %q", f)
+			}
+		}
+		// The kernel refuses to read registers no expression wrote
+		// (ENODATA); it does not check the types, the fake does.
+		if loaded < keyLen(m.def.Key) {
+			return kerr(unix.ENODATA, "lookup in %s reads %d bytes of registers, only %d were loaded", s.Map, keyLen(m.def.Key), loaded)
+		}
+		if !slices.Equal(want, m.def.Key) {
+			return kerr(unix.EINVAL, "map %s has key %v, the lookup gives %v", s.Map, m.def.Key, want)
+		}
+	case nft.NumgenVmap:
+		if len(s.Chains) == 0 {
+			return kerr(unix.EINVAL, "numgen vmap without chains")
+		}
+		for _, c := range s.Chains {
+			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+				return err
+			}
+		}
+	case nft.MatchNumgen:
+		// The kernel takes any modulus; kproxy's lowering refuses a value
+		// that can never match, and so does the fake.
+		if s.Mod == 0 || s.Value >= s.Mod {
+			return kerr(unix.EINVAL, "numgen random mod %d %d can never match", s.Mod, s.Value)
+		}
+	case nft.Verdict:
+		return a.checkJump(s)
+	default:
+		return kerr(unix.EOPNOTSUPP, "unsupported statement %T", st)
+	}
+	return nil
+}
+
+// NF_JUMP_STACK_SIZE: the kernel refuses deeper chain nesting.
+const maxJumpDepth = 16
+
+// Allowed hooks of statements the kernel validates per base chain
+// (nft_*_validate in the kernel).
+var stmtHooks = map[string]map[string]bool{
+	"masquerade": {nft.HookPostrouting: true},
+	"dnat":       {nft.HookPrerouting: true, nft.HookOutput: true},
+	"reject":     {nft.HookPrerouting: true, nft.HookInput: true, nft.HookForward: true, nft.HookOutput: true},
+}
+
+// validate walks every chain reachable from a base chain, as the kernel
+// does when it commits: loops, too deep nesting, and statements not
+// allowed at the base chain's hook fail the transaction.
+func (a *applier) validate() error {
+	names := slices.Sorted(maps.Keys(a.t.chains))
+	for _, n := range names {
+		base := a.t.chains[n]
+		if base.def.Hook == "" {
+			continue
+		}
+		if err := a.walk(base, base, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) walk(base, c *chain, stack []string) error {
+	// The kernel finds loops by the nesting limit: EMLINK.
+	if slices.Contains(stack, c.def.Name) {
+		return &nft.OpError{Index: -1, Message: fmt.Sprintf("chain loop: %s -> %s", strings.Join(stack, " -> "), c.def.Name), Err: unix.EMLINK}
+	}
+	stack = append(stack, c.def.Name)
+	if len(stack) > maxJumpDepth {
+		return &nft.OpError{Index: -1, Message: "chains nested too deep: " + strings.Join(stack, " -> "), Err: unix.EMLINK}
+	}
+	for _, r := range c.rules {
+		for _, st := range r.rule.Stmts {
+			what := ""
+			switch st.(type) {
+			case nft.Masquerade:
+				what = "masquerade"
+			case nft.DNAT, nft.DNATMap, nft.DNATByService:
+				what = "dnat"
+			case nft.Reject:
+				what = "reject"
+			}
+			if what == "" {
+				continue
+			}
+			ok := stmtHooks[what][base.def.Hook]
+			if what != "reject" && base.def.Type != nft.TypeNAT {
+				ok = false
+			}
+			if !ok {
+				oe := &nft.OpError{Index: r.op, Err: unix.EOPNOTSUPP,
+					Message: fmt.Sprintf("%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.def.Name, base.def.Name, base.def.Type, base.def.Hook)}
+				if r.op >= 0 {
+					oe.Op = a.tx.OpText(r.op)
+				}
+				return oe
+			}
+		}
+		for _, t := range ruleTargets(r.rule) {
+			if next := a.t.chains[t]; next != nil {
+				if err := a.walk(base, next, stack); err != nil {
+					return err
+				}
+			}
+		}
+		for _, sn := range ruleSets(r.rule) {
+			s := a.t.sets[sn]
+			if s == nil || !s.def.IsMap() {
+				continue
+			}
+			for _, k := range slices.Sorted(maps.Keys(s.elems)) {
+				v := s.elems[k].elem.Verdict
+				if v == nil || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
+					continue
+				}
+				if next := a.t.chains[v.Chain]; next != nil {
+					if err := a.walk(base, next, stack); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}

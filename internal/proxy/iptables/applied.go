@@ -1,0 +1,172 @@
+package iptables
+
+import (
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+// Applied is what the last successful sync left in the kernel. Render reads
+// it; only Plan.Commit changes it, after the kernel accepted the plan.
+type Applied struct {
+	synced   bool
+	services map[model.ServicePortName]*svcApplied
+	// healthChecked holds the service ports with a health check node
+	// port; noLocal counts Local policies without local endpoints.
+	healthChecked map[model.ServicePortName]ServiceStats
+	noLocalInt    int
+	noLocalExt    int
+	// Rules kproxy owns per table: the fixed ones of the last full sync
+	// plus every service port's.
+	fixedNAT, fixedFilter int
+	natRules, filterRules int
+}
+
+// Rules returns how many rules kproxy owns in the nat and filter tables
+// (sync_proxy_rules_iptables_total).
+func (a *Applied) Rules() (nat, filter int) {
+	return a.fixedNAT + a.natRules, a.fixedFilter + a.filterRules
+}
+
+// NewApplied returns the state of a kernel kproxy has not written yet.
+func NewApplied() *Applied {
+	return &Applied{services: map[model.ServicePortName]*svcApplied{}, healthChecked: map[model.ServicePortName]ServiceStats{}}
+}
+
+type svcApplied struct {
+	sp *model.ServicePort
+	// chains are the service port's own nat chains and a hash of their
+	// rules: a partial sync rewrites only chains whose rules changed.
+	chains []chainState
+	// shared are its rules in the shared chains (KUBE-SERVICES...):
+	// a partial sync deletes the ones that went by their exact text.
+	shared []sharedRule
+	// reachable are the endpoints traffic may be sent to (conntrack).
+	reachable []*model.Endpoint
+	stats     ServiceStats
+	// natRules and filterRules count its rules in each table.
+	natRules, filterRules int
+}
+
+type chainState struct {
+	name string
+	hash uint64
+}
+
+// sharedRule is a rule in one of the shared chains: spec is what follows
+// "-A CHAIN ".
+type sharedRule struct {
+	table, chain, spec string
+}
+
+// Plan is a rendered sync: the iptables-restore inputs and how Applied
+// changes once they are applied.
+type Plan struct {
+	// Restores are the inputs of iptables-restore --noflush, in order.
+	// Usually one; a sync that touches more than MaxChainsPerRestore
+	// chains is split: first the service ports' own chains (each chunk
+	// holds whole service ports, so what the shared chains jump to is
+	// always complete), then the shared chains, then the deletion of
+	// stale chains. Applying a prefix leaves a working ruleset.
+	Restores [][]byte
+	Full     bool
+	// StaleUDP are UDP endpoints no longer reachable through a service
+	// port: conntrack entries that DNAT to them must go once applied.
+	StaleUDP []StaleUDP
+	// NewlyServedUDP are UDP service ports that had no endpoints and now
+	// have some: conntrack entries for their IPs (cached rejects) must go.
+	NewlyServedUDP []*model.ServicePort
+	// Stats of this sync for logs and metrics.
+	ServicePorts, Endpoints      int
+	NATRules, FilterRules        int
+	ChainsWritten, ChainsDeleted int
+
+	services              map[model.ServicePortName]*svcApplied // nil value: gone
+	fixedNAT, fixedFilter int
+}
+
+// Text joins the restores, each preceded by a comment line when there
+// are several (iptables-restore ignores lines starting with '#').
+func (p *Plan) Text() string {
+	if len(p.Restores) == 1 {
+		return string(p.Restores[0])
+	}
+	var b strings.Builder
+	for i, r := range p.Restores {
+		b.WriteString("# iptables-restore --noflush, run " + strconv.Itoa(i+1) + " of " + strconv.Itoa(len(p.Restores)) + "\n")
+		b.Write(r)
+	}
+	return b.String()
+}
+
+// Commit records the plan as applied.
+func (p *Plan) Commit(a *Applied) {
+	if p.Full {
+		a.services = make(map[model.ServicePortName]*svcApplied, len(p.services))
+		a.healthChecked = map[model.ServicePortName]ServiceStats{}
+		a.noLocalInt, a.noLocalExt = 0, 0
+		a.natRules, a.filterRules = 0, 0
+		a.fixedNAT, a.fixedFilter = p.fixedNAT, p.fixedFilter
+	}
+	a.synced = true
+	for n, s := range p.services {
+		if old, ok := a.services[n]; ok {
+			a.count(n, old, -1)
+		}
+		if s == nil {
+			delete(a.services, n)
+			continue
+		}
+		a.services[n] = s
+		a.count(n, s, 1)
+	}
+}
+
+func (a *Applied) count(n model.ServicePortName, s *svcApplied, sign int) {
+	st := s.stats
+	a.natRules += sign * s.natRules
+	a.filterRules += sign * s.filterRules
+	if st.NoLocalInternal {
+		a.noLocalInt += sign
+	}
+	if st.NoLocalExternal {
+		a.noLocalExt += sign
+	}
+	if st.HealthCheckNodePort != 0 {
+		if sign > 0 {
+			a.healthChecked[n] = st
+		} else {
+			delete(a.healthChecked, n)
+		}
+	}
+}
+
+// NoLocal returns how many service ports with internal / external traffic
+// policy Local have no local endpoint.
+func (a *Applied) NoLocal() (internal, external int) { return a.noLocalInt, a.noLocalExt }
+
+// HealthChecks returns, per service with a health check node port, the port
+// and the number of local endpoints (summed over the service's ports).
+func (a *Applied) HealthChecks() (ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
+	ports, local = map[types.NamespacedName]uint16{}, map[types.NamespacedName]int{}
+	for n, st := range a.healthChecked {
+		ports[n.NamespacedName] = uint16(st.HealthCheckNodePort)
+		local[n.NamespacedName] += st.LocalEndpoints
+	}
+	return ports, local
+}
+
+// chains returns the names of every own chain of every service port.
+func (a *Applied) chains() sets.Set[string] {
+	out := sets.New[string]()
+	for _, s := range a.services {
+		for _, c := range s.chains {
+			out.Insert(c.name)
+		}
+	}
+	return out
+}

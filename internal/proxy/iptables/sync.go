@@ -1,0 +1,280 @@
+package iptables
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/model"
+)
+
+func (r *renderer) renderFull() {
+	o := &out{}
+	cfg := r.cfg
+	mark := cfg.MasqueradeMark
+
+	o.mangle = []byte("*mangle\n:" + chainIPTablesHint + " - [0:0]\n:" + chainCanary + " - [0:0]\nCOMMIT\n")
+
+	o.filterChains = []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall}
+	o.natChains = []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq}
+	jumps := jumpRules
+	if cfg.LocalhostNodePorts {
+		o.filterChains = append(o.filterChains, chainKubeletFirewall)
+		jumps = append(slices.Clone(jumps), kubeletJumpRules...)
+	}
+	o.filterChains = append(o.filterChains, chainCanary)
+	o.natChains = append(o.natChains, chainCanary)
+
+	for _, j := range jumps {
+		if r.jumpExists(j) {
+			continue
+		}
+		line := "-I " + j.chain + " 1" + strings.TrimPrefix(j.line, "-A "+j.chain) + "\n"
+		if j.table == tableFilter {
+			o.filterHead = append(o.filterHead, line...)
+			o.filterN++
+		} else {
+			o.natHead = append(o.natHead, line...)
+			o.natN++
+		}
+	}
+	if cfg.LocalhostNodePorts {
+		// Upstream's copy of the kubelet's rule (CVE-2020-8558): with
+		// route_localnet=1 the node would accept packets to 127.0.0.0/8
+		// from other hosts; only DNATed (node port) ones may pass.
+		o.filterHead = append(o.filterHead, `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\n"...)
+		o.filterN++
+	}
+	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -m mark ! --mark "+mark+"/"+mark+" -j RETURN\n"...)
+	// Clear the mark so that a packet re-entering the stack (a tunnel)
+	// is not masqueraded twice.
+	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -j MARK --xor-mark "+mark+"\n"...)
+	masq := `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
+	if cfg.RandomFully {
+		masq += " --random-fully"
+	}
+	o.natHead = append(o.natHead, masq+"\n"...)
+	markRule := "-A KUBE-MARK-MASQ -j MARK --or-mark " + mark + "\n"
+	o.natHead = append(o.natHead, markRule...)
+	o.natN += 4
+	o.prelude = []byte("*nat\n:" + chainMarkMasq + " - [0:0]\n" + markRule + "COMMIT\n")
+
+	// Fixed rules (jump inserts are in built-in chains, not ours).
+	r.plan.fixedNAT, r.plan.fixedFilter = 4+1, 3
+	if cfg.ConntrackTCPBeLiberal {
+		r.plan.fixedFilter--
+	}
+	if cfg.LocalhostNodePorts {
+		r.plan.fixedFilter++
+	}
+	if !cfg.NodePortAllLocal {
+		r.plan.fixedNAT += len(cfg.NodePortIPs) - 1
+	}
+	names := r.in.State.SortedNames()
+	o.setSplit(cfg, 2*len(names)+r.plan.Endpoints)
+	if !o.split {
+		// About 330 bytes of rules per endpoint, 400 per service port.
+		o.own.rules = make([]byte, 0, 330*r.plan.Endpoints+400*len(names))
+		o.own.lines = make([]byte, 0, 26*(2*len(names)+r.plan.Endpoints))
+	}
+	active := make(sets.Set[string], 2*len(names)+r.plan.Endpoints)
+	r.plan.services = make(map[model.ServicePortName]*svcApplied, len(names))
+	for _, n := range names {
+		s := r.describe(n)
+		for _, sr := range s.shared {
+			if sr.table == tableFilter {
+				o.filterRules = appendRuleLine(o.filterRules, "-A", sr)
+				o.filterN++
+			} else if sr.chain == chainPostrouting {
+				// Before the "not marked: RETURN" rule.
+				o.natPre = appendRuleLine(o.natPre, "-A", sr)
+				o.natN++
+			} else {
+				o.natRules = appendRuleLine(o.natRules, "-A", sr)
+				o.natN++
+			}
+		}
+		for _, c := range r.cw.chains {
+			active.Insert(c.name)
+		}
+		o.addOwn(&r.cw, nil)
+		r.plan.services[n] = s
+		r.udpChanges(n, s, r.last.services[n], true)
+	}
+	// UDP service ports gone since the last sync lose their flows too.
+	for n, old := range r.last.services {
+		if _, ok := r.in.State.Services[n]; !ok {
+			r.udpGone(old)
+		}
+	}
+	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+
+	// Chains of ours that no service uses any more: found in the kernel,
+	// or known from the last sync when the kernel was not read.
+	var existing []string
+	if r.in.Existing != nil {
+		existing = r.in.Existing.NATChains
+	} else {
+		existing = sets.List(r.last.chains())
+	}
+	for _, c := range existing {
+		if isServiceChain(c) && !active.Has(c) {
+			o.stale = append(o.stale, c)
+		}
+	}
+
+	if !cfg.ConntrackTCPBeLiberal {
+		// Packets conntrack considers INVALID (out of window) would reach
+		// a pod un-DNATed and get reset (kubernetes#74839).
+		if cfg.CountInvalidDropped {
+			o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name "+NFAcctInvalidDropped+" -j DROP\n"...)
+		} else {
+			o.filterTail = append(o.filterTail, "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n"...)
+		}
+		o.filterN++
+	}
+	// Forward what was marked for masquerade, whatever FORWARD's policy.
+	o.filterTail = append(o.filterTail, `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark `+mark+"/"+mark+" -j ACCEPT\n"...)
+	o.filterTail = append(o.filterTail, `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`+"\n"...)
+	o.filterN += 2
+	o.natTail = r.nodePortsJump(o.natTail)
+	o.natN += bytes.Count(o.natTail, newline)
+	r.assemble(o)
+}
+
+func (r *renderer) renderPartial() {
+	o := &out{}
+	names := r.in.Changed.UnsortedList()
+	slices.SortFunc(names, model.ServicePortName.Compare)
+	est := 0
+	for _, n := range names {
+		est += 2 + len(r.in.State.Endpoints[n])
+		if old := r.last.services[n]; old != nil {
+			est += len(old.chains)
+		}
+	}
+	o.setSplit(r.cfg, est)
+	var inserts []sharedRule
+	for _, n := range names {
+		old := r.last.services[n]
+		if _, ok := r.in.State.Services[n]; !ok {
+			r.plan.services[n] = nil
+			if old == nil {
+				continue
+			}
+			for _, sr := range old.shared {
+				r.deleteShared(o, sr)
+			}
+			for _, c := range old.chains {
+				o.stale = append(o.stale, c.name)
+			}
+			r.udpGone(old)
+			continue
+		}
+		s := r.describe(n)
+		w := &r.cw
+		r.plan.services[n] = s
+		r.udpChanges(n, s, old, false)
+		var oldShared []sharedRule
+		var oldChains []chainState
+		if old != nil {
+			oldShared, oldChains = old.shared, old.chains
+		}
+		// Shared rules: delete what went, add what came. A rule that is
+		// in both stays where it is: the shared chains are not rewritten,
+		// so a change costs the same with 10 or 10k services.
+		for _, sr := range oldShared {
+			if !slices.Contains(s.shared, sr) {
+				r.deleteShared(o, sr)
+			}
+		}
+		for _, sr := range s.shared {
+			if !slices.Contains(oldShared, sr) {
+				inserts = append(inserts, sr)
+			}
+		}
+		// Own chains: write the ones whose rules changed.
+		o.addOwn(w, func(i int) bool {
+			c := w.chains[i]
+			j := slices.IndexFunc(oldChains, func(x chainState) bool { return x.name == c.name })
+			return j < 0 || oldChains[j].hash != c.hash
+		})
+		for _, c := range oldChains {
+			if !slices.ContainsFunc(w.chains, func(x chainRef) bool { return x.name == c.name }) {
+				o.stale = append(o.stale, c.name)
+			}
+		}
+	}
+	for _, sr := range inserts {
+		op := "-A"
+		if sr.table == tableNAT && (sr.chain == chainServices || sr.chain == chainPostrouting) {
+			// Above the node port jump, which must stay last in
+			// KUBE-SERVICES; above the "not marked: RETURN" rule in
+			// KUBE-POSTROUTING.
+			op = "-I"
+		}
+		if sr.table == tableFilter {
+			o.filterRules = appendRuleLine(o.filterRules, op, sr)
+			o.filterN++
+		} else {
+			o.natRules = appendRuleLine(o.natRules, op, sr)
+			o.natN++
+		}
+	}
+	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+	r.assemble(o)
+}
+
+// deleteShared deletes a shared rule by its exact text. Deletions come
+// before insertions in the restore.
+func (r *renderer) deleteShared(o *out, sr sharedRule) {
+	if sr.table == tableFilter {
+		o.filterRules = appendRuleLine(o.filterRules, "-D", sr)
+		o.filterN++
+	} else {
+		o.natRules = appendRuleLine(o.natRules, "-D", sr)
+		o.natN++
+	}
+}
+
+// udpChanges notes the conntrack work of a UDP service port: endpoints
+// it lost, or its first endpoints. As upstream, flows to an endpoint that
+// still serves (a terminating one included) are kept.
+func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcApplied, full bool) {
+	if n.Protocol != model.UDP {
+		return
+	}
+	if full && !r.last.synced {
+		// After a restart there is nothing to compare with; the full
+		// sync's conntrack reconciliation covers it.
+		return
+	}
+	if prev == nil {
+		if len(s.reachable) > 0 {
+			r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
+		}
+		return
+	}
+	eps := r.in.State.Endpoints[n]
+	var removed []*model.Endpoint
+	for _, e := range prev.reachable {
+		serving := slices.ContainsFunc(eps, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
+		if !serving {
+			removed = append(removed, e)
+		}
+	}
+	if len(removed) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
+	}
+	if len(prev.reachable) == 0 && len(s.reachable) > 0 {
+		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
+	}
+}
+
+func (r *renderer) udpGone(old *svcApplied) {
+	if old.sp.Protocol == model.UDP && len(old.reachable) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
+	}
+}
