@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
+	"github.com/kproxy/kproxy/internal/testutil/faultplan"
 )
 
 // Op names one Handle method.
@@ -35,53 +36,18 @@ type set struct {
 // Fake is an in-memory ipset.Handle; make one with New. It is safe for
 // concurrent use.
 type Fake struct {
-	mu     sync.Mutex
-	sets   map[string]*set
-	calls  map[Op]int
-	errs   map[Op][]error
-	always map[Op]error
+	mu   sync.Mutex
+	sets map[string]*set
+	faultplan.Plan[Op]
 	closed bool
 }
 
 // New returns a fake without sets.
 func New() *Fake {
-	return &Fake{sets: map[string]*set{}, calls: map[Op]int{}, errs: map[Op][]error{}, always: map[Op]error{}}
+	return &Fake{sets: map[string]*set{}}
 }
 
 var _ ipset.Handle = (*Fake)(nil)
-
-// FailNext makes the next calls of op return errs in turn (a nil one lets
-// that call through).
-func (f *Fake) FailNext(op Op, errs ...error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs[op] = append(f.errs[op], errs...)
-}
-
-// FailAlways makes every call of op return err until FailAlways(op, nil).
-func (f *Fake) FailAlways(op Op, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.always, op)
-		return
-	}
-	f.always[op] = err
-}
-
-// Calls returns how often op was called (failed calls included).
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-// ResetCalls zeroes the counters.
-func (f *Fake) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = map[Op]int{}
-}
 
 // SetInUse marks a set as matched by an iptables rule: Destroy fails
 // with ipset.ErrInUse while it is.
@@ -114,16 +80,7 @@ func (f *Fake) Closed() bool {
 	return f.closed
 }
 
-func (f *Fake) enter(op Op) error {
-	f.calls[op]++
-	if q := f.errs[op]; len(q) > 0 {
-		f.errs[op] = q[1:]
-		if q[0] != nil {
-			return q[0]
-		}
-	}
-	return f.always[op]
-}
+func (f *Fake) enter(op Op) error { return f.Enter(op) }
 
 func (f *Fake) get(name string) (*set, error) {
 	s, ok := f.sets[name]

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/kproxy/kproxy/internal/kernel/netdev"
+	"github.com/kproxy/kproxy/internal/testutil/faultplan"
 )
 
 // Op names one Handle method.
@@ -32,21 +33,16 @@ type link struct {
 // Fake is an in-memory netdev.Handle; make one with New. It is safe for
 // concurrent use.
 type Fake struct {
-	mu     sync.Mutex
-	links  map[string]*link
-	calls  map[Op]int
-	errs   map[Op][]error
-	always map[Op]error
+	mu    sync.Mutex
+	links map[string]*link
+	faultplan.Plan[Op]
 	closed bool
 }
 
 // New returns a fake with only lo (127.0.0.1 and ::1).
 func New() *Fake {
 	return &Fake{
-		links:  map[string]*link{"lo": {kind: "loopback", addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}}},
-		calls:  map[Op]int{},
-		errs:   map[Op][]error{},
-		always: map[Op]error{},
+		links: map[string]*link{"lo": {kind: "loopback", addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}}},
 	}
 }
 
@@ -60,39 +56,6 @@ func (f *Fake) AddLink(name, kind string, addrs ...netip.Addr) {
 	f.links[name] = &link{kind: kind, addrs: slices.Clone(addrs)}
 }
 
-// FailNext makes the next calls of op return errs in turn (a nil one lets
-// that call through).
-func (f *Fake) FailNext(op Op, errs ...error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs[op] = append(f.errs[op], errs...)
-}
-
-// FailAlways makes every call of op return err until FailAlways(op, nil).
-func (f *Fake) FailAlways(op Op, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.always, op)
-		return
-	}
-	f.always[op] = err
-}
-
-// Calls returns how often op was called (failed calls included).
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-// ResetCalls zeroes the counters.
-func (f *Fake) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = map[Op]int{}
-}
-
 // Closed says whether Close was called.
 func (f *Fake) Closed() bool {
 	f.mu.Lock()
@@ -100,16 +63,7 @@ func (f *Fake) Closed() bool {
 	return f.closed
 }
 
-func (f *Fake) enter(op Op) error {
-	f.calls[op]++
-	if q := f.errs[op]; len(q) > 0 {
-		f.errs[op] = q[1:]
-		if q[0] != nil {
-			return q[0]
-		}
-	}
-	return f.always[op]
-}
+func (f *Fake) enter(op Op) error { return f.Enter(op) }
 
 func (f *Fake) get(name string) (*link, error) {
 	l, ok := f.links[name]
