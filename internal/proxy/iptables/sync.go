@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 func (r *renderer) renderFull() {
@@ -258,14 +259,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 		return
 	}
 	eps := r.in.State.Endpoints[n]
-	var removed []*model.Endpoint
-	for _, e := range prev.reachable {
-		serving := slices.ContainsFunc(eps, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
-		if !serving {
-			removed = append(removed, e)
-		}
-	}
-	if len(removed) > 0 {
+	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(s.reachable) > 0 {

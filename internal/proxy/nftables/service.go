@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // serviceRender collects one service port's desired objects.
@@ -367,14 +368,7 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 		}
 		return
 	}
-	var removed []*model.Endpoint
-	for _, e := range prev.reachable {
-		serving := slices.ContainsFunc(eps, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
-		if !serving {
-			removed = append(removed, e)
-		}
-	}
-	if len(removed) > 0 {
+	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(sel.AllReachable) > 0 {

@@ -10,6 +10,7 @@ package udpflows
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -188,4 +189,17 @@ func StaleFlows(state *model.State, flows []conntrack.Flow) []conntrack.Filter {
 		}
 	}
 	return out
+}
+
+// Removed returns the endpoints of was that are no longer serving in now
+// (gone, or no longer serving): their UDP flows must be cleared.
+func Removed(was, now []*model.Endpoint) []*model.Endpoint {
+	var removed []*model.Endpoint
+	for _, e := range was {
+		serving := slices.ContainsFunc(now, func(x *model.Endpoint) bool { return x.Serving && x.AddrPort() == e.AddrPort() })
+		if !serving {
+			removed = append(removed, e)
+		}
+	}
+	return removed
 }

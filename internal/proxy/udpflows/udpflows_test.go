@@ -371,3 +371,16 @@ func labelIs(m *dto.Metric, name, value string) bool {
 	}
 	return false
 }
+
+func TestRemoved(t *testing.T) {
+	a, b, c := ep("198.18.129.1", 53, true), ep("198.18.129.2", 53, true), ep("198.18.129.3", 53, true)
+	now := []*model.Endpoint{ep("198.18.129.1", 53, true), ep("198.18.129.2", 53, false), ep("198.18.129.3", 5353, true)}
+	got := Removed([]*model.Endpoint{a, b, c}, now)
+	// a still serves; b no longer serves; c moved to another port.
+	if len(got) != 2 || got[0] != b || got[1] != c {
+		t.Errorf("Removed = %v, want [%v %v]", got, b, c)
+	}
+	if got := Removed(nil, now); got != nil {
+		t.Errorf("Removed(nil) = %v", got)
+	}
+}
