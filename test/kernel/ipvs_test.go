@@ -115,6 +115,10 @@ func TestIPVS(t *testing.T) {
 			t.Log("the host kernel has no IPVS: running the ipvs mode tests in the test VM")
 			defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
 			vm.DefaultModules = append(append(slices.Clone(vm.DefaultModules), iptablesModules...), ipvsModules...)
+			// Both backends under emulation take ~16 minutes, two of them
+			// waiting out IPVS's 2 minute TIME_WAIT (graceful).
+			defer func(d time.Duration) { vm.TestTimeout = d }(vm.TestTimeout)
+			vm.TestTimeout = max(vm.TestTimeout, 30*time.Minute)
 			vm.RunTestInVM(t, "^TestIPVS$", "KPROXY_KERNEL_TEST_BIN="+kproxyBin)
 			return
 		case vm.Required():

@@ -24,6 +24,11 @@ var DefaultModules = []string{
 	"nft_numgen", "nft_reject_ipv4", "nft_reject_ipv6",
 }
 
+// TestTimeout bounds a RunTestInVM run (also by the test's deadline). A
+// gate test that runs a package's slow VM tests in one boot may raise it
+// for its run (and put it back).
+var TestTimeout = DefaultTimeout
+
 // innerTimeoutMargin is left between the inner test binary's -test.timeout
 // and the VM's timeout, so the inner binary reports its own timeout
 // (with stacks) before the VM is killed.
@@ -66,7 +71,7 @@ func runTest(t testing.TB, pattern string, env []string) (outcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	timeout := DefaultTimeout
+	timeout := TestTimeout
 	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
 		if dl, ok := d.Deadline(); ok {
 			timeout = min(timeout, time.Until(dl)-5*time.Second)
