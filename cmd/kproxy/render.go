@@ -20,6 +20,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/source/file"
@@ -50,12 +51,15 @@ either the model (-o table|yaml|json: every service port, its addresses, the
 endpoints chosen for this node and why others were left out) or, with
 --proxy-mode, the exact rules the proxy would write on a fresh node
 (nftables: the 'nft -f' transaction; iptables: the input of
-'iptables-restore --noflush', for the backend --iptables-backend names).
+'iptables-restore --noflush', for the backend --iptables-backend names;
+ipvs: kube-ipvs0's addresses, the virtual servers as 'ipvsadm -S -n' writes
+them, the sets as 'ipset save' does, and the iptables-restore input).
 
 It accepts the proxy's flags and --config, since they shape the result.`,
 		Example: `  kproxy render                                # the built-in example, as a table
   kproxy render --proxy-mode nftables          # the nftables rules for node-a
   kproxy render --proxy-mode iptables --iptables-backend legacy
+  kproxy render --proxy-mode ipvs --ipvs-scheduler wlc
   kproxy render -f cluster.yaml --hostname-override worker-1 -o yaml`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -98,8 +102,10 @@ func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool
 			return renderNFTables(out, o, states, node, nodeName)
 		case config.ModeIPTables:
 			return renderIPTables(out, o, rf, states, node, nodeName)
+		case config.ModeIPVS:
+			return renderIPVS(out, o, states, node, nodeName)
 		default:
-			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables or iptables, or -o table|yaml|json for the model", mode)}
+			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables, iptables or ipvs, or -o table|yaml|json for the model", mode)}
 		}
 	}
 
@@ -249,6 +255,25 @@ func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname
 		o.NodeIPs = []netip.Addr{ip}
 	}
 	return o
+}
+
+// renderIPVS prints, per family, what ipvs mode programs on a fresh node:
+// kube-ipvs0's addresses, the virtual servers as ipvsadm -S -n writes
+// them, the sets as ipset save does, and the iptables-restore input.
+func renderIPVS(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
+	for _, st := range states {
+		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, st.Family, nodeName), st, node, ipvsmode.Host{Addrs: nodeAddrs(node)})
+		if err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d virtual servers, %d addresses on %s, on a fresh node\n",
+			st.Family, len(st.Services), len(d.Services), len(d.Addresses), ipvsmode.DummyDevice)
+		writeContested(out, st)
+		if _, err := io.WriteString(out, d.Text()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeContested prints, as comments, every address a service port of st

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -154,6 +155,7 @@ func parseHeader(m []byte) (Set, bool) {
 	return s, s.Name != ""
 }
 
+// Sets lists the names, sorted, as the fake does.
 func (h *netlinkHandle) Sets() ([]string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -171,6 +173,7 @@ func (h *netlinkHandle) Sets() ([]string, error) {
 			out = append(out, s.Name)
 		}
 	}
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -324,11 +327,10 @@ func (h *netlinkHandle) addDel(cmd int, name, entry string) error {
 		}
 	}
 	if err != nil {
-		kerr := kernelErr(err, exist)
-		if errors.Is(kerr, ErrNoSet) {
-			delete(h.types, name)
-		}
-		return fmt.Errorf(verb, entry, name, kerr)
+		// The set may have gone, or come back with another type: learn
+		// it again next time.
+		delete(h.types, name)
+		return fmt.Errorf(verb, entry, name, kernelErr(err, exist))
 	}
 	return nil
 }

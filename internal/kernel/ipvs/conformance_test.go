@@ -109,6 +109,7 @@ var errClasses = []struct {
 	{"ESRCH", syscall.ESRCH},
 	{"ENOENT", syscall.ENOENT},
 	{"ERANGE", syscall.ERANGE},
+	{"EINVAL", syscall.EINVAL},
 }
 
 func class(err error) string {
@@ -227,7 +228,9 @@ func TestKernelConformanceIPVS(t *testing.T) {
 		}
 		tr.step("add dest again", h.AddDestination(tcp4, dest("198.18.1.1", 8080, 1)))
 		tr.step("add dest to missing", h.AddDestination(missing, dest("198.18.1.1", 8080, 1)))
+		tr.step("add IPv6 dest to missing IPv4 service", h.AddDestination(missing, dest("fd00:18::1", 8080, 1)))
 		tr.step("add dest negative weight", h.AddDestination(tcp4, dest("198.18.1.3", 8080, -1)))
+		tr.step("add IPv4 dest to IPv6 service", h.AddDestination(udp6, dest("198.18.1.1", 5353, 1)))
 		tr.step("add dest6", h.AddDestination(udp6, dest("fd00:18::5", 5353, 1)))
 		tr.step("add dest6 2", h.AddDestination(udp6, dest("fd00:18::6", 5353, 1)))
 		tr.step("add sctp dest", h.AddDestination(sctp4, dest("198.18.2.1", 3868, 1)))

@@ -44,7 +44,7 @@ var vmModules = []string{
 
 // vmTests are this package's tests that need a kernel with IPVS, every
 // ipset type and dummy links; TestKernelVM runs them all in one VM boot.
-const vmTests = "^(TestKernelVirtualServers|TestKernelConformance.*)$"
+const vmTests = "^(TestKernelVirtualServers|TestKernelConformance.*|TestKernelScale)$"
 
 // vmKernelMissing says what the running kernel lacks of what vmTests
 // need ("" for nothing).

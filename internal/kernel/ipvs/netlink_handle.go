@@ -161,9 +161,23 @@ func (h *netlinkHandle) Destinations(vs VirtualServer) ([]Destination, error) {
 	return out, nil
 }
 
+// checkDestFamily refuses a real server of another family than its
+// virtual server's: the kernel takes one only for tunnelling, and
+// moby/ipvs does not send the real server's family, so the kernel would
+// read an IPv4 address as the start of an IPv6 one.
+func checkDestFamily(vs VirtualServer, d Destination) error {
+	if vs.FWMark == 0 && d.Addr.Unmap().Is4() != vs.Addr.Unmap().Is4() {
+		return fmt.Errorf("real server %v of %v: another address family: %w", d.Addr, vs, syscall.EINVAL)
+	}
+	return nil
+}
+
 func (h *netlinkHandle) AddDestination(vs VirtualServer, d Destination) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := checkDestFamily(vs, d); err != nil {
+		return err
+	}
 	if err := h.h.NewDestination(toMobyService(Service{VirtualServer: vs}), toMobyDest(d)); err != nil {
 		return fmt.Errorf("adding real server %s to %v: %w", net.JoinHostPort(d.Addr.String(), fmt.Sprint(d.Port)), vs, err)
 	}
@@ -173,6 +187,9 @@ func (h *netlinkHandle) AddDestination(vs VirtualServer, d Destination) error {
 func (h *netlinkHandle) UpdateDestination(vs VirtualServer, d Destination) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := checkDestFamily(vs, d); err != nil {
+		return err
+	}
 	if err := h.h.UpdateDestination(toMobyService(Service{VirtualServer: vs}), toMobyDest(d)); err != nil {
 		return fmt.Errorf("updating real server %s of %v: %w", net.JoinHostPort(d.Addr.String(), fmt.Sprint(d.Port)), vs, err)
 	}

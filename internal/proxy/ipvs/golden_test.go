@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"context"
 	"flag"
 	"net/netip"
 	"os"
@@ -11,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
@@ -54,8 +57,10 @@ func TestGoldenExample(t *testing.T) {
 			if n := len(state.Services); n != tc.ports {
 				t.Fatalf("the example has %d %s service ports, the golden file expects %d", n, tc.family, tc.ports)
 			}
+			var d *Desired
 			render := func() string {
-				d, err := Render(exampleConfig(tc.family), state, s.Node, Host{Addrs: s.Node.Addresses})
+				var err error
+				d, err = Render(exampleConfig(tc.family), state, s.Node, Host{Addrs: s.Node.Addresses})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -75,6 +80,15 @@ func TestGoldenExample(t *testing.T) {
 			}
 			if diff := cmp.Diff(string(want), got); diff != "" {
 				t.Errorf("render of the example differs from %s (-want +got; run with -update if intended):\n%s", path, diff)
+			}
+			// The restore input must be something iptables-restore takes.
+			fam := xtables.IPv4
+			if tc.family == model.IPv6 {
+				fam = xtables.IPv6
+			}
+			fake := xtablestest.NewFake(xtables.NFT, fam)
+			if err := fake.Restore(context.Background(), d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
+				t.Fatalf("the fake refuses the golden input: %v", err)
 			}
 			if again := render(); again != got {
 				t.Errorf("two renders of the same input differ:\n%s", cmp.Diff(got, again))

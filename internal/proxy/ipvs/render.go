@@ -30,8 +30,9 @@ const DefaultScheduler = "rr"
 const FlagSourceHash uint32 = 0x10
 
 // Schedulers are the IPVS schedulers ipvs.scheduler may name (the
-// kernel's ip_vs_<name> modules that upstream documents).
-var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh"}
+// kernel's ip_vs_<name> modules), the list upstream's configuration
+// validation accepts (internal/config/validation.go holds the same).
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "fo", "ovf", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq", "twos"}
 
 // RenderConfig is what shapes ipvs mode's state besides the services: the
 // KubeProxyConfiguration's settings for one family, taken once at start.
@@ -127,6 +128,24 @@ type lbEntry struct {
 // Render turns one family's model state into what ipvs mode wants in the
 // kernel, as upstream v1.37's syncProxyRules programs it on that node. It
 // is pure: it reads no clock, runs nothing and changes no argument.
+//
+// Where it differs from upstream, on purpose:
+//   - a port whose loadBalancerSourceRanges are all of the other family is
+//     closed in this one (model.ServicePort.LoadBalancerClosed): its LB IP
+//     is in KUBE-LOAD-BALANCER-FW with no allowed source;
+//   - a single-address source range is written as ipset lists it
+//     ("1.2.3.4", not "1.2.3.4/32"), so the proxier's diff against
+//     Entries is stable;
+//   - the health check node port is in its set even when no address
+//     carries node ports (upstream's loop skips it then);
+//   - nothing of the object names reaches the rules (set comments are
+//     upstream's fixed texts), so no name needs escaping.
+//
+// Endpoint selection is the model's (ready, else serving and terminating;
+// topology hints), applied as upstream's syncEndpoint does: a virtual
+// server of traffic policy Local gets the local endpoints, or, when there
+// are none, the cluster's (for internal policy Local the cluster list is
+// empty unless the port is reachable from outside).
 func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) (*Desired, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -205,8 +224,9 @@ func protoNumber(p v1.Protocol) uint16 {
 	}
 }
 
-func (r *renderer) addrFamily() uint16 {
-	if r.ipv6 {
+// addrFamily is the kernel's address family of f (AF_INET, AF_INET6).
+func addrFamily(f v1.IPFamily) uint16 {
+	if f == model.IPv6 {
 		return unix.AF_INET6
 	}
 	return unix.AF_INET
@@ -215,6 +235,17 @@ func (r *renderer) addrFamily() uint16 {
 // ipPort is a hash:ip,port entry ("198.19.0.1,tcp:80").
 func ipPort(ip netip.Addr, proto string, port int32) string {
 	return ip.String() + "," + proto + ":" + strconv.Itoa(int(port))
+}
+
+// netText is a hash:ip,port,net member's net as ipset lists it: a host
+// prefix is a bare address (upstream writes "/32" and so sees a member it
+// wants missing at every sync).
+func netText(p netip.Prefix) string {
+	p = p.Masked()
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
 }
 
 // servicePort renders one service port: its ipset entries and virtual
@@ -275,7 +306,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 			r.entries[SetLoadBalancerFW].Insert(e)
 			allowFromNode := false
 			for _, p := range sp.LoadBalancerSourceRanges {
-				r.entries[SetLoadBalancerSourceCIDR].Insert(e + "," + p.Masked().String())
+				r.entries[SetLoadBalancerSourceCIDR].Insert(e + "," + netText(p))
 				if r.nodeIP.IsValid() && p.Contains(r.nodeIP) {
 					allowFromNode = true
 				}
@@ -329,7 +360,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 // Two service ports claiming one address and port were resolved by the
 // model; should one slip through, the first (in name order) keeps it.
 func (r *renderer) virtualServer(sp *model.ServicePort, ip netip.Addr, port int32, eps []*model.Endpoint) {
-	key := ipvs.VirtualServer{Protocol: protoNumber(sp.Protocol), Addr: ip, Port: uint16(port), Family: r.addrFamily()}
+	key := ipvs.VirtualServer{Protocol: protoNumber(sp.Protocol), Addr: ip, Port: uint16(port), Family: addrFamily(r.cfg.Family)}
 	if _, ok := r.d.Services[key]; ok {
 		return
 	}

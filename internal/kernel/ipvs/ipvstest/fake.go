@@ -307,6 +307,16 @@ func (f *Fake) Destinations(vs ipvs.VirtualServer) ([]ipvs.Destination, error) {
 	return out, nil
 }
 
+// checkFamily: the real Handle refuses a real server of another family
+// than its virtual server's before it asks the kernel (which takes one
+// only for tunnelling).
+func checkFamily(vs ipvs.VirtualServer, d ipvs.Destination) error {
+	if vs.FWMark == 0 && d.Addr.Is4() != vs.Addr.Is4() {
+		return syscall.EINVAL
+	}
+	return nil
+}
+
 func checkDest(d ipvs.Destination) error {
 	if !d.Addr.IsValid() {
 		return syscall.EINVAL
@@ -325,6 +335,9 @@ func (f *Fake) AddDestination(vs ipvs.VirtualServer, d ipvs.Destination) error {
 	vs = key(vs)
 	d.Addr = d.Addr.Unmap()
 	if err := f.enter(OpAddDestination, vs, &d); err != nil {
+		return err
+	}
+	if err := checkFamily(vs, d); err != nil {
 		return err
 	}
 	s, ok := f.services[vs]
@@ -353,6 +366,9 @@ func (f *Fake) UpdateDestination(vs ipvs.VirtualServer, d ipvs.Destination) erro
 	vs = key(vs)
 	d.Addr = d.Addr.Unmap()
 	if err := f.enter(OpUpdateDestination, vs, &d); err != nil {
+		return err
+	}
+	if err := checkFamily(vs, d); err != nil {
 		return err
 	}
 	s, ok := f.services[vs]

@@ -57,6 +57,9 @@ func TestServicesAndDestinations(t *testing.T) {
 	if err := f.AddDestination(ipvs.VirtualServer{Protocol: 6, Addr: vs4.Addr, Port: 99}, ep1); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("AddDestination without service = %v, want ESRCH", err)
 	}
+	if err := f.AddDestination(vs6, ep1); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("IPv4 real server in an IPv6 service = %v, want EINVAL", err)
+	}
 	bad := ep1
 	bad.Weight = -1
 	if err := f.UpdateDestination(vs4, bad); !errors.Is(err, syscall.ERANGE) {
