@@ -102,6 +102,9 @@ func (g *graceful) delete(vs ipvs.VirtualServer, dk destKey) error {
 
 // cancel: the endpoint is wanted again (the sync sets its weight back).
 func (g *graceful) cancel(vs ipvs.VirtualServer, dk destKey) {
+	if len(g.pending) == 0 {
+		return
+	}
 	delete(g.pending, pendingKey{vs, dk})
 }
 

@@ -314,10 +314,8 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 			ks.svc = svc
 			st.svcUpdated++
 		}
-		wantDests := map[destKey]bool{}
 		for _, r := range dv.Reals {
 			dk := destKey{r.Addr.Unmap(), r.Port}
-			wantDests[dk] = true
 			r := ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: r.Weight}
 			have, ok := ks.dests[dk]
 			switch {
@@ -332,9 +330,20 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 					return st, fmt.Errorf("updating real server %s of %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
 				}
 				st.destUpdated++
+			default:
+				continue // as it is: nothing to write or to remember
 			}
 			p.graceful.cancel(vs, dk)
 			ks.dests[dk] = r
+		}
+		if len(ks.dests) <= len(dv.Reals) {
+			// Every known real server is wanted (the wanted ones were all
+			// found or added above; duplicates in Reals aside).
+			continue
+		}
+		wantDests := make(map[destKey]bool, len(dv.Reals))
+		for _, r := range dv.Reals {
+			wantDests[destKey{r.Addr.Unmap(), r.Port}] = true
 		}
 		for _, dk := range sortedDestKeys(ks.dests) {
 			if wantDests[dk] {

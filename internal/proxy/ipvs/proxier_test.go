@@ -252,7 +252,7 @@ func TestProxierLeavesForeignVirtualServers(t *testing.T) {
 			t.Fatalf("adding foreign %s: %v", vs, err)
 		}
 		if vs.FWMark == 0 {
-			if err := w.ipvs.AddDestination(vs, ipvs.Destination{Addr: ep2, Port: 1, Weight: 3}); err != nil {
+			if err := w.ipvs.AddDestination(vs, ipvs.Destination{Addr: foreignReal(vs), Port: 1, Weight: 3}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -283,7 +283,7 @@ func TestProxierLeavesForeignVirtualServers(t *testing.T) {
 				t.Fatalf("%s: foreign virtual server %s is gone", when, vs)
 			}
 			if vs.FWMark == 0 {
-				if got := destsOf(t, w.ipvs, vs); got[netip.AddrPortFrom(ep2, 1)] != 3 || len(got) != 1 {
+				if got := destsOf(t, w.ipvs, vs); got[netip.AddrPortFrom(foreignReal(vs), 1)] != 3 || len(got) != 1 {
 					t.Errorf("%s: foreign %s's real servers changed: %v", when, vs, got)
 				}
 			}
@@ -437,4 +437,13 @@ func TestProxierExampleWithRender(t *testing.T) {
 	if !strings.Contains(string(nat), "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
 		t.Errorf("the deleted jump rule was not restored:\n%s", nat)
 	}
+}
+
+// foreignReal is the real server of a foreign virtual server, of its
+// family.
+func foreignReal(vs ipvs.VirtualServer) netip.Addr {
+	if vs.Addr.Is6() {
+		return netip.MustParseAddr("fd00::2")
+	}
+	return ep2
 }
