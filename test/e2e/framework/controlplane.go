@@ -36,6 +36,13 @@
 // Everything Start creates is removed in t.Cleanup, in reverse order
 // (API server before etcd: an API server whose etcd went away first hangs on
 // shutdown), also when the test fails.
+//
+// # One control plane per test binary
+//
+// Shared gives every test of a binary the same control plane, started on
+// first use and stopped by StopShared in TestMain; after each test it is
+// put back as it started (see shared.go). A package's tests use Shared;
+// Start is for a package with a single test, and for the framework's own.
 package framework
 
 import (
