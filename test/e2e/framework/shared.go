@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -485,8 +487,15 @@ func (s *suite) Failed() bool {
 	return len(s.errs) > 0
 }
 
+// sharedDirPrefix starts the name of the shared control plane's
+// directories: kpe2e-shared-PID-random, so that those of a test binary
+// killed before StopShared (a -timeout panic) are recognised and removed by
+// the next run (sweepStaleDirs).
+const sharedDirPrefix = "kpe2e-shared-"
+
 func (s *suite) TempDir() string {
-	dir, err := os.MkdirTemp("", "kpe2e-shared-")
+	sweepDirsOnce.Do(sweepStaleDirs)
+	dir, err := os.MkdirTemp("", sharedDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		s.Fatalf("temporary directory: %v", err)
 	}
@@ -496,6 +505,27 @@ func (s *suite) TempDir() string {
 		}
 	})
 	return dir
+}
+
+var sweepDirsOnce sync.Once
+
+// sweepStaleDirs removes the shared control-plane directories of test
+// binaries that no longer run (etcd's data, logs, credentials).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), sharedDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), sharedDirPrefix), "-")
+		if !ok || pid == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if _, err := strconv.Atoi(pid); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/proc", pid)); err == nil {
+			continue // its test binary is still running
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 // run runs f, turning a Fatalf inside it into an error.

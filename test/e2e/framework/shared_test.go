@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -138,4 +140,28 @@ func TestSharedControlPlane(t *testing.T) {
 			t.Errorf("connected with %v, want the first test's free addresses %v", l.Addrs, firstLink.Addrs)
 		}
 	})
+}
+
+// TestSweepStaleDirs: the directory of a test binary that is gone is
+// removed, this binary's is kept.
+func TestSweepStaleDirs(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-test", sharedDirPrefix, gone.Process.Pid))
+	own := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-test", sharedDirPrefix, os.Getpid()))
+	for _, d := range []string{stale, own} {
+		if err := os.MkdirAll(filepath.Join(d, "etcd-data"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+	}
+	sweepStaleDirs()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("%s of exited pid %d: %v, want removed", stale, gone.Process.Pid, err)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("this binary's %s: %v, want kept", own, err)
+	}
 }
