@@ -54,7 +54,7 @@ const catalogueSettle = 30 * time.Second
 // every mode, all against one control plane.
 func TestMalformedCatalogueAPI(t *testing.T) {
 	start := time.Now()
-	cp := framework.Start(t, controlPlaneOptions())
+	cp := sharedControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx,

@@ -444,9 +444,9 @@ func canI(ctx context.Context, t *testing.T, cp *framework.ControlPlane, ns, gro
 // stored), then the RBAC objects for real, checked by SubjectAccessReview.
 func TestDeployApply(t *testing.T) {
 	// Like kube-proxy, kproxy runs privileged; kubeadm and RKE2 run the API
-	// server with --allow-privileged=true for that reason, the harness
-	// does not by default.
-	cp := framework.Start(t, framework.Options{APIServerArgs: []string{"--allow-privileged=true"}})
+	// server with --allow-privileged=true for that reason, and so does the
+	// shared control plane (controlPlaneOptions).
+	cp := sharedControlPlane(t)
 	objs := loadDeployObjects(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

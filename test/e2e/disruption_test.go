@@ -1,9 +1,10 @@
 package e2e
 
 // Disruptions: the API server goes away for a minute, kproxy is killed and
-// restarted, and kproxy's watches expire (410 Gone). Each runs on a control
-// plane of its own, since it stops or compacts it. Addresses: see
-// env_test.go.
+// restarted, and kproxy's watches expire (410 Gone). They stop, restart
+// and compact the package's shared control plane in place (same etcd,
+// certificates and address); its cleanup leaves the API server running
+// with its own flags again for the next test. Addresses: see env_test.go.
 
 import (
 	"fmt"
@@ -20,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
-	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
 const (
@@ -100,7 +100,7 @@ func (s *session) check() error {
 // server returns, kproxy's watches resume and a change made right away is
 // programmed.
 func disruptionAPIServerOutage(t *testing.T, mode modeCase) {
-	cp := framework.Start(t, controlPlaneOptions())
+	cp := sharedControlPlane(t)
 	// The reflector logs failed watches at level 4.
 	e := newEnv(t, cp, mode, "--vmodule=reflector=4")
 	svc := e.createService("web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
@@ -210,7 +210,7 @@ func disruptionAPIServerOutage(t *testing.T, mode modeCase) {
 // fail); established connections survive; and the first sync after the
 // restart is already correct for changes made while kproxy was down.
 func disruptionKproxyKilled(t *testing.T, mode modeCase) {
-	cp := framework.Start(t, controlPlaneOptions())
+	cp := sharedControlPlane(t)
 	e := newEnv(t, cp, mode)
 	stable := ap(clusterIP(e.createService("stable"), v4), 80)
 	changing := ap(clusterIP(e.createService("changing"), v4), 80)
@@ -363,7 +363,8 @@ func (p *prober) stop() (int, []string) {
 // watches from their last resource version, get 410 Gone and relist. The
 // rules must then show the changes.
 func disruptionWatchExpired(t *testing.T, mode modeCase) {
-	cp := framework.Start(t, controlPlaneOptions("--watch-cache=false"))
+	cp := sharedControlPlane(t)
+	cp.WithAPIServerArgs(t, "--watch-cache=false")
 	// The reflector logs a watch closed by 410 Gone at level 4.
 	e := newEnv(t, cp, mode, "--vmodule=reflector=4")
 	web := ap(clusterIP(e.createService("web"), v4), 80)

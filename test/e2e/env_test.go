@@ -95,10 +95,23 @@ func pfx(s string) netip.Prefix                { return netip.MustParsePrefix(s)
 func addr(s string) netip.Addr                 { return netip.MustParseAddr(s) }
 func ap(a netip.Addr, port int) netip.AddrPort { return netip.AddrPortFrom(a, uint16(port)) }
 
-// controlPlaneOptions are the framework options every scenario uses, plus
-// extra API server flags.
-func controlPlaneOptions(apiServerArgs ...string) framework.Options {
-	return framework.Options{ServiceCIDRs: serviceCIDRs, APIServerArgs: apiServerArgs}
+// controlPlaneOptions are the options of the package's shared control
+// plane: the union of what its tests need. --allow-privileged=true: like
+// kube-proxy, kproxy's DaemonSet runs privileged, and kubeadm and RKE2 run
+// the API server so for that reason (TestDeployApply); nothing else here
+// creates Pods.
+var controlPlaneOptions = framework.Options{
+	ServiceCIDRs:  serviceCIDRs,
+	APIServerArgs: []string{"--allow-privileged=true"},
+}
+
+// sharedControlPlane is the test binary's one control plane (started by
+// the first test to ask, stopped in TestMain), as tb's test found it: empty
+// but for what the API server makes itself, and put back so when tb ends.
+// A test that needs other API server flags uses cp.WithAPIServerArgs.
+func sharedControlPlane(tb testing.TB) *framework.ControlPlane {
+	tb.Helper()
+	return framework.Shared(tb, controlPlaneOptions)
 }
 
 func topology() netns.ClusterSpec {

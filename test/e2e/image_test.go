@@ -498,9 +498,9 @@ func TestImage(t *testing.T) {
 		return
 	}
 
-	cp := framework.Start(t, controlPlaneOptions())
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
+			cp := sharedControlPlane(t)
 			e := newEnvLaunch(t, cp, mode, img.launcher(t, cp))
 			// kproxy really runs in the image's root filesystem.
 			if got, err := os.Readlink(fmt.Sprintf("/proc/%d/root", e.kproxy.Pid())); err != nil || got != img.rootfs {

@@ -38,7 +38,16 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: building kproxy: %v\n", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	// The one control plane of this test binary, started by the first
+	// test that needed it (sharedControlPlane).
+	if err := framework.StopShared(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: stopping the shared control plane: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // buildKproxy builds cmd/kproxy of this checkout. `go test` puts its own

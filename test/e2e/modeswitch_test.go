@@ -53,7 +53,7 @@ func upstreamKubeProxy(t *testing.T) string {
 func TestUpstreamToKproxy(t *testing.T) {
 	// Start skips (or fails, when mandatory) where the control plane
 	// cannot run, and builds missing binaries (kube-proxy among them).
-	cp := framework.Start(t, controlPlaneOptions())
+	cp := sharedControlPlane(t)
 	upstream := upstreamKubeProxy(t)
 	nftBackend := iptablesModeCase(xtables.NFT)
 	for _, tc := range []struct {

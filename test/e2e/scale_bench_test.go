@@ -39,7 +39,7 @@ func BenchmarkAPIServerScale(b *testing.B) {
 	}
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			cp := framework.Start(b, controlPlaneOptions())
+			cp := sharedControlPlane(b)
 			cp.CreateNode(b, nodeA, nodeAIP)
 			const kns = "scale"
 			created := time.Now()

@@ -23,7 +23,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 	"github.com/kproxy/kproxy/internal/trace"
-	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
 const (
@@ -53,16 +52,16 @@ var scenarios = []scenario{
 	{name: "service-cidrs", run: scenarioServiceCIDRs},
 }
 
-// TestScenarios runs every scenario in every mode. The scenarios of a mode
-// share one control plane (starting one takes seconds); each gets fresh
-// network namespaces, a fresh Node object, kproxy process and Kubernetes
+// TestScenarios runs every scenario in every mode, on the package's shared
+// control plane (starting one takes seconds); each gets fresh network
+// namespaces, a fresh Node object, kproxy process and Kubernetes
 // namespace, all removed when it ends.
 func TestScenarios(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			cp := framework.Start(t, controlPlaneOptions())
 			for _, sc := range scenarios {
 				t.Run(sc.name, func(t *testing.T) {
+					cp := sharedControlPlane(t)
 					start := time.Now()
 					var args []string
 					if sc.kproxyArgs != nil {

@@ -36,6 +36,13 @@
 // Everything Start creates is removed in t.Cleanup, in reverse order
 // (API server before etcd: an API server whose etcd went away first hangs on
 // shutdown), also when the test fails.
+//
+// # One control plane per test binary
+//
+// Shared gives every test of a binary the same control plane, started on
+// first use and stopped by StopShared in TestMain; after each test it is
+// put back as it started (see shared.go). A package's tests use Shared;
+// Start is for a package with a single test, and for the framework's own.
 package framework
 
 import (
@@ -120,15 +127,25 @@ type ControlPlane struct {
 	EtcdReady, APIServerReady time.Duration
 
 	ca *authority
+	// owner is the lifetime the control plane's processes belong to: the
+	// test that called Start, or the shared control plane's suite.
+	owner tb
 	// apiServerArgv and readyTimeout let StartAPIServer run the API
-	// server again exactly as Start did; apiServerRuns counts its runs
-	// (each gets a log file of its own).
-	apiServerArgv []string
-	readyTimeout  time.Duration
-	apiServerRuns int
+	// server again as it last ran; baseAPIServerArgv is how Start ran it
+	// (WithAPIServerArgs changes apiServerArgv for one test).
+	// apiServerRuns counts its runs (each gets a log file of its own).
+	apiServerArgv     []string
+	baseAPIServerArgv []string
+	readyTimeout      time.Duration
+	apiServerRuns     int
 
-	mu    sync.Mutex
-	links int // veths made by ConnectNamespace so far
+	mu sync.Mutex
+	// links holds the numbers of the veths ConnectNamespace made that
+	// still exist; a number is reused once its veth is gone.
+	links map[int]bool
+	// baseline is what the shared control plane's API held when it
+	// became ready (see Reset); nil for a control plane of one test.
+	baseline map[objectKey]bool
 }
 
 // Start runs etcd and kube-apiserver in a new network namespace and waits
@@ -144,6 +161,13 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		}
 		t.Skip(reason)
 	}
+	return start(t, opts)
+}
+
+// start is Start without the skip check, for any lifetime: a test's, or
+// the shared control plane's (see Shared).
+func start(t tb, opts Options) *ControlPlane {
+	t.Helper()
 	binDir, err := ensureBinaries()
 	if err != nil {
 		t.Fatalf("control-plane binaries: %v", err)
@@ -159,8 +183,10 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		Dir:          t.TempDir(),
 		Server:       "https://" + netip.AddrPortFrom(ControlPlaneIP4, APIServerPort).String(),
 		readyTimeout: opts.ReadyTimeout,
+		owner:        t,
+		links:        map[int]bool{},
 	}
-	cp.Namespace = AddNamespace(t, "kpe2e-cp")
+	cp.Namespace = addNamespace(t, "kpe2e-cp")
 	cp.setUpNetwork(t)
 	files := cp.writeCredentials(t, opts.ServiceCIDRs)
 
@@ -168,12 +194,15 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	defer cancel()
 
 	start := time.Now()
-	cp.Etcd = StartProcess(t, cp.Namespace, cp.Dir, "etcd",
+	cp.Etcd, err = startProcess(t, cp.Namespace, cp.Dir, "etcd",
 		filepath.Join(binDir, EtcdBinary),
 		"--data-dir="+filepath.Join(cp.Dir, "etcd-data"),
 		"--listen-client-url=http://127.0.0.1:2379",
 		"--listen-peer-url=http://127.0.0.1:2380",
 	)
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
 	etcdCtx, etcdCancel := context.WithTimeout(ctx, etcdReadyTimeout)
 	defer etcdCancel()
 	if err := cp.waitEtcd(etcdCtx); err != nil {
@@ -183,8 +212,11 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 
 	start = time.Now()
 	cp.apiServerArgv = append([]string{filepath.Join(binDir, APIServerBinary)}, cp.apiServerArgs(files, opts)...)
+	cp.baseAPIServerArgv = cp.apiServerArgv
 	cp.apiServerRuns = 1
-	cp.APIServer = StartProcess(t, cp.Namespace, cp.Dir, "kube-apiserver", cp.apiServerArgv...)
+	if cp.APIServer, err = startProcess(t, cp.Namespace, cp.Dir, "kube-apiserver", cp.apiServerArgv...); err != nil {
+		t.Fatalf("kube-apiserver: %v", err)
+	}
 	if err := cp.waitAPIServer(ctx); err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}
@@ -197,7 +229,7 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 // setUpNetwork creates the bridge holding the control plane's addresses;
 // ConnectNamespace plugs veths into it. STP off and no forward delay: a new
 // port forwards at once.
-func (cp *ControlPlane) setUpNetwork(t testing.TB) {
+func (cp *ControlPlane) setUpNetwork(t tb) {
 	t.Helper()
 	ns := cp.Namespace
 	cmds := [][]string{
@@ -227,7 +259,7 @@ type credentialFiles struct {
 // writeCredentials makes the CA, the API server's serving certificate,
 // the service-account signing keys, the admin kubeconfig and the admin
 // client configuration.
-func (cp *ControlPlane) writeCredentials(t testing.TB, serviceCIDRs []netip.Prefix) credentialFiles {
+func (cp *ControlPlane) writeCredentials(t tb, serviceCIDRs []netip.Prefix) credentialFiles {
 	t.Helper()
 	ca, err := newAuthority()
 	if err != nil {
@@ -411,9 +443,9 @@ type Link struct {
 // ConnectNamespace connects the network namespace ns to the control-plane
 // network with a veth pair: one end joins the control plane's bridge, the
 // other (returned) gets addrs, which must lie in ControlPlaneNet4 or
-// ControlPlaneNet6 (and not be the control plane's own). With no addrs the
-// n-th connected namespace gets 198.18.250.(10+n)/24 and
-// fd00:18:250::(10+n)/64. Both ends are created directly in their
+// ControlPlaneNet6 (and not be the control plane's own). Each connection
+// gets the lowest number n ≥ 1 no other live connection holds; with no
+// addrs the namespace gets 198.18.250.(10+n)/24 and fd00:18:250::(10+n)/64. Both ends are created directly in their
 // namespaces; the root namespace never sees them. The veth is removed in
 // t.Cleanup (deleting either namespace removes it too).
 func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip.Prefix) Link {
@@ -422,12 +454,21 @@ func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip
 		t.Fatalf("ConnectNamespace: no network namespace %q", ns)
 	}
 	cp.mu.Lock()
-	cp.links++
-	n := cp.links
+	n := 1
+	for cp.links[n] {
+		n++
+	}
+	cp.links[n] = true
 	cp.mu.Unlock()
+	release := func() {
+		cp.mu.Lock()
+		delete(cp.links, n)
+		cp.mu.Unlock()
+	}
 	if len(addrs) == 0 {
 		if n > 200 {
-			t.Fatalf("ConnectNamespace: more than 200 namespaces need explicit addresses")
+			release()
+			t.Fatalf("ConnectNamespace: more than 200 namespaces connected at once need explicit addresses")
 		}
 		addrs = []netip.Prefix{
 			netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 250, byte(10 + n)}), ControlPlaneNet4.Bits()),
@@ -437,6 +478,7 @@ func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip
 	for _, a := range addrs {
 		if (!ControlPlaneNet4.Contains(a.Addr()) && !ControlPlaneNet6.Contains(a.Addr())) ||
 			a.Addr() == ControlPlaneIP4 || a.Addr() == ControlPlaneIP6 {
+			release()
 			t.Fatalf("ConnectNamespace: %s is not a free address of %s or %s", a, ControlPlaneNet4, ControlPlaneNet6)
 		}
 	}
@@ -446,13 +488,24 @@ func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip
 	ctx := context.Background()
 	if _, err := Run(ctx, "ip", "-n", cp.Namespace, "link", "add", cpSide, "type", "veth",
 		"peer", "name", link.Name, "netns", ns); err != nil {
+		release()
 		t.Fatalf("ConnectNamespace: %v", err)
 	}
 	t.Cleanup(func() {
+		defer release()
 		// Gone already if a namespace was deleted first; nothing to do then.
 		if namespaceExists(cp.Namespace) && namespaceExists(ns) {
 			if _, err := Run(context.Background(), "ip", "-n", cp.Namespace, "link", "del", cpSide); err != nil {
 				t.Errorf("removing veth %s: %v", cpSide, err)
+			}
+		}
+		// The addresses are reused by the next namespace connected
+		// with this number (a later test of a shared control plane):
+		// forget their old MAC addresses, or the API server would
+		// answer the new peer at the old one until the entry expires.
+		if namespaceExists(cp.Namespace) {
+			for _, a := range addrs {
+				_, _ = Run(context.Background(), "ip", "-n", cp.Namespace, "neigh", "flush", "to", a.Addr().String())
 			}
 		}
 	})

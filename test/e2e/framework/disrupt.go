@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -22,29 +23,83 @@ func (cp *ControlPlane) StopAPIServer() error {
 }
 
 // StartAPIServer runs kube-apiserver again after StopAPIServer, with the
-// flags Start gave it, and waits until it is ready (bounded by
+// flags it last ran with (Start's, or WithAPIServerArgs's during that
+// call's test), and waits until it is ready (bounded by
 // Options.ReadyTimeout). APIServer and APIServerReady then describe the new
 // process; its log is kube-apiserver-N.log in Dir (N = 2, 3, …), so the
-// first run's log is kept. The new process is stopped in t.Cleanup; t must
-// be the test that called Start or one of its subtests, so that it stops
-// before etcd does.
+// first run's log is kept. The new process belongs to the control plane,
+// not to t: it is stopped with the control plane, before etcd.
 func (cp *ControlPlane) StartAPIServer(t testing.TB) {
 	t.Helper()
+	if err := cp.startAPIServer(); err != nil {
+		t.Fatalf("StartAPIServer: %v", err)
+	}
+}
+
+// startAPIServer is StartAPIServer returning an error.
+func (cp *ControlPlane) startAPIServer() error {
 	select {
 	case <-cp.APIServer.Done():
 	default:
-		t.Fatalf("StartAPIServer: %s is still running (StopAPIServer first)", cp.APIServer.Name)
+		return fmt.Errorf("%s is still running (StopAPIServer first)", cp.APIServer.Name)
 	}
 	cp.apiServerRuns++
 	name := "kube-apiserver-" + strconv.Itoa(cp.apiServerRuns)
 	ctx, cancel := context.WithTimeout(context.Background(), cp.readyTimeout)
 	defer cancel()
 	start := time.Now()
-	cp.APIServer = StartProcess(t, cp.Namespace, cp.Dir, name, cp.apiServerArgv...)
+	p, err := startProcess(cp.owner, cp.Namespace, cp.Dir, name, cp.apiServerArgv...)
+	if err != nil {
+		return err
+	}
+	cp.APIServer = p
 	if err := cp.waitAPIServer(ctx); err != nil {
-		t.Fatalf("%s: %v", name, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	cp.APIServerReady = time.Since(start)
+	return nil
+}
+
+// WithAPIServerArgs restarts kube-apiserver (same etcd, certificates,
+// address and kubeconfigs) with args added after Start's flags (a repeated
+// flag takes the later value), for the rest of t; in t.Cleanup it is
+// restarted with Start's flags again, so that the next test of a shared
+// control plane finds it as it was. Between the two, StopAPIServer and
+// StartAPIServer keep args.
+func (cp *ControlPlane) WithAPIServerArgs(t testing.TB, args ...string) {
+	t.Helper()
+	if err := cp.restartAPIServer(append(slices.Clone(cp.baseAPIServerArgv), args...)); err != nil {
+		t.Fatalf("restarting kube-apiserver with %v: %v", args, err)
+	}
+	t.Cleanup(func() {
+		if err := cp.restoreAPIServer(); err != nil {
+			t.Errorf("restarting kube-apiserver with its own flags: %v", err)
+		}
+	})
+}
+
+// restoreAPIServer makes sure kube-apiserver runs with Start's flags:
+// restarted if a test left it with others, started if a test left it
+// stopped (a disruption test that failed during its outage).
+func (cp *ControlPlane) restoreAPIServer() error {
+	if !slices.Equal(cp.apiServerArgv, cp.baseAPIServerArgv) {
+		return cp.restartAPIServer(cp.baseAPIServerArgv)
+	}
+	select {
+	case <-cp.APIServer.Done():
+		return cp.startAPIServer()
+	default:
+		return nil
+	}
+}
+
+// restartAPIServer stops kube-apiserver (if running) and runs it with argv.
+func (cp *ControlPlane) restartAPIServer(argv []string) error {
+	if err := cp.StopAPIServer(); err != nil {
+		return err
+	}
+	cp.apiServerArgv = argv
+	return cp.startAPIServer()
 }
 
 // etcdURL is etcd's client URL inside the control plane's namespace.

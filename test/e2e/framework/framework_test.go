@@ -366,9 +366,11 @@ func TestSweepStaleNamespaces(t *testing.T) {
 // TestAPIServerRestartAndCompaction: StopAPIServer and StartAPIServer keep
 // etcd's data and the credentials (the same client reads what it wrote
 // before), and after CompactEtcd a watch from an older resource version,
-// served from etcd, is answered 410 Gone.
+// served from etcd, is answered 410 Gone. It runs on the shared control
+// plane, with the flag for that test only (WithAPIServerArgs).
 func TestAPIServerRestartAndCompaction(t *testing.T) {
-	cp := Start(t, Options{APIServerArgs: []string{"--watch-cache=false"}})
+	cp := Shared(t, Options{})
+	cp.WithAPIServerArgs(t, "--watch-cache=false")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cms := cp.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault)
@@ -387,8 +389,11 @@ func TestAPIServerRestartAndCompaction(t *testing.T) {
 		t.Fatal("the API server still answers after StopAPIServer")
 	}
 	cp.StartAPIServer(t)
-	if cp.APIServer == first || cp.APIServer.Name != "kube-apiserver-2" {
-		t.Errorf("after StartAPIServer: APIServer %q, want a new process kube-apiserver-2", cp.APIServer.Name)
+	if want := "kube-apiserver-" + strconv.Itoa(cp.apiServerRuns); cp.APIServer == first || cp.APIServer.Name != want || first.Name == want {
+		t.Errorf("after StartAPIServer: APIServer %q (was %q), want a new process %s", cp.APIServer.Name, first.Name, want)
+	}
+	if !slices.Contains(cp.apiServerArgv, "--watch-cache=false") {
+		t.Errorf("StartAPIServer dropped WithAPIServerArgs's flag: %v", cp.apiServerArgv)
 	}
 	if _, err := os.Stat(first.Log); err != nil {
 		t.Errorf("the first run's log: %v", err)

@@ -39,6 +39,13 @@ const commandTimeout = 30 * time.Second
 // recognised and deleted by the next run; see sweepStaleNamespaces.
 func AddNamespace(t testing.TB, prefix string) string {
 	t.Helper()
+	return addNamespace(t, prefix)
+}
+
+// addNamespace is AddNamespace for any lifetime (a test or the shared
+// control plane's).
+func addNamespace(t tb, prefix string) string {
+	t.Helper()
 	sweepOnce.Do(sweepStaleNamespaces)
 	name := fmt.Sprintf("%s-%d-%s", prefix, os.Getpid(), randomSuffix(t))
 	if _, err := Run(context.Background(), "ip", "netns", "add", name); err != nil {
@@ -90,7 +97,7 @@ func sweepStaleNamespaces() {
 	}
 }
 
-func randomSuffix(t testing.TB) string {
+func randomSuffix(t tb) string {
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatalf("random name: %v", err)

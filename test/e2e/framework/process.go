@@ -47,17 +47,28 @@ type Process struct {
 // (for example on a -timeout panic).
 func StartProcess(t testing.TB, ns, dir, name string, argv ...string) *Process {
 	t.Helper()
+	p, err := startProcess(t, ns, dir, name, argv...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return p
+}
+
+// startProcess is StartProcess with the process's lifetime tied to owner
+// (a test, or the shared control plane's suite lifetime), returning an
+// error instead of failing owner.
+func startProcess(owner tb, ns, dir, name string, argv ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		t.Fatalf("creating %s: %v", logPath, err)
+		return nil, fmt.Errorf("creating %s: %w", logPath, err)
 	}
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := startOnSpawnerThread(cmd); err != nil {
 		logFile.Close()
-		t.Fatalf("starting %s: %v", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	logFile.Close() // the child holds its own copy
 	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
@@ -65,18 +76,18 @@ func StartProcess(t testing.TB, ns, dir, name string, argv ...string) *Process {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		if err := p.Stop(); err != nil {
-			t.Errorf("%v", err)
+			owner.Errorf("%v", err)
 		}
 		if p.Killed {
-			t.Logf("%s ignored SIGTERM for %s and was killed", p.Name, stopGrace)
+			owner.Logf("%s ignored SIGTERM for %s and was killed", p.Name, stopGrace)
 		}
-		if t.Failed() {
-			t.Logf("last lines of %s:\n%s", logPath, p.Tail(40))
+		if owner.Failed() {
+			owner.Logf("last lines of %s:\n%s", logPath, p.Tail(40))
 		}
 	})
-	return p
+	return p, nil
 }
 
 // The kernel sends PDEATHSIG when the *thread* that forked the child exits,
