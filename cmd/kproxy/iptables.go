@@ -70,18 +70,12 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	}
 	acct := nfacct.Netlink{}
 	for i, f := range fams {
-		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
-		if err == nil {
-			_, err = ipt.Version(ctx)
-		}
+		ipt, err := familyIPTables(ctx, b, f, i == 0, "iptables mode", env.xtables)
 		if err != nil {
-			if i > 0 {
-				// The secondary family is optional, as upstream runs
-				// single-stack when ip6tables does not work.
-				klog.ErrorS(err, "Cannot use iptables for this IP family; proxying the primary family only", "ipFamily", f, "backend", b)
-				continue
-			}
-			return nil, fmt.Errorf("iptables mode (%s backend): %w", b, err)
+			return nil, err
+		}
+		if ipt == nil {
+			continue
 		}
 		opts := iptablesOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
@@ -257,4 +251,22 @@ func deleteNFTablesTables(ctx context.Context) error {
 	}
 	defer iface.Close()
 	return cleanupTables(ctx, iface, nftables.DefaultTableName)
+}
+
+// familyIPTables opens iptables of backend b for family f and checks that
+// it runs. The secondary family is optional, as upstream runs single-stack
+// when ip6tables does not work: then it logs why and returns nil, nil.
+func familyIPTables(ctx context.Context, b xtables.Backend, f v1.IPFamily, primary bool, mode string, opts []xtables.Option) (xtables.Interface, error) {
+	ipt, err := xtables.New(b, xtablesFamily(f), opts...)
+	if err == nil {
+		_, err = ipt.Version(ctx)
+	}
+	switch {
+	case err == nil:
+		return ipt, nil
+	case primary:
+		return nil, fmt.Errorf("%s (%s iptables backend): %w", mode, b, err)
+	}
+	klog.ErrorS(err, "Cannot use iptables for this IP family; proxying the primary family only", "ipFamily", f, "backend", b)
+	return nil, nil
 }

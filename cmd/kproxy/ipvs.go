@@ -11,7 +11,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -110,16 +109,12 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		return nil, err
 	}
 	for i, f := range fams {
-		ipt, err := xtables.New(b, xtablesFamily(f), env.xtables...)
-		if err == nil {
-			_, err = ipt.Version(ctx)
-		}
+		ipt, err := familyIPTables(ctx, b, f, i == 0, "ipvs mode", env.xtables)
 		if err != nil {
-			if i > 0 {
-				klog.ErrorS(err, "Cannot use iptables for this IP family; proxying the primary family only", "ipFamily", f, "backend", b)
-				continue
-			}
-			return nil, fmt.Errorf("ipvs mode (%s iptables backend): %w", b, err)
+			return nil, err
+		}
+		if ipt == nil {
+			continue
 		}
 		h, err := openIPVSHandles(env.netns)
 		if err != nil {

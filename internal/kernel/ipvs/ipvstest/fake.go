@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/testutil/faultplan"
 )
 
 // Op names one Handle method.
@@ -55,10 +56,9 @@ type Fake struct {
 	services map[ipvs.VirtualServer]*service
 	order    []ipvs.VirtualServer
 	timeouts ipvs.Timeouts
-	calls    map[Op]int
-	errs     map[Op][]error // queued errors; a nil entry is "succeed"
-	always   map[Op]error
-	closed   bool
+	faultplan.Plan[Op]
+	errs   map[Op][]error // queued errors; a nil entry is "succeed"
+	closed bool
 
 	// Hook, when set, runs before every operation with its arguments (d
 	// is nil for service operations); an error it returns is the
@@ -72,39 +72,10 @@ func New() *Fake {
 	return &Fake{
 		services: map[ipvs.VirtualServer]*service{},
 		timeouts: ipvs.Timeouts{TCP: 900, TCPFin: 120, UDP: 300},
-		calls:    map[Op]int{},
-		errs:     map[Op][]error{},
-		always:   map[Op]error{},
 	}
 }
 
 var _ ipvs.Handle = (*Fake)(nil)
-
-// FailNext makes the next calls of op return errs in turn (a nil one
-// lets that call through), then op works again.
-func (f *Fake) FailNext(op Op, errs ...error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs[op] = append(f.errs[op], errs...)
-}
-
-// FailAlways makes every call of op return err until FailAlways(op, nil).
-func (f *Fake) FailAlways(op Op, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.always, op)
-		return
-	}
-	f.always[op] = err
-}
-
-// Calls returns how often op was called (failed calls included).
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
 
 // Writes returns how many changing calls (add, update, delete of services
 // and destinations) were made since the last ResetCalls.
@@ -113,16 +84,9 @@ func (f *Fake) Writes() int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, op := range []Op{OpAddService, OpUpdateService, OpDeleteService, OpAddDestination, OpUpdateDestination, OpDeleteDestination} {
-		n += f.calls[op]
+		n += f.Calls(op)
 	}
 	return n
-}
-
-// ResetCalls zeroes the counters.
-func (f *Fake) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = map[Op]int{}
 }
 
 // SetConns sets the connection counters the kernel would report for a
@@ -175,14 +139,7 @@ func key(vs ipvs.VirtualServer) ipvs.VirtualServer {
 // enter counts the call and returns an injected error, if any. f.mu is
 // held.
 func (f *Fake) enter(op Op, vs ipvs.VirtualServer, d *ipvs.Destination) error {
-	f.calls[op]++
-	if q := f.errs[op]; len(q) > 0 {
-		f.errs[op] = q[1:]
-		if q[0] != nil {
-			return q[0]
-		}
-	}
-	if err := f.always[op]; err != nil {
+	if err := f.Enter(op); err != nil {
 		return err
 	}
 	if f.Hook != nil {
