@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -250,9 +251,12 @@ func nodeAddrsWithoutDummy() ([]netip.Addr, error) {
 }
 
 // cleanupForIPVSMode removes what nftables mode left and kube-proxy's
-// chains in the other iptables backend, after ipvs mode's first sync. The
-// chosen backend's chains are ipvs mode's own (same names as upstream's);
-// its first sync rewrote them.
+// chains in the other iptables backend, after ipvs mode's first sync. In
+// the chosen backend, the chains ipvs mode shares with iptables mode are
+// its own now (its first sync rewrote them); what only iptables mode made
+// goes: filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES would otherwise
+// keep rejecting, from INPUT, FORWARD and OUTPUT, services that had no
+// endpoints when iptables mode last ran.
 func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
 	var errs []error
 	if err := deleteNFTablesTables(ctx); err != nil {
@@ -260,6 +264,16 @@ func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtab
 	}
 	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
 		errs = append(errs, err)
+	}
+	for _, f := range xtables.Families {
+		n, err := xtables.CleanupIPTablesModeLeftovers(ctx, chosen, f, opts...)
+		switch {
+		case errors.Is(err, xtables.ErrNotInstalled):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("removing iptables mode's %s %s chains: %w", chosen, f, err))
+		case n > 0:
+			klog.InfoS("Removed iptables mode's chains that ipvs mode does not use", "backend", chosen, "family", f, "chains", n)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -84,6 +84,22 @@ func isKubeProxyChain(table, name string) bool {
 	return table == "nat" && hashedChain.MatchString(name)
 }
 
+// ipvsModeChains are the fixed-name chains ipvs mode writes (upstream's
+// names); the rest of kubeProxyChains, and the hashed chains, are iptables
+// mode's alone.
+var ipvsModeChains = map[string][]string{
+	"nat":    {"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-MARK-MASQ"},
+	"filter": {"KUBE-FORWARD", "KUBE-NODE-PORT", "KUBE-PROXY-FIREWALL", "KUBE-SOURCE-RANGES-FIREWALL", "KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER"},
+}
+
+// isIPTablesModeChain says whether a chain is one of kube-proxy's that
+// only its iptables mode makes (ipvs mode never uses the name).
+func isIPTablesModeChain(table, name string) bool {
+	return isKubeProxyChain(table, name) && !slices.Contains(ipvsModeChains[table], name) &&
+		// Old ipvs mode's nat KUBE-FIREWALL is not iptables mode's either.
+		(table != "nat" || name != "KUBE-FIREWALL")
+}
+
 // saveTable is one table of iptables-save output.
 type saveTable struct {
 	name    string
@@ -170,17 +186,18 @@ type tablePlan struct {
 	unhooked []string
 }
 
-// makePlan decides, per table, which rules and chains go.
-func makePlan(tables []*saveTable) []tablePlan {
+// makePlan decides, per table, which rules and chains go: the chains
+// ours says are kube-proxy's.
+func makePlan(tables []*saveTable, ours func(table, name string) bool) []tablePlan {
 	var plans []tablePlan
 	for _, t := range tables {
-		ours := map[string]bool{}
+		mine := map[string]bool{}
 		for _, c := range t.chains {
-			if !t.builtin[c] && isKubeProxyChain(t.name, c) {
-				ours[c] = true
+			if !t.builtin[c] && ours(t.name, c) {
+				mine[c] = true
 			}
 		}
-		if len(ours) == 0 {
+		if len(mine) == 0 {
 			continue
 		}
 		// Chains another tool's chain jumps to stay, and so does
@@ -189,8 +206,8 @@ func makePlan(tables []*saveTable) []tablePlan {
 		for changed := true; changed; {
 			changed = false
 			for _, r := range t.rules {
-				from := !t.builtin[r.chain] && (!ours[r.chain] || kept[r.chain])
-				if from && ours[r.target] && !kept[r.target] {
+				from := !t.builtin[r.chain] && (!mine[r.chain] || kept[r.chain])
+				if from && mine[r.target] && !kept[r.target] {
 					kept[r.target] = true
 					changed = true
 				}
@@ -200,7 +217,7 @@ func makePlan(tables []*saveTable) []tablePlan {
 		for _, r := range t.rules {
 			// kube-proxy's jumps from built-in chains go even to chains
 			// that are kept: the node must stop using kube-proxy's rules.
-			if t.builtin[r.chain] && ours[r.target] {
+			if t.builtin[r.chain] && mine[r.target] {
 				p.deletes = append(p.deletes, "-D"+strings.TrimPrefix(r.text, "-A"))
 				if kept[r.target] && !slices.Contains(p.unhooked, r.target) {
 					p.unhooked = append(p.unhooked, r.target)
@@ -211,7 +228,7 @@ func makePlan(tables []*saveTable) []tablePlan {
 			switch {
 			case kept[c]:
 				p.kept = append(p.kept, c)
-			case ours[c]:
+			case mine[c]:
 				p.remove = append(p.remove, c)
 			}
 		}
@@ -279,7 +296,7 @@ func cleanupScript(saveOutput string) (script string, chains []Chain, err error)
 	if err != nil {
 		return "", nil, err
 	}
-	plans := makePlan(tables)
+	plans := makePlan(tables, isKubeProxyChain)
 	return render(plans), chainsOf(plans, false), nil
 }
 
@@ -297,7 +314,7 @@ func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]
 	if err != nil {
 		return nil, fmt.Errorf("xtables: parsing %s output: %w", t.save, err)
 	}
-	return leftovers(makePlan(tables)), nil
+	return leftovers(makePlan(tables, isKubeProxyChain)), nil
 }
 
 // CleanupLeftovers removes kube-proxy's jumps from built-in chains and its
@@ -305,6 +322,21 @@ func FindLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) ([]
 // returns how many chains it deleted. Other chains (the kubelet's, the
 // user's, a CNI's) and their rules are left alone.
 func CleanupLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) (removed int, err error) {
+	return cleanup(ctx, b, f, isKubeProxyChain, opts)
+}
+
+// CleanupIPTablesModeLeftovers removes, like CleanupLeftovers, only the
+// chains that kube-proxy's iptables mode makes and its ipvs mode does not
+// (filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES with their REJECT rules
+// for services without endpoints, KUBE-NODEPORTS, the canaries, the
+// per-service chains), with their jumps from built-in chains: what ipvs
+// mode removes after its first sync on a node that ran iptables mode.
+// Chains that a remaining chain (ipvs mode's own) still jumps to stay.
+func CleanupIPTablesModeLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) (removed int, err error) {
+	return cleanup(ctx, b, f, isIPTablesModeChain, opts)
+}
+
+func cleanup(ctx context.Context, b Backend, f Family, ours func(table, name string) bool, opts []Option) (removed int, err error) {
 	t, err := newTool(b, f, newOptions(opts), false)
 	if err != nil {
 		return 0, err
@@ -322,7 +354,7 @@ func CleanupLeftovers(ctx context.Context, b Backend, f Family, opts ...Option) 
 		if err != nil {
 			return 0, fmt.Errorf("xtables: parsing %s output: %w", t.save, err)
 		}
-		plans := makePlan(tables)
+		plans := makePlan(tables, ours)
 		for _, c := range chainsOf(plans, true) {
 			klog.InfoS("Keeping a kube-proxy chain that another chain still jumps to", "backend", b, "family", f, "table", c.Table, "chain", c.Name)
 		}

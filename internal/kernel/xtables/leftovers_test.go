@@ -306,7 +306,7 @@ COMMIT
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans := makePlan(tables)
+	plans := makePlan(tables, isKubeProxyChain)
 	want := chainList("nat", "KUBE-MARK-MASQ", "KUBE-SEP-IT2ZTR26TO4XFPTO", "KUBE-SVC-TCOU7JCQXEZGVUNU")
 	if d := cmp.Diff(want, chainsOf(plans, true)); d != "" {
 		t.Errorf("kept (-want +got):\n%s", d)
@@ -493,5 +493,78 @@ func TestMissingBinaries(t *testing.T) {
 	}
 	if _, err := FindLeftovers(context.Background(), "iptables", IPv4); err == nil || errors.Is(err, ErrNotInstalled) {
 		t.Errorf("unknown backend: err = %v, want a plain error", err)
+	}
+}
+
+// TestIPTablesModeLeftoversUnderIPVSMode: ipvs mode after iptables mode on
+// the same backend. ipvs mode's first sync rewrote the chains of its own
+// (nat KUBE-SERVICES now holds its rules); what only iptables mode made
+// goes, above all filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES, whose
+// REJECT rules for services that had no endpoints would otherwise keep
+// refusing them; ipvs mode's chains and their jumps stay.
+func TestIPTablesModeLeftoversUnderIPVSMode(t *testing.T) {
+	save := `*nat
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SEP-IT2ZTR26TO4XFPTO - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+:KUBE-NODE-PORT - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-SEP-IT2ZTR26TO4XFPTO -s 10.244.0.2/32 -j KUBE-MARK-MASQ
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-IT2ZTR26TO4XFPTO
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-IPVS-FILTER - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 198.19.0.10/32 -p tcp -m comment --comment "ns/web:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
+COMMIT
+`
+	tables, err := parseSave(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := makePlan(tables, isIPTablesModeChain)
+	script := render(plans)
+	want := `*nat
+-F KUBE-NODEPORTS
+-F KUBE-SEP-IT2ZTR26TO4XFPTO
+-F KUBE-SVC-TCOU7JCQXEZGVUNU
+-X KUBE-NODEPORTS
+-X KUBE-SEP-IT2ZTR26TO4XFPTO
+-X KUBE-SVC-TCOU7JCQXEZGVUNU
+COMMIT
+*filter
+-D INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-D INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-D FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-D OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-F KUBE-EXTERNAL-SERVICES
+-F KUBE-SERVICES
+-X KUBE-EXTERNAL-SERVICES
+-X KUBE-SERVICES
+COMMIT
+`
+	if d := cmp.Diff(want, script); d != "" {
+		t.Errorf("script (-want +got):\n%s", d)
 	}
 }
