@@ -57,7 +57,6 @@ type Fake struct {
 	order    []ipvs.VirtualServer
 	timeouts ipvs.Timeouts
 	faultplan.Plan[Op]
-	errs   map[Op][]error // queued errors; a nil entry is "succeed"
 	closed bool
 
 	// Hook, when set, runs before every operation with its arguments (d
