@@ -304,6 +304,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		Services:       svcHealth,
 		Request:        func() { run.Request() },
 		RequestCleanup: func(after time.Duration) { run.RequestCleanup(after) },
+		RequestUrgent:  func() { run.RequestUrgent() },
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
 			if recorder == nil {
 				return

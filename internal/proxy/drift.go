@@ -81,7 +81,13 @@ func (l *Loop) Repair(f v1.IPFamily) {
 		l.repair[f] = true
 	}
 	l.repairMu.Unlock()
-	if l.opts.Request != nil {
+	switch {
+	case l.opts.RequestUrgent != nil:
+		// Services may be broken until the repair: it does not wait
+		// out min-sync-period (the runner keeps two repairs in a row
+		// from syncing back to back).
+		l.opts.RequestUrgent()
+	case l.opts.Request != nil:
 		l.opts.Request()
 	}
 }

@@ -30,6 +30,14 @@ func TestLoopRepair(t *testing.T) {
 	if requests != 2 {
 		t.Errorf("Repair asked for %d syncs, want 2", requests)
 	}
+	// With the runner's urgent request, a repair uses that instead.
+	urgent := 0
+	l.opts.RequestUrgent = func() { urgent++ }
+	l.Repair(model.IPv4)
+	if urgent != 1 || requests != 2 {
+		t.Errorf("Repair with RequestUrgent: %d urgent, %d plain requests; want 1 and 2", urgent, requests)
+	}
+	l.opts.RequestUrgent = nil
 	if err := l.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}

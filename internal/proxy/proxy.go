@@ -94,6 +94,10 @@ type Options struct {
 	Services   ServiceHealth  // optional
 	// Request asks for another sync (the runner's Request). Optional.
 	Request func()
+	// RequestUrgent asks for a sync that does not wait out
+	// min-sync-period (the runner's RequestUrgent), for repairs. Without
+	// it, Request is used. Optional.
+	RequestUrgent func()
 	// RequestCleanup asks for a low-priority sync after a delay (the
 	// runner's RequestCleanup), for a backend's deferred clean-up; such a
 	// sync does not hold back the next change by min-sync-period. Without

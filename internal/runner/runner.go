@@ -11,6 +11,11 @@
 //   - retryInterval: after fn fails, it runs again no later than this
 //     (still never earlier than minInterval allows). A successful run cancels
 //     the pending retry.
+//   - RequestUrgent: a run as soon as the current one ends, cutting
+//     minInterval's wait short: for a repair (rules changed behind the
+//     proxy's back, its services broken meanwhile). Two urgent runs in a
+//     row wait out minInterval as usual, so that a program fighting over
+//     the rules cannot make the proxy sync back to back.
 //   - RequestCleanup(after): a low-priority run, for work a run deferred
 //     (kproxy's backends delete stale objects a second after they stopped
 //     being used). It runs after the delay unless another run comes first
@@ -52,6 +57,8 @@ type Runner struct {
 	// cleanupSig wakes an idle loop to arm the clean-up timer;
 	// cleanupWanted/cleanupAfter hold the earliest delay asked for.
 	cleanupSig    chan struct{}
+	// urgent cuts a cooldown short (RequestUrgent).
+	urgent chan struct{}
 	mu            sync.Mutex
 	cleanupWanted bool
 	cleanupAfter  time.Duration
@@ -113,6 +120,7 @@ func New(name string, fn func() error, minInterval, maxInterval, retryInterval t
 		clk:           clk,
 		request:       make(chan struct{}, 1),
 		cleanupSig:    make(chan struct{}, 1),
+		urgent:        make(chan struct{}, 1),
 	}
 }
 
@@ -127,6 +135,17 @@ func (r *Runner) Request() {
 	default:
 		// A request is already pending; this one is covered by it.
 	}
+}
+
+// RequestUrgent asks for a run as soon as the current one (if any) ends,
+// without waiting for the rest of minInterval, unless the run before was
+// urgent too. It never blocks.
+func (r *Runner) RequestUrgent() {
+	select {
+	case r.urgent <- struct{}{}:
+	default:
+	}
+	r.Request()
 }
 
 // RequestCleanup asks for a low-priority run after the given delay (the
@@ -193,6 +212,7 @@ func (r *Runner) Run(ctx context.Context) {
 		}
 	}
 
+	lastCut := false // the last cooldown was cut short by RequestUrgent
 	for {
 		armCleanup()
 		r.hook(stateIdle)
@@ -230,6 +250,11 @@ func (r *Runner) Run(ctx context.Context) {
 		default:
 		}
 		r.takeCleanup()
+		// An urgent request made before this run is covered by it.
+		select {
+		case <-r.urgent:
+		default:
+		}
 		if cleanupOnly {
 			r.hook(stateCleanup)
 		}
@@ -247,11 +272,19 @@ func (r *Runner) Run(ctx context.Context) {
 		if r.minInterval > 0 && !cleanupOnly {
 			minTimer := r.clk.NewTimer(r.minInterval)
 			r.hook(stateCooldown)
+			urgent := r.urgent
+			if lastCut {
+				urgent = nil // two urgent runs in a row: wait it out
+			}
+			lastCut = false
 			select {
 			case <-ctx.Done():
 				minTimer.Stop()
 				return
 			case <-minTimer.C():
+			case <-urgent:
+				minTimer.Stop()
+				lastCut = true
 			}
 		}
 	}

@@ -38,6 +38,7 @@ type outcome struct {
 type action struct {
 	requests int
 	cleanup  time.Duration // RequestCleanup from outside fn
+	urgent   int           // RequestUrgent calls
 	release  bool
 	step     time.Duration
 	want     []string
@@ -56,6 +57,28 @@ var errSync = errors.New("sync failed")
 
 func TestRunner(t *testing.T) {
 	scenarios := []scenario{{
+		// A drift repair must not wait out the min interval of the sync
+		// that just ran (the drift test saw repairs a second late), but a
+		// program fighting over the rules must not make syncs back to
+		// back either.
+		name: "urgent requests cut the cooldown, not twice in a row",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "cooldown"}},
+			{step: 200 * time.Millisecond, urgent: 1, want: []string{"idle", "run 200ms", "cooldown"}},
+			{urgent: 1, want: nil},
+			{step: 999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"idle", "run 1.2s", "cooldown"}},
+			// The cooldown after a normal run can be cut again.
+			{urgent: 1, want: []string{"idle", "run 1.2s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// Idle: an urgent request is a request.
+			{urgent: 1, want: []string{"run 2.2s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			{step: time.Minute, want: nil},
+		},
+	}, {
 		// The benchmark against upstream found changes 1.5 s apart waiting
 		// 0.45 s: the clean-up run a second after each change started a
 		// min interval of its own.
@@ -345,6 +368,9 @@ func runScenario(t *testing.T, sc scenario) {
 		}
 		if a.cleanup > 0 {
 			r.RequestCleanup(a.cleanup)
+		}
+		for j := 0; j < a.urgent; j++ {
+			r.RequestUrgent()
 		}
 		if a.release {
 			release <- struct{}{}
