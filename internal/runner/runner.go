@@ -56,9 +56,9 @@ type Runner struct {
 
 	// cleanupSig wakes an idle loop to arm the clean-up timer;
 	// cleanupWanted/cleanupAfter hold the earliest delay asked for.
-	cleanupSig    chan struct{}
+	cleanupSig chan struct{}
 	// urgent cuts a cooldown short (RequestUrgent).
-	urgent chan struct{}
+	urgent        chan struct{}
 	mu            sync.Mutex
 	cleanupWanted bool
 	cleanupAfter  time.Duration
