@@ -503,42 +503,7 @@ func TestMissingBinaries(t *testing.T) {
 // REJECT rules for services that had no endpoints would otherwise keep
 // refusing them; ipvs mode's chains and their jumps stay.
 func TestIPTablesModeLeftoversUnderIPVSMode(t *testing.T) {
-	save := `*nat
-:PREROUTING ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:KUBE-MARK-MASQ - [0:0]
-:KUBE-NODEPORTS - [0:0]
-:KUBE-POSTROUTING - [0:0]
-:KUBE-SEP-IT2ZTR26TO4XFPTO - [0:0]
-:KUBE-SERVICES - [0:0]
-:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
-:KUBE-NODE-PORT - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
--A KUBE-SEP-IT2ZTR26TO4XFPTO -s 10.244.0.2/32 -j KUBE-MARK-MASQ
--A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-IT2ZTR26TO4XFPTO
--A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
-COMMIT
-*filter
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:KUBE-EXTERNAL-SERVICES - [0:0]
-:KUBE-FORWARD - [0:0]
-:KUBE-PROXY-FIREWALL - [0:0]
-:KUBE-SERVICES - [0:0]
-:KUBE-IPVS-FILTER - [0:0]
--A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
--A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
--A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
--A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A KUBE-SERVICES -d 198.19.0.10/32 -p tcp -m comment --comment "ns/web:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
-COMMIT
-`
+	save := ipvsAfterIPTablesSave
 	tables, err := parseSave(save)
 	if err != nil {
 		t.Fatal(err)
@@ -568,3 +533,47 @@ COMMIT
 		t.Errorf("script (-want +got):\n%s", d)
 	}
 }
+
+// ipvsAfterIPTablesSave is a node after iptables mode then ipvs mode's
+// first sync on the same backend: ipvs mode's chains (nat KUBE-SERVICES
+// now holds its rules) beside what only iptables mode made, filter
+// KUBE-SERVICES's REJECT rule hooked from INPUT, FORWARD and OUTPUT among
+// it. The unit test and the kernel test of CleanupIPTablesModeLeftovers
+// both start from it.
+const ipvsAfterIPTablesSave = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SEP-IT2ZTR26TO4XFPTO - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-TCOU7JCQXEZGVUNU - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-SEP-IT2ZTR26TO4XFPTO -s 10.244.0.2/32 -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
+-A KUBE-SVC-TCOU7JCQXEZGVUNU -j KUBE-SEP-IT2ZTR26TO4XFPTO
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-IPVS-FILTER - [0:0]
+:KUBE-SERVICES - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 198.19.0.10/32 -p tcp -m comment --comment "ns/web:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
+COMMIT
+`
