@@ -129,12 +129,9 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		if err := rc.Validate(); err != nil {
 			return nil, err
 		}
-		render := func(req *proxy.Request, host ipvs.Host) (*ipvs.Desired, error) {
-			return ipvs.Render(rc, req.State, req.Node, host)
-		}
 		opts := ipvs.ProxierOptions{Family: f, ExcludeCIDRs: ofFamily(excludes, f), Timeouts: timeouts}
 		s.families = append(s.families, f)
-		s.backends[f] = ipvs.NewProxier(opts, render, h.Handles)
+		s.backends[f] = ipvs.NewProxier(opts, ipvs.NewIncremental(rc), h.Handles)
 	}
 	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
@@ -44,7 +47,7 @@ func BenchmarkProxierOneChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			d := bigDesired(n)
-			p := NewProxier(ProxierOptions{Family: model.IPv4}, func(*proxy.Request, Host) (*Desired, error) { return d, nil },
+			p := NewProxier(ProxierOptions{Family: model.IPv4}, Whole(func(*proxy.Request, Host) (*Desired, error) { return d, nil }),
 				Handles{IPVS: ipvstest.New(), IPSet: ipsettest.New(), NetDev: netdevtest.New(), IPTables: xtablestest.NewFake(xtables.Legacy, xtables.IPv4), Conntrack: &conntrack.Fake{}})
 			req := &proxy.Request{State: model.NewState(model.IPv4), Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
@@ -56,6 +59,59 @@ func BenchmarkProxierOneChange(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				d.Services[vs].Reals[0].Port = uint16(9000 + i%2)
 				if _, err := p.Sync(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSyncOneEndpointChange: the whole partial sync of one endpoint
+// change (render of the changed service port, diff, apply) in n services
+// × 10 endpoints, on the fakes, with the planner kproxy runs. Its cost
+// follows the change: the same at 1k, 10k and 50k.
+//
+//	go test -run '^$' -bench BenchmarkSyncOneEndpointChange ./internal/proxy/ipvs
+func BenchmarkSyncOneEndpointChange(b *testing.B) {
+	for _, n := range []int{1000, 10000, 50000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			st := bigState(n)
+			k := newKernel(model.IPv4)
+			p := NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(testConfig(model.IPv4)), k.handles(model.IPv4))
+			if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			name := st.SortedNames()[n/2]
+			eps := st.Endpoints[name]
+			req := &proxy.Request{State: st, Node: nodeA, Changed: sets.New(name)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// An endpoint goes not ready, then comes back.
+				e := *eps[3]
+				e.Ready = i%2 == 1
+				next := slices.Clone(eps)
+				next[3] = &e
+				st.Endpoints[name] = next
+				if _, err := p.Sync(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFullSync: the first sync (render and program everything) of n
+// services × 10 endpoints on the fakes.
+func BenchmarkFullSync(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			st := bigState(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				k := newKernel(model.IPv4)
+				p := NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(testConfig(model.IPv4)), k.handles(model.IPv4))
+				if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
 					b.Fatal(err)
 				}
 			}

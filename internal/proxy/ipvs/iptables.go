@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -107,12 +108,13 @@ func comment(set string) string {
 }
 
 // iptables writes upstream's writeIptablesRules: the input of
-// iptables-restore --noflush for the nat and filter tables. present are
-// the built-in chains' rules (nil: a fresh node).
-func (r *renderer) iptables(present map[string]sets.Set[string]) []byte {
+// iptables-restore --noflush for the nat and filter tables. It depends
+// on the services only through which sets are empty (by upstream's IPv4
+// name) and the LB addresses the node may not reach (noNodeAccess, in
+// any order). present are the built-in chains' rules (nil: a fresh node).
+func (r *renderer) iptables(empty func(set string) bool, noNodeAccess []lbEntry, present map[string]sets.Set[string]) []byte {
 	cfg := r.cfg
 	mark := cfg.MasqueradeMark()
-	empty := func(set string) bool { return r.entries[set].Len() == 0 }
 	var nat, filter rules
 
 	lo := "127.0.0.0/8"
@@ -179,7 +181,9 @@ func (r *renderer) iptables(present map[string]sets.Set[string]) []byte {
 
 	// The node may not reach an LB IP whose source ranges leave it out:
 	// IPVS sees the LB IP as both source and destination.
-	for _, e := range r.lbNoNodeAccess {
+	noNodeAccess = slices.Clone(noNodeAccess)
+	slices.SortFunc(noNodeAccess, compareLB)
+	for _, e := range noNodeAccess {
 		ip := e.ip.String()
 		filter.add("-A", ChainIPVSOutFilter, "-s", ip, "-m", "ipvs", "--vaddr", ip, "--vproto", e.proto, "--vport", strconv.Itoa(int(e.port)), "-j", "DROP")
 	}

@@ -77,9 +77,9 @@ type Handles struct {
 // input) and reads the kernel again only on full syncs and after a
 // failure, so that an incremental sync costs what changed.
 type Proxier struct {
-	opts   ProxierOptions
-	render RenderFunc
-	h      Handles
+	opts    ProxierOptions
+	planner Planner
+	h       Handles
 
 	mu sync.Mutex
 	// known is what the kernel holds of kproxy's, as of the end of the
@@ -95,8 +95,10 @@ type Proxier struct {
 	graceful    *graceful
 	now         func() time.Time
 	// canonical caches set members in the kernel's text form, by type
-	// and member as Render wrote it.
+	// and member as Render wrote it; setTypes are the sets of the last
+	// full sync.
 	canonical map[string]string
+	setTypes  map[string]ipset.Set
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -119,14 +121,14 @@ type destKey struct {
 }
 
 // NewProxier returns one family's proxier.
-func NewProxier(opts ProxierOptions, render RenderFunc, h Handles) *Proxier {
+func NewProxier(opts ProxierOptions, planner Planner, h Handles) *Proxier {
 	if opts.GracePeriod <= 0 {
 		opts.GracePeriod = DefaultGracePeriod
 	}
 	if opts.NodePortMin == 0 && opts.NodePortMax == 0 {
 		opts.NodePortMin, opts.NodePortMax = 30000, 32767
 	}
-	p := &Proxier{opts: opts, render: render, h: h, now: time.Now}
+	p := &Proxier{opts: opts, planner: planner, h: h, now: time.Now}
 	p.graceful = newGraceful(h.IPVS, h.Conntrack, opts.Family, opts.GracePeriod)
 	return p
 }
@@ -136,7 +138,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := time.Now()
-	if req.Full || p.known == nil || p.host == nil {
+	full := req.Full || p.known == nil || p.host == nil
+	if full {
 		p.known, p.host = nil, nil
 		h, err := p.readHost(ctx, req)
 		if err != nil {
@@ -144,20 +147,40 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		}
 		p.host = h
 	}
-	d, err := p.render(req, *p.host)
-	if err != nil {
-		return nil, fmt.Errorf("rendering ipvs state: %w", err)
-	}
 	if req.Trial {
 		// IPVS and ipsets cannot be checked without being changed, and a
 		// failing trial must leave the kernel alone: its iptables input
 		// is checked (--test), nothing is applied.
+		d, err := p.planner.Render(req, *p.host)
+		if err != nil {
+			return nil, fmt.Errorf("rendering ipvs state: %w", err)
+		}
 		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true, Test: true}); err != nil {
 			return nil, fmt.Errorf("iptables-restore --test of a trial: %w", err)
 		}
 		return &proxy.Result{}, nil
 	}
-	st, err := p.apply(ctx, d)
+	var delta *Delta
+	if !full {
+		var err error
+		if delta, err = p.planner.Update(req, *p.host); err != nil {
+			return nil, fmt.Errorf("rendering ipvs state: %w", err)
+		}
+	}
+	var st stats
+	var err error
+	what := []any{"ipFamily", p.opts.Family, "full", req.Full}
+	if delta != nil {
+		st, err = p.applyDelta(ctx, delta)
+		what = append(what, "virtualServersTouched", len(delta.Services))
+	} else {
+		var d *Desired
+		if d, err = p.planner.Rebuild(req, *p.host); err != nil {
+			return nil, fmt.Errorf("rendering ipvs state: %w", err)
+		}
+		st, err = p.apply(ctx, d)
+		what = append(what, "virtualServers", len(d.Services), "addresses", len(d.Addresses), "sets", len(d.Sets))
+	}
 	if err != nil {
 		// Whatever we knew of the kernel may be wrong now: the next sync
 		// reads it again and diffs everything.
@@ -172,11 +195,10 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	if req.Full {
 		udpflows.Reconcile(p.h.Conntrack, p.opts.Family, req.State)
 	}
-	klog.V(2).InfoS("Applied ipvs state", "ipFamily", p.opts.Family, "full", req.Full,
-		"virtualServers", len(d.Services), "addresses", len(d.Addresses), "sets", len(d.Sets),
+	klog.V(2).InfoS("Applied ipvs state", append(what,
 		"changes", st.changes(), "servicesAdded", st.svcAdded, "servicesDeleted", st.svcDeleted,
 		"realServersAdded", st.destAdded, "realServersDeleted", st.destDeleted, "realServersTerminating", p.graceful.len(),
-		"setMembersChanged", st.setChanged, "iptablesWritten", st.iptables, "seconds", time.Since(start).Seconds())
+		"setMembersChanged", st.setChanged, "iptablesWritten", st.iptables, "seconds", time.Since(start).Seconds())...)
 	// Terminating real servers are checked again at the next sync (at
 	// least every syncPeriod), as upstream's graceful termination
 	// manager checks them on its own period; CleanupPending would make
@@ -222,14 +244,8 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 		p.known = k
 	}
 	k := p.known
-	if _, err := p.h.NetDev.EnsureDummy(DummyDevice); err != nil {
-		return st, fmt.Errorf("creating %s: %w", DummyDevice, err)
-	}
-	if !p.timeoutsSet && p.opts.Timeouts != (ipvs.Timeouts{}) {
-		if err := p.h.IPVS.SetTimeouts(p.opts.Timeouts); err != nil {
-			return st, fmt.Errorf("setting IPVS timeouts: %w", err)
-		}
-		p.timeoutsSet = true
+	if err := p.prepare(); err != nil {
+		return st, err
 	}
 
 	// Addresses on kube-ipvs0.
@@ -238,127 +254,38 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 		want[a.Unmap()] = true
 	}
 	for _, a := range sortedAddrs(want) {
-		if k.addrs[a] {
-			continue
+		if err := p.addAddr(a, &st); err != nil {
+			return st, err
 		}
-		if err := p.h.NetDev.AddAddress(DummyDevice, a); err != nil && !errors.Is(err, netdev.ErrAddrExists) {
-			return st, fmt.Errorf("adding %s to %s: %w", a, DummyDevice, err)
-		}
-		k.addrs[a] = true
-		st.addrAdded++
 	}
 
 	// ipsets: create, then add members; members that go are deleted
 	// after the iptables rules and servers are in place.
 	names := sortedKeys(d.Sets)
 	for _, name := range names {
-		s := d.Sets[name]
-		have, ok := k.sets[name]
-		if !ok {
-			if err := p.h.IPSet.Create(s.Set); err != nil {
+		if _, ok := k.sets[name]; !ok {
+			if err := p.h.IPSet.Create(d.Sets[name].Set); err != nil {
 				return st, fmt.Errorf("creating ipset %s: %w", name, err)
 			}
-			have = map[string]bool{}
-			k.sets[name] = have
+			k.sets[name] = map[string]bool{}
 		}
 		for _, e := range entries[name] {
-			if have[e] {
-				continue
+			if err := p.addEntry(name, e, &st); err != nil {
+				return st, err
 			}
-			if err := p.h.IPSet.Add(name, e); err != nil && !errors.Is(err, ipset.ErrEntryExists) {
-				return st, fmt.Errorf("adding %q to ipset %s: %w", e, name, err)
-			}
-			have[e] = true
-			st.setChanged++
 		}
 	}
 
-	// iptables: only when the rules changed or a jump rule from a
-	// built-in chain is missing.
-	base, inserts := splitInserts(d.IPTables)
-	if p.iptables == nil || inserts || !bytes.Equal(p.iptables, base) {
-		if err := p.h.IPTables.Restore(ctx, d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
-			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
-			return st, fmt.Errorf("iptables-restore of ipvs mode's chains (%d bytes): %w", len(d.IPTables), err)
-		}
-		p.iptables = base
-		st.iptables = true
-		// The jump rules are in place now: later renders leave them out.
-		for _, j := range JumpRules {
-			if p.host.Rules[j.Table] == nil {
-				p.host.Rules[j.Table] = sets.New[string]()
-			}
-			p.host.Rules[j.Table].Insert(j.Line)
-		}
+	if err := p.restoreIPTables(ctx, d.IPTables, &st); err != nil {
+		return st, err
 	}
 
 	// Virtual servers and their real servers.
 	// Map order: every wanted server is added whatever the order, and
 	// sorting 10k virtual servers at each sync costs more than it says.
 	for vs, dv := range services {
-		svc := dv.Service
-		svc.VirtualServer = vs
-		ks, ok := k.services[vs]
-		switch {
-		case !ok:
-			if err := p.h.IPVS.AddService(svc); err != nil {
-				return st, fmt.Errorf("adding virtual server %s: %w", vs, err)
-			}
-			ks = &knownService{svc: svc, dests: map[destKey]ipvs.Destination{}}
-			k.services[vs] = ks
-			st.svcAdded++
-		case !sameService(ks.svc, svc):
-			if err := p.h.IPVS.UpdateService(svc); err != nil {
-				return st, fmt.Errorf("updating virtual server %s: %w", vs, err)
-			}
-			ks.svc = svc
-			st.svcUpdated++
-		}
-		for _, r := range dv.Reals {
-			dk := destKey{r.Addr.Unmap(), r.Port}
-			r := ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: r.Weight}
-			have, ok := ks.dests[dk]
-			switch {
-			case !ok:
-				if err := p.h.IPVS.AddDestination(vs, r); err != nil {
-					return st, fmt.Errorf("adding real server %s to %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
-				}
-				st.destAdded++
-			case have.Weight != r.Weight:
-				// Also an endpoint back during its graceful termination.
-				if err := p.h.IPVS.UpdateDestination(vs, r); err != nil {
-					return st, fmt.Errorf("updating real server %s of %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
-				}
-				st.destUpdated++
-			default:
-				continue // as it is: nothing to write or to remember
-			}
-			p.graceful.cancel(vs, dk)
-			ks.dests[dk] = r
-		}
-		if len(ks.dests) <= len(dv.Reals) {
-			// Every known real server is wanted (the wanted ones were all
-			// found or added above; duplicates in Reals aside).
-			continue
-		}
-		wantDests := make(map[destKey]bool, len(dv.Reals))
-		for _, r := range dv.Reals {
-			wantDests[destKey{r.Addr.Unmap(), r.Port}] = true
-		}
-		for _, dk := range sortedDestKeys(ks.dests) {
-			if wantDests[dk] {
-				continue
-			}
-			deleted, err := p.graceful.remove(vs, ks.dests[dk], p.now())
-			if err != nil {
-				return st, err
-			}
-			if deleted {
-				delete(ks.dests, dk)
-				st.destDeleted++
-			} else {
-				ks.dests[dk] = ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: 0}
-			}
+		if err := p.syncService(vs, dv, &st); err != nil {
+			return st, err
 		}
 	}
 
@@ -367,41 +294,273 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 		if _, ok := services[vs]; ok {
 			continue
 		}
-		if err := p.h.IPVS.DeleteService(vs); err != nil && !isNotFound(err) {
-			return st, fmt.Errorf("deleting virtual server %s: %w", vs, err)
+		if err := p.deleteService(vs, &st); err != nil {
+			return st, err
 		}
-		p.graceful.forget(vs)
-		delete(k.services, vs)
-		st.svcDeleted++
 	}
 	for _, name := range names {
 		want := map[string]bool{}
 		for _, e := range entries[name] {
 			want[e] = true
 		}
-		have := k.sets[name]
-		for _, e := range sortedKeys(have) {
+		for _, e := range sortedKeys(k.sets[name]) {
 			if want[e] {
 				continue
 			}
-			if err := p.h.IPSet.Del(name, e); err != nil && !isNotFound(err) {
-				return st, fmt.Errorf("deleting %q from ipset %s: %w", e, name, err)
+			if err := p.delEntry(name, e, &st); err != nil {
+				return st, err
 			}
-			delete(have, e)
-			st.setChanged++
 		}
 	}
 	for _, a := range sortedAddrs(k.addrs) {
 		if want[a] {
 			continue
 		}
-		if err := p.h.NetDev.DelAddress(DummyDevice, a); err != nil {
-			return st, fmt.Errorf("deleting %s from %s: %w", a, DummyDevice, err)
+		if err := p.delAddr(a, &st); err != nil {
+			return st, err
 		}
-		delete(k.addrs, a)
-		st.addrDeleted++
 	}
 	return st, nil
+}
+
+// applyDelta makes the kernel follow one partial sync's Delta, in
+// apply's order, touching only what the Delta names.
+func (p *Proxier) applyDelta(ctx context.Context, d *Delta) (stats, error) {
+	var st stats
+	k := p.known
+	if err := p.prepare(); err != nil {
+		return st, err
+	}
+	for _, a := range d.AddAddrs {
+		if err := p.addAddr(a.Unmap(), &st); err != nil {
+			return st, err
+		}
+	}
+	for _, name := range sortedKeys(d.AddEntries) {
+		if k.sets[name] == nil {
+			return st, fmt.Errorf("ipset %s is not known to exist", name)
+		}
+		for _, e := range d.AddEntries[name] {
+			c, err := p.canonicalEntry(name, e)
+			if err != nil {
+				return st, err
+			}
+			if err := p.addEntry(name, c, &st); err != nil {
+				return st, err
+			}
+		}
+	}
+	if d.IPTables != nil {
+		if err := p.restoreIPTables(ctx, d.IPTables, &st); err != nil {
+			return st, err
+		}
+	}
+	var gone []ipvs.VirtualServer
+	for vs, dv := range d.Services {
+		vs = key(vs)
+		if dv == nil {
+			if _, ok := k.services[vs]; ok {
+				gone = append(gone, vs)
+			}
+			continue
+		}
+		if err := p.syncService(vs, dv, &st); err != nil {
+			return st, err
+		}
+	}
+	slices.SortFunc(gone, compareServices)
+	for _, vs := range gone {
+		if err := p.deleteService(vs, &st); err != nil {
+			return st, err
+		}
+	}
+	for _, name := range sortedKeys(d.DelEntries) {
+		for _, e := range d.DelEntries[name] {
+			c, err := p.canonicalEntry(name, e)
+			if err != nil {
+				return st, err
+			}
+			if err := p.delEntry(name, c, &st); err != nil {
+				return st, err
+			}
+		}
+	}
+	for _, a := range d.DelAddrs {
+		if err := p.delAddr(a.Unmap(), &st); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// prepare makes sure of kube-ipvs0 and, once, of IPVS's timeouts.
+func (p *Proxier) prepare() error {
+	if _, err := p.h.NetDev.EnsureDummy(DummyDevice); err != nil {
+		return fmt.Errorf("creating %s: %w", DummyDevice, err)
+	}
+	if !p.timeoutsSet && p.opts.Timeouts != (ipvs.Timeouts{}) {
+		if err := p.h.IPVS.SetTimeouts(p.opts.Timeouts); err != nil {
+			return fmt.Errorf("setting IPVS timeouts: %w", err)
+		}
+		p.timeoutsSet = true
+	}
+	return nil
+}
+
+func (p *Proxier) addAddr(a netip.Addr, st *stats) error {
+	if p.known.addrs[a] {
+		return nil
+	}
+	if err := p.h.NetDev.AddAddress(DummyDevice, a); err != nil && !errors.Is(err, netdev.ErrAddrExists) {
+		return fmt.Errorf("adding %s to %s: %w", a, DummyDevice, err)
+	}
+	p.known.addrs[a] = true
+	st.addrAdded++
+	return nil
+}
+
+func (p *Proxier) delAddr(a netip.Addr, st *stats) error {
+	if !p.known.addrs[a] {
+		return nil
+	}
+	if err := p.h.NetDev.DelAddress(DummyDevice, a); err != nil {
+		return fmt.Errorf("deleting %s from %s: %w", a, DummyDevice, err)
+	}
+	delete(p.known.addrs, a)
+	st.addrDeleted++
+	return nil
+}
+
+// addEntry adds a member (in the kernel's text form) to a known set.
+func (p *Proxier) addEntry(name, e string, st *stats) error {
+	have := p.known.sets[name]
+	if have[e] {
+		return nil
+	}
+	if err := p.h.IPSet.Add(name, e); err != nil && !errors.Is(err, ipset.ErrEntryExists) {
+		return fmt.Errorf("adding %q to ipset %s: %w", e, name, err)
+	}
+	have[e] = true
+	st.setChanged++
+	return nil
+}
+
+func (p *Proxier) delEntry(name, e string, st *stats) error {
+	have := p.known.sets[name]
+	if !have[e] {
+		return nil
+	}
+	if err := p.h.IPSet.Del(name, e); err != nil && !isNotFound(err) {
+		return fmt.Errorf("deleting %q from ipset %s: %w", e, name, err)
+	}
+	delete(have, e)
+	st.setChanged++
+	return nil
+}
+
+// restoreIPTables writes ipvs mode's chains when they changed or a jump
+// rule from a built-in chain is missing.
+func (p *Proxier) restoreIPTables(ctx context.Context, data []byte, st *stats) error {
+	base, inserts := splitInserts(data)
+	if p.iptables != nil && !inserts && bytes.Equal(p.iptables, base) {
+		return nil
+	}
+	if err := p.h.IPTables.Restore(ctx, data, xtables.RestoreOptions{NoFlush: true}); err != nil {
+		metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+		return fmt.Errorf("iptables-restore of ipvs mode's chains (%d bytes): %w", len(data), err)
+	}
+	p.iptables = base
+	st.iptables = true
+	// The jump rules are in place now: later renders leave them out.
+	for _, j := range JumpRules {
+		if p.host.Rules[j.Table] == nil {
+			p.host.Rules[j.Table] = sets.New[string]()
+		}
+		p.host.Rules[j.Table].Insert(j.Line)
+	}
+	return nil
+}
+
+// syncService makes one wanted virtual server (vs, a key) and its real
+// servers what dv says; real servers no longer wanted terminate
+// gracefully.
+func (p *Proxier) syncService(vs ipvs.VirtualServer, dv *VirtualServer, st *stats) error {
+	k := p.known
+	svc := dv.Service
+	svc.VirtualServer = vs
+	ks, ok := k.services[vs]
+	switch {
+	case !ok:
+		if err := p.h.IPVS.AddService(svc); err != nil {
+			return fmt.Errorf("adding virtual server %s: %w", vs, err)
+		}
+		ks = &knownService{svc: svc, dests: map[destKey]ipvs.Destination{}}
+		k.services[vs] = ks
+		st.svcAdded++
+	case !sameService(ks.svc, svc):
+		if err := p.h.IPVS.UpdateService(svc); err != nil {
+			return fmt.Errorf("updating virtual server %s: %w", vs, err)
+		}
+		ks.svc = svc
+		st.svcUpdated++
+	}
+	for _, r := range dv.Reals {
+		dk := destKey{r.Addr.Unmap(), r.Port}
+		r := ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: r.Weight}
+		have, ok := ks.dests[dk]
+		switch {
+		case !ok:
+			if err := p.h.IPVS.AddDestination(vs, r); err != nil {
+				return fmt.Errorf("adding real server %s to %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
+			}
+			st.destAdded++
+		case have.Weight != r.Weight:
+			// Also an endpoint back during its graceful termination.
+			if err := p.h.IPVS.UpdateDestination(vs, r); err != nil {
+				return fmt.Errorf("updating real server %s of %s: %w", netip.AddrPortFrom(dk.addr, dk.port), vs, err)
+			}
+			st.destUpdated++
+		default:
+			continue // as it is: nothing to write or to remember
+		}
+		p.graceful.cancel(vs, dk)
+		ks.dests[dk] = r
+	}
+	if len(ks.dests) <= len(dv.Reals) {
+		// Every known real server is wanted (the wanted ones were all
+		// found or added above; duplicates in Reals aside).
+		return nil
+	}
+	wantDests := make(map[destKey]bool, len(dv.Reals))
+	for _, r := range dv.Reals {
+		wantDests[destKey{r.Addr.Unmap(), r.Port}] = true
+	}
+	for _, dk := range sortedDestKeys(ks.dests) {
+		if wantDests[dk] {
+			continue
+		}
+		deleted, err := p.graceful.remove(vs, ks.dests[dk], p.now())
+		if err != nil {
+			return err
+		}
+		if deleted {
+			delete(ks.dests, dk)
+			st.destDeleted++
+		} else {
+			ks.dests[dk] = ipvs.Destination{Addr: dk.addr, Port: dk.port, Weight: 0}
+		}
+	}
+	return nil
+}
+
+func (p *Proxier) deleteService(vs ipvs.VirtualServer, st *stats) error {
+	if err := p.h.IPVS.DeleteService(vs); err != nil && !isNotFound(err) {
+		return fmt.Errorf("deleting virtual server %s: %w", vs, err)
+	}
+	p.graceful.forget(vs)
+	delete(p.known.services, vs)
+	st.svcDeleted++
+	return nil
 }
 
 // builtinChains are the chains whose rules Host.Rules holds.
@@ -607,16 +766,18 @@ func sortedServices[V any](m map[ipvs.VirtualServer]V) []ipvs.VirtualServer {
 	for vs := range m {
 		out = append(out, vs)
 	}
-	slices.SortFunc(out, func(a, b ipvs.VirtualServer) int {
-		if c := a.Addr.Compare(b.Addr); c != 0 {
-			return c
-		}
-		if a.Protocol != b.Protocol {
-			return int(a.Protocol) - int(b.Protocol)
-		}
-		return int(a.Port) - int(b.Port)
-	})
+	slices.SortFunc(out, compareServices)
 	return out
+}
+
+func compareServices(a, b ipvs.VirtualServer) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if a.Protocol != b.Protocol {
+		return int(a.Protocol) - int(b.Protocol)
+	}
+	return int(a.Port) - int(b.Port)
 }
 
 func sortedDestKeys(m map[destKey]ipvs.Destination) []destKey {
@@ -639,7 +800,9 @@ func sortedDestKeys(m map[destKey]ipvs.Destination) []destKey {
 func (p *Proxier) canonicalEntries(sets map[string]*Set) (map[string][]string, error) {
 	out := make(map[string][]string, len(sets))
 	seen := make(map[string]string, len(p.canonical))
+	p.setTypes = make(map[string]ipset.Set, len(sets))
 	for name, s := range sets {
+		p.setTypes[name] = s.Set
 		if s.Name != name {
 			return nil, fmt.Errorf("ipset %q is listed under the name %q", s.Name, name)
 		}
@@ -660,4 +823,26 @@ func (p *Proxier) canonicalEntries(sets map[string]*Set) (map[string][]string, e
 	}
 	p.canonical = seen
 	return out, nil
+}
+
+// canonicalEntry writes one member of a known set as the kernel lists
+// it (partial syncs).
+func (p *Proxier) canonicalEntry(name, e string) (string, error) {
+	t, ok := p.setTypes[name]
+	if !ok {
+		return "", fmt.Errorf("ipset %s: type unknown", name)
+	}
+	ck := t.Type + " " + e
+	if c, ok := p.canonical[ck]; ok {
+		return c, nil
+	}
+	if p.canonical == nil {
+		p.canonical = map[string]string{}
+	}
+	c, err := ipset.Canonical(t.Type, t.IPv6, e)
+	if err != nil {
+		return "", fmt.Errorf("ipset %s: %w", name, err)
+	}
+	p.canonical[ck] = c
+	return c, nil
 }

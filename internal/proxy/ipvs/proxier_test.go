@@ -54,12 +54,12 @@ func (w *world) restart(opts ProxierOptions) {
 	if opts.Family == "" {
 		opts.Family = model.IPv4
 	}
-	w.p = NewProxier(opts, func(*proxy.Request, Host) (*Desired, error) {
+	w.p = NewProxier(opts, Whole(func(*proxy.Request, Host) (*Desired, error) {
 		if w.desired == nil {
 			return nil, errors.New("no desired state")
 		}
 		return w.desired, nil
-	}, Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev, IPTables: w.ipt, Conntrack: w.ct})
+	}), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev, IPTables: w.ipt, Conntrack: w.ct})
 	w.p.now = func() time.Time { return w.now }
 }
 
@@ -390,7 +390,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Fatalf("sync: %v", err)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, render, h)
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(exampleConfig(model.IPv4)), h)
 	sync(true)
 	want, err := render(req, Host{Addrs: s.Node.Addresses})
 	if err != nil {
@@ -419,7 +419,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Errorf("full=%v: unchanged state wrote %d times, %d restores", full, n, len(w.ipt.Restores())-restores)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, render, h)
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(exampleConfig(model.IPv4)), h)
 	w.resetCalls()
 	sync(true)
 	// A new process does not know what its predecessor wrote into its

@@ -97,26 +97,44 @@ func (c *RenderConfig) scheduler() string {
 	return c.Scheduler
 }
 
-// renderer holds one Render call's work.
+// renderer renders one family's service ports for a node: the
+// configuration and what it needs of the node, worked out once per full
+// sync.
 type renderer struct {
-	cfg   *RenderConfig
-	ipv6  bool
-	state *model.State
-	zone  string
-	d     *Desired
-	// entries of each set, by upstream's (IPv4) name.
-	entries map[string]sets.Set[string]
-	// bind are the addresses kube-ipvs0 holds; local the host's.
-	bind  sets.Set[netip.Addr]
+	cfg  *RenderConfig
+	ipv6 bool
+	zone string
+	// local are the host's addresses (an external or LB IP that is one
+	// of them is not bound to kube-ipvs0).
 	local sets.Set[netip.Addr]
 	// nodeIP is the node's primary IP (LB source ranges).
 	nodeIP   netip.Addr
 	detector localdetect.IPTables
 	// nodePortIPs are the addresses node ports listen on.
 	nodePortIPs []netip.Addr
+}
+
+// share is what one service port contributes to a Desired. Shares are
+// counted into a composer, so that a sync that changes a few service
+// ports re-renders and re-diffs only theirs.
+type share struct {
+	// services are its virtual servers, each key once (the first wins).
+	services []*VirtualServer
+	// entries are its set members, by upstream's (IPv4) set name.
+	entries []setEntry
+	// bind are the addresses it puts on kube-ipvs0.
+	bind []netip.Addr
 	// lbNoNodeAccess are the LB IP, protocol and port triples the node
 	// itself may not reach (source ranges that leave the node out).
 	lbNoNodeAccess []lbEntry
+}
+
+type setEntry struct{ set, member string }
+
+func (sh *share) add(set string, members ...string) {
+	for _, m := range members {
+		sh.entries = append(sh.entries, setEntry{set, m})
+	}
 }
 
 type lbEntry struct {
@@ -147,24 +165,24 @@ type lbEntry struct {
 // are none, the cluster's (for internal policy Local the cluster list is
 // empty unless the port is reachable from outside).
 func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) (*Desired, error) {
+	c, err := newComposer(cfg, state, node, host)
+	if err != nil {
+		return nil, err
+	}
+	return c.desired(host.Rules), nil
+}
+
+// newRenderer works out what rendering needs of the configuration and
+// the node.
+func newRenderer(cfg *RenderConfig, node *model.Node, host Host) (*renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if state.Family != "" && state.Family != cfg.Family {
-		return nil, fmt.Errorf("ipvs: state of family %s rendered for %s", state.Family, cfg.Family)
-	}
 	r := &renderer{
-		cfg:     cfg,
-		ipv6:    cfg.Family == model.IPv6,
-		state:   state,
-		zone:    node.Zone(),
-		d:       &Desired{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{}},
-		entries: map[string]sets.Set[string]{},
-		bind:    sets.New[netip.Addr](),
-		local:   sets.New[netip.Addr](),
-	}
-	for _, s := range setInfo {
-		r.entries[s.name] = sets.New[string]()
+		cfg:   cfg,
+		ipv6:  cfg.Family == model.IPv6,
+		zone:  node.Zone(),
+		local: sets.New[netip.Addr](),
 	}
 	for _, a := range host.Addrs {
 		a = a.Unmap()
@@ -191,26 +209,7 @@ func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) 
 			}
 		}
 	}
-
-	for _, n := range state.SortedNames() {
-		r.servicePort(state.Services[n])
-	}
-
-	r.entries[SetIPVSIPs] = sets.New[string]()
-	for a := range r.bind {
-		r.entries[SetIPVSIPs].Insert(a.String())
-	}
-	r.d.Addresses = r.bind.UnsortedList()
-	slices.SortFunc(r.d.Addresses, netip.Addr.Compare)
-	for _, def := range SetDefinitions(r.ipv6) {
-		r.d.Sets[def.Name] = &Set{Set: def}
-	}
-	for _, s := range setInfo {
-		e := sets.List(r.entries[s.name])
-		r.d.Sets[SetName(s.name, r.ipv6)].Entries = e
-	}
-	r.d.IPTables = r.iptables(host.Rules)
-	return r.d, nil
+	return r, nil
 }
 
 func protoNumber(p v1.Protocol) uint16 {
@@ -248,15 +247,16 @@ func netText(p netip.Prefix) string {
 	return p.String()
 }
 
-// servicePort renders one service port: its ipset entries and virtual
-// servers, in upstream's order (cluster IP, external IPs, LB IPs, node
+// servicePort renders one service port (nil: not of this family): its
+// ipset entries and virtual servers, in upstream's order (cluster IP, external IPs, LB IPs, node
 // ports, health check node port).
-func (r *renderer) servicePort(sp *model.ServicePort) {
+func (r *renderer) servicePort(state *model.State, sp *model.ServicePort) *share {
 	if sp.Family != "" && sp.Family != r.cfg.Family {
-		return
+		return nil
 	}
+	sh := &share{}
 	proto := strings.ToLower(string(sp.Protocol))
-	eps := r.state.Endpoints[sp.Name]
+	eps := state.Endpoints[sp.Name]
 	sel := model.SelectEndpoints(sp, eps, r.cfg.NodeName, r.zone)
 
 	// Hairpin: a local endpoint reaching itself through the service is
@@ -264,7 +264,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 	// selected ones).
 	for _, e := range eps {
 		if e.Local && e.IP.IsValid() && e.Port != 0 {
-			r.entries[SetLoopBack].Insert(ipPort(e.IP, proto, e.Port) + "," + e.IP.String())
+			sh.add(SetLoopBack, ipPort(e.IP, proto, e.Port) + "," + e.IP.String())
 		}
 	}
 
@@ -279,34 +279,34 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 		return sel.Cluster
 	}
 
-	r.entries[SetClusterIP].Insert(ipPort(sp.ClusterIP, proto, sp.Port))
-	r.virtualServer(sp, sp.ClusterIP, sp.Port, reals(sp.InternalPolicyLocal))
-	r.bind.Insert(sp.ClusterIP)
+	sh.add(SetClusterIP, ipPort(sp.ClusterIP, proto, sp.Port))
+	sh.virtualServer(r, sp, sp.ClusterIP, sp.Port, reals(sp.InternalPolicyLocal))
+	sh.bind = append(sh.bind, sp.ClusterIP)
 
 	external := reals(sp.ExternalPolicyLocal)
 	for _, ip := range sp.ExternalIPs {
 		if sp.ExternalPolicyLocal {
-			r.entries[SetExternalIPLocal].Insert(ipPort(ip, proto, sp.Port))
+			sh.add(SetExternalIPLocal, ipPort(ip, proto, sp.Port))
 		} else {
-			r.entries[SetExternalIP].Insert(ipPort(ip, proto, sp.Port))
+			sh.add(SetExternalIP, ipPort(ip, proto, sp.Port))
 		}
-		r.virtualServer(sp, ip, sp.Port, external)
+		sh.virtualServer(r, sp, ip, sp.Port, external)
 		if !r.local.Has(ip) {
-			r.bind.Insert(ip)
+			sh.bind = append(sh.bind, ip)
 		}
 	}
 
 	for _, ip := range sp.LoadBalancerVIPs() {
 		e := ipPort(ip, proto, sp.Port)
-		r.entries[SetLoadBalancer].Insert(e)
+		sh.add(SetLoadBalancer, e)
 		if sp.ExternalPolicyLocal {
-			r.entries[SetLoadBalancerLocal].Insert(e)
+			sh.add(SetLoadBalancerLocal, e)
 		}
 		if sp.UsesLoadBalancerFirewall() {
-			r.entries[SetLoadBalancerFW].Insert(e)
+			sh.add(SetLoadBalancerFW, e)
 			allowFromNode := false
 			for _, p := range sp.LoadBalancerSourceRanges {
-				r.entries[SetLoadBalancerSourceCIDR].Insert(e + "," + netText(p))
+				sh.add(SetLoadBalancerSourceCIDR, e + "," + netText(p))
 				if r.nodeIP.IsValid() && p.Contains(r.nodeIP) {
 					allowFromNode = true
 				}
@@ -314,14 +314,14 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 			if allowFromNode {
 				// A request from a backend host to the LB IP loops back
 				// with the LB IP as its source: let it in.
-				r.entries[SetLoadBalancerSourceIP].Insert(e + "," + ip.String())
+				sh.add(SetLoadBalancerSourceIP, e + "," + ip.String())
 			} else {
-				r.lbNoNodeAccess = append(r.lbNoNodeAccess, lbEntry{ip, proto, sp.Port})
+				sh.lbNoNodeAccess = append(sh.lbNoNodeAccess, lbEntry{ip, proto, sp.Port})
 			}
 		}
-		r.virtualServer(sp, ip, sp.Port, external)
+		sh.virtualServer(r, sp, ip, sp.Port, external)
 		if !r.local.Has(ip) {
-			r.bind.Insert(ip)
+			sh.bind = append(sh.bind, ip)
 		}
 	}
 
@@ -342,27 +342,31 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 				entries = append(entries, ipPort(ip, proto, sp.NodePort))
 			}
 		}
-		r.entries[set].Insert(entries...)
+		sh.add(set, entries...)
 		if sp.ExternalPolicyLocal {
-			r.entries[localSet].Insert(entries...)
+			sh.add(localSet, entries...)
 		}
 		for _, ip := range r.nodePortIPs {
-			r.virtualServer(sp, ip, sp.NodePort, external)
+			sh.virtualServer(r, sp, ip, sp.NodePort, external)
 		}
 	}
 
 	if sp.HealthCheckNodePort != 0 {
-		r.entries[SetHealthCheckNodePort].Insert(strconv.Itoa(int(sp.HealthCheckNodePort)))
+		sh.add(SetHealthCheckNodePort, strconv.Itoa(int(sp.HealthCheckNodePort)))
 	}
+	return sh
 }
 
 // virtualServer adds one IPVS service with its real servers (weight 1).
 // Two service ports claiming one address and port were resolved by the
-// model; should one slip through, the first (in name order) keeps it.
-func (r *renderer) virtualServer(sp *model.ServicePort, ip netip.Addr, port int32, eps []*model.Endpoint) {
+// model; should one slip through, the first (in name order) keeps it
+// (the composer's rule), and within a service port the first of its own.
+func (sh *share) virtualServer(r *renderer, sp *model.ServicePort, ip netip.Addr, port int32, eps []*model.Endpoint) {
 	key := ipvs.VirtualServer{Protocol: protoNumber(sp.Protocol), Addr: ip, Port: uint16(port), Family: addrFamily(r.cfg.Family)}
-	if _, ok := r.d.Services[key]; ok {
-		return
+	for _, have := range sh.services {
+		if have.VirtualServer == key {
+			return
+		}
 	}
 	vs := &VirtualServer{
 		Service: ipvs.Service{VirtualServer: key, Scheduler: r.cfg.scheduler()},
@@ -387,7 +391,7 @@ func (r *renderer) virtualServer(sp *model.ServicePort, ip netip.Addr, port int3
 	slices.SortFunc(vs.Reals, func(a, b ipvs.Destination) int {
 		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 	})
-	r.d.Services[key] = vs
+	sh.services = append(sh.services, vs)
 }
 
 // setName is a set's name in this family.
