@@ -264,7 +264,7 @@ func (r *renderer) servicePort(state *model.State, sp *model.ServicePort) *share
 	// selected ones).
 	for _, e := range eps {
 		if e.Local && e.IP.IsValid() && e.Port != 0 {
-			sh.add(SetLoopBack, ipPort(e.IP, proto, e.Port) + "," + e.IP.String())
+			sh.add(SetLoopBack, ipPort(e.IP, proto, e.Port)+","+e.IP.String())
 		}
 	}
 
@@ -306,7 +306,7 @@ func (r *renderer) servicePort(state *model.State, sp *model.ServicePort) *share
 			sh.add(SetLoadBalancerFW, e)
 			allowFromNode := false
 			for _, p := range sp.LoadBalancerSourceRanges {
-				sh.add(SetLoadBalancerSourceCIDR, e + "," + netText(p))
+				sh.add(SetLoadBalancerSourceCIDR, e+","+netText(p))
 				if r.nodeIP.IsValid() && p.Contains(r.nodeIP) {
 					allowFromNode = true
 				}
@@ -314,7 +314,7 @@ func (r *renderer) servicePort(state *model.State, sp *model.ServicePort) *share
 			if allowFromNode {
 				// A request from a backend host to the LB IP loops back
 				// with the LB IP as its source: let it in.
-				sh.add(SetLoadBalancerSourceIP, e + "," + ip.String())
+				sh.add(SetLoadBalancerSourceIP, e+","+ip.String())
 			} else {
 				sh.lbNoNodeAccess = append(sh.lbNoNodeAccess, lbEntry{ip, proto, sp.Port})
 			}
