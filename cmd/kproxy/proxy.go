@@ -27,7 +27,6 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
-	"github.com/kproxy/kproxy/internal/runner"
 	"github.com/kproxy/kproxy/internal/server"
 	"github.com/kproxy/kproxy/internal/source"
 	"github.com/kproxy/kproxy/internal/source/apiserver"
@@ -280,15 +279,13 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	health := server.NewProxyHealth(2*syncPeriod, clk)
 
 	var loop *proxy.Loop
-	var run *runner.Runner
 	var recorder events.EventRecorder
 	tracker := model.NewTracker(model.TrackerOptions{
 		Hostname: node,
 		Families: fams,
 		OnChange: func() {
 			if loop != nil {
-				loop.QueuedUpdate()
-				run.Request()
+				loop.Changed()
 			}
 		},
 	})
@@ -296,15 +293,15 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
 	defer svcHealth.Close()
 	loop = proxy.New(proxy.Options{
-		Tracker:        tracker,
-		Backends:       backends,
-		SyncPeriod:     syncPeriod,
-		Clock:          clk,
-		Health:         health,
-		Services:       svcHealth,
-		Request:        func() { run.Request() },
-		RequestCleanup: func(after time.Duration) { run.RequestCleanup(after) },
-		RequestUrgent:  func() { run.RequestUrgent() },
+		Tracker:       tracker,
+		Backends:      backends,
+		SyncPeriod:    syncPeriod,
+		Clock:         clk,
+		Health:        health,
+		Services:      svcHealth,
+		MinSyncPeriod: minSyncPeriod,
+		RetryInterval: retryInterval(syncPeriod),
+		AfterSync:     after.run,
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
 			if recorder == nil {
 				return
@@ -314,11 +311,6 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	run = runner.New("sync-runner", func() error {
-		err := loop.Sync(ctx)
-		after.run(ctx)
-		return err
-	}, minSyncPeriod, syncPeriod, retryInterval(syncPeriod), clk)
 	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod)
 	defer stopDrift()
 
@@ -354,7 +346,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		errc <- src.Run(ctx, nodeHealth{EventHandler: tracker, health: health, name: node})
 	}()
 	nodeEv.starting()
-	go run.Run(ctx)
+	go loop.Run(ctx)
 
 	select {
 	case <-ctx.Done():

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/runner"
 )
 
 // Request is one sync's work for one IP family.
@@ -92,7 +93,7 @@ type Options struct {
 	Clock      clock.PassiveClock
 	Health     HealthReporter // optional
 	Services   ServiceHealth  // optional
-	// Request asks for another sync (the runner's Request). Optional.
+	// Request asks for another sync; Run's runner when nil. Optional.
 	Request func()
 	// RequestUrgent asks for a sync that does not wait out
 	// min-sync-period (the runner's RequestUrgent), for repairs. Without
@@ -103,6 +104,15 @@ type Options struct {
 	// sync does not hold back the next change by min-sync-period. Without
 	// it, Request is used. Optional.
 	RequestCleanup func(after time.Duration)
+	// MinSyncPeriod and RetryInterval pace Run's syncs: at most one per
+	// MinSyncPeriod (repairs and changes aside, see package runner), and
+	// a failed one again after RetryInterval; SyncPeriod bounds the time
+	// between two. A Loop whose RetryInterval is 0 has no Run: its owner
+	// calls Sync (tests).
+	MinSyncPeriod, RetryInterval time.Duration
+	// AfterSync runs after each of Run's syncs, whatever its outcome (the
+	// clean-up of the mode the node ran before). Optional.
+	AfterSync func(ctx context.Context)
 	// OnRefused is called for each service port the kernel refused, which
 	// every later sync leaves out until it changes or is retried (see
 	// isolate.go). Optional.
@@ -113,6 +123,10 @@ type Options struct {
 // kernel with everything the tracker has seen.
 type Loop struct {
 	opts Options
+	// run paces Run's syncs (nil without Options.RetryInterval); ctx is
+	// Run's, for the syncs it makes.
+	run *runner.Runner
+	ctx context.Context
 
 	mu       sync.Mutex
 	states   map[v1.IPFamily]*model.State
@@ -157,6 +171,28 @@ func New(opts Options) *Loop {
 		triggers:     map[v1.IPFamily]map[types.NamespacedName]time.Time{},
 		repair:       map[v1.IPFamily]bool{},
 	}
+	if opts.RetryInterval > 0 {
+		clk, ok := opts.Clock.(clock.WithTicker)
+		if !ok {
+			clk = clock.RealClock{}
+		}
+		l.run = runner.New("sync-runner", func() error {
+			err := l.Sync(l.ctx)
+			if l.opts.AfterSync != nil {
+				l.opts.AfterSync(l.ctx)
+			}
+			return err
+		}, opts.MinSyncPeriod, opts.SyncPeriod, opts.RetryInterval, clk)
+		if l.opts.Request == nil {
+			l.opts.Request = l.run.Request
+		}
+		if l.opts.RequestUrgent == nil {
+			l.opts.RequestUrgent = l.run.RequestUrgent
+		}
+		if l.opts.RequestCleanup == nil {
+			l.opts.RequestCleanup = l.run.RequestCleanup
+		}
+	}
 	for f := range opts.Backends {
 		l.states[f] = model.NewState(f)
 		l.pending[f] = sets.New[model.ServicePortName]()
@@ -168,8 +204,29 @@ func New(opts Options) *Loop {
 	return l
 }
 
-// QueuedUpdate tells the health server that work is waiting; wire it to the
-// tracker's OnChange together with the runner's Request.
+// Run syncs until ctx is done, paced by Options' periods: the first sync
+// at once, then on changes (Changed), repairs and deferred clean-ups, and
+// at least every SyncPeriod. It needs Options.RetryInterval.
+func (l *Loop) Run(ctx context.Context) {
+	if l.run == nil {
+		panic("proxy.Loop.Run without Options.RetryInterval")
+	}
+	l.ctx = ctx
+	l.run.Run(ctx)
+}
+
+// Changed tells the loop that the tracker has news: the health server
+// hears that work is waiting, and a sync is asked for. Wire it to the
+// tracker's OnChange.
+func (l *Loop) Changed() {
+	l.QueuedUpdate()
+	if l.opts.Request != nil {
+		l.opts.Request()
+	}
+}
+
+// QueuedUpdate tells the health server that work is waiting; Changed
+// calls it.
 func (l *Loop) QueuedUpdate() {
 	for f := range l.opts.Backends {
 		if l.opts.Health != nil {
