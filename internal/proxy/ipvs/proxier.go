@@ -161,6 +161,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		return &proxy.Result{}, nil
 	}
 	var delta *Delta
+	renderStart := time.Now()
 	if !full {
 		var err error
 		if delta, err = p.planner.Update(req, *p.host); err != nil {
@@ -171,13 +172,14 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	var err error
 	what := []any{"ipFamily", p.opts.Family, "full", req.Full}
 	if delta != nil {
+		what = append(what, "renderSeconds", time.Since(renderStart).Seconds(), "virtualServersTouched", len(delta.Services))
 		st, err = p.applyDelta(ctx, delta)
-		what = append(what, "virtualServersTouched", len(delta.Services))
 	} else {
 		var d *Desired
 		if d, err = p.planner.Rebuild(req, *p.host); err != nil {
 			return nil, fmt.Errorf("rendering ipvs state: %w", err)
 		}
+		what = append(what, "renderSeconds", time.Since(renderStart).Seconds())
 		st, err = p.apply(ctx, d)
 		what = append(what, "virtualServers", len(d.Services), "addresses", len(d.Addresses), "sets", len(d.Sets))
 	}

@@ -298,6 +298,7 @@ func TestParseSuite(t *testing.T) {
 	in := `# comment
 ./test/kernel   TestSCTP TestOther   env=A=$KPROXY modules=a,b
 ./internal/x    TestY  gate=TestG,TestH  # trailing comment
+./test/bench    gate=TestBench
 `
 	got, err := ParseSuite(strings.NewReader(in))
 	if err != nil {
@@ -306,11 +307,12 @@ func TestParseSuite(t *testing.T) {
 	want := []SuiteEntry{
 		{Pkg: "./test/kernel", Tests: []string{"TestSCTP", "TestOther"}, Env: []string{"A=$KPROXY"}, Modules: []string{"a", "b"}},
 		{Pkg: "./internal/x", Tests: []string{"TestY"}, Gates: []string{"TestG", "TestH"}},
+		{Pkg: "./test/bench", Gates: []string{"TestBench"}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("ParseSuite (-want +got):\n%s", d)
 	}
-	if s := SuiteSkip(got); s != "^(TestSCTP|TestOther|TestY|TestG|TestH)$" {
+	if s := SuiteSkip(got); s != "^(TestSCTP|TestOther|TestY|TestG|TestH|TestBench)$" {
 		t.Errorf("SuiteSkip = %q", s)
 	}
 	for _, bad := range []string{"test/kernel TestA\n", "./x\n", "./x TestA env=novalue\n", "./x TestA whatever\n"} {

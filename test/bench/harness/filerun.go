@@ -87,7 +87,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 	p := Proxy{Name: "kproxy", Bin: bin}
 	// No periodic full sync during the measurement (--iptables-sync-period
 	// is nftables mode's too, as upstream).
-	argv, err := p.argv(tb, mode, c.LocalNode().Name, 4, "--from-file", snap, "--iptables-sync-period", "1h")
+	argv, err := p.argv(tb, mode, c.LocalNode().Name, 4, "--from-file", snap, "--iptables-sync-period", "1h", "--ipvs-sync-period", "1h")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -89,6 +89,11 @@ func readSyncs(path string, offset int64) ([]Sync, int64) {
 			cur.Kernel += num(m, "seconds") - num(m, "renderSeconds")
 			b, _ := strconv.Atoi(m["bytes"])
 			cur.Bytes += b
+		case "Applied ipvs state":
+			// One line per family: the planner's render, then the
+			// netlink and iptables-restore work.
+			cur.Render += num(m, "renderSeconds")
+			cur.Kernel += num(m, "seconds") - num(m, "renderSeconds")
 		case "Synced":
 			cur.Full = m["full"] == "true"
 			cur.Seconds = num(m, "seconds")

@@ -12,7 +12,7 @@ import (
 )
 
 // The modes a run can measure.
-var knownModes = []string{"nftables", "iptables-legacy", "iptables-nft"}
+var knownModes = []string{"nftables", "iptables-legacy", "iptables-nft", "ipvs-legacy", "ipvs-nft"}
 
 // Proxy is a binary under test: "kproxy", or "upstream" (or another
 // kube-proxy-compatible binary: it must take kube-proxy's flags).
