@@ -19,8 +19,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/internal/config"
-	"github.com/kproxy/kproxy/internal/kernel/conntrack"
-	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
@@ -90,25 +88,6 @@ func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// nftablesOptions derives one family's nftables settings from the config.
-func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables.Options {
-	o := nftables.Options{
-		Family:              f,
-		TableName:           nftables.DefaultTableName,
-		MasqueradeBit:       int(config.MasqueradeBit(c)),
-		MasqueradeAll:       config.MasqueradeAll(c),
-		DetectLocalMode:     string(c.DetectLocalMode),
-		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-		BridgeInterface:     c.DetectLocal.BridgeInterface,
-		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-		NodePortAddresses:   c.NodePortAddresses,
-	}
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		o.NodeIPs = []netip.Addr{ip}
-	}
-	return o
 }
 
 // localAddrs lists this network namespace's interface addresses.
@@ -241,17 +220,12 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	var nls []*nfnetlink.Netlink
 	switch mode {
 	case config.ModeNFTables:
-		klog.InfoS("Using nftables Proxier (native nf_tables tables, not iptables-nft)", "node", node, "ipFamilies", fams, "tables", "ip/ip6 "+nftables.DefaultTableName+" and "+nftables.ShardTable(nftables.DefaultTableName, 0)+"...")
-		backendName = "nftables"
-		for _, f := range fams {
-			iface, err := nfnetlink.NewNetlink()
-			if err != nil {
-				return fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
-			}
-			nls = append(nls, iface)
-			backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
+		s, err := setUpNFTablesMode(c, fams)
+		if err != nil {
+			return err
 		}
-		after = newAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", backends, cleanupOtherModes)
+		klog.InfoS(s.logLine(), "node", node, "ipFamilies", fams, "tables", s.tables)
+		backends, backendName, after, nls = s.backends, "nftables", s.after, s.nls
 	case config.ModeIPTables:
 		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{compact: compact})
 		if err != nil {
@@ -439,27 +413,5 @@ func cleanup(ctx context.Context) error {
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
 	errs = append(errs, cleanupTables(ctx, iface, nftables.DefaultTableName))
-	return errors.Join(errs...)
-}
-
-// cleanupTables deletes the main table and every shard table of it (those
-// of the current shard count and any left by a larger one) in both
-// families; other tables stay.
-func cleanupTables(ctx context.Context, iface nft.Interface, main string) error {
-	var errs []error
-	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
-		tables, err := iface.ListTables(ctx, f)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, t := range nftables.OurTables(main, tables) {
-			if err := iface.DeleteTable(ctx, f, t); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			klog.InfoS("Deleted nftables table", "family", f, "table", t)
-		}
-	}
 	return errors.Join(errs...)
 }
