@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
@@ -31,6 +32,9 @@ type composer struct {
 	entries map[string]map[string]int
 	bind    map[netip.Addr]int
 	lb      map[lbEntry]int
+	// healthChecks and noLocal are the sync's report (health.go).
+	healthChecks map[types.NamespacedName]*healthCheck
+	noLocal      map[string]int
 }
 
 // newComposer renders every service port of state.
@@ -53,6 +57,9 @@ func newComposer(cfg *RenderConfig, state *model.State, node *model.Node, host H
 		entries:  make(map[string]map[string]int, len(setInfo)),
 		bind:     make(map[netip.Addr]int, len(state.Services)),
 		lb:       map[lbEntry]int{},
+
+		healthChecks: map[types.NamespacedName]*healthCheck{},
+		noLocal:      map[string]int{"internal": 0, "external": 0},
 	}
 	for _, s := range setInfo {
 		c.entries[s.name] = map[string]int{}
@@ -80,6 +87,7 @@ type touched struct {
 // count adds (n = 1) or removes (n = -1) the share of service port
 // name; t, when not nil, records what it touched.
 func (c *composer) count(name model.ServicePortName, sh *share, n int, t *touched) {
+	c.countHealth(name, sh.health, n)
 	for _, vs := range sh.services {
 		k := vs.VirtualServer
 		if t != nil {
@@ -202,6 +210,7 @@ func (c *composer) desired(present map[string]sets.Set[string]) *Desired {
 		d.Sets[SetName(s.name, c.r.ipv6)].Entries = e
 	}
 	d.IPTables = c.r.iptables(c.empty, c.noNodeAccess(), present)
+	d.Health = c.result()
 	return d
 }
 
@@ -216,6 +225,8 @@ type Delta struct {
 	// IPTables is the whole restore input; nil: its inputs (which sets
 	// are empty, the LB triples) did not change.
 	IPTables []byte
+	// Health is the sync's whole report, as Desired.Health.
+	Health proxy.Result
 }
 
 // update renders the service ports of names again against state and
@@ -280,6 +291,7 @@ func (c *composer) update(state *model.State, names sets.Set[model.ServicePortNa
 	if flipped {
 		d.IPTables = c.r.iptables(c.empty, c.noNodeAccess(), present)
 	}
+	d.Health = c.result()
 	return d
 }
 

@@ -176,7 +176,8 @@ func (c *randomCluster) servicePort(i int) (*model.ServicePort, []*model.Endpoin
 
 // TestIncrementalMatchesWhole: after every partial sync of random
 // changes, the kernel the incremental planner programmed holds exactly
-// what a fresh proxier's full sync of the same state programs; partial
+// what a fresh proxier's full sync of the same state programs, and the
+// sync reports the same health check ports and counts; partial
 // syncs render no whole state unless a virtual server is contested.
 func TestIncrementalMatchesWhole(t *testing.T) {
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
@@ -230,7 +231,8 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 				}
 				before := planner.rebuilds
 				req := &proxy.Request{State: state, Changed: changed, Node: nodeA}
-				if _, err := p.Sync(context.Background(), req); err != nil {
+				got, err := p.Sync(context.Background(), req)
+				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
 				if planner.rebuilds == before {
@@ -240,8 +242,12 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 				}
 				fresh := newKernel(f)
 				fp := NewProxier(ProxierOptions{Family: f}, NewIncremental(cfg), fresh.handles(f))
-				if _, err := fp.Sync(context.Background(), &proxy.Request{State: state, Node: nodeA, Full: true}); err != nil {
+				want, err := fp.Sync(context.Background(), &proxy.Request{State: state, Node: nodeA, Full: true})
+				if err != nil {
 					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("step %d: the partial sync's report differs from a full sync's (-full +partial):\n%s", step, diff)
 				}
 				if diff := cmp.Diff(fresh.dump(t), k.dump(t)); diff != "" {
 					t.Fatalf("step %d (changed %v): partial syncs left the kernel different from a full sync (-full +partial):\n%s", step, sets.List(sliceNames(changed)), diff)

@@ -170,10 +170,12 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	var st stats
 	var err error
+	var res proxy.Result
 	what := []any{"ipFamily", p.opts.Family, "full", req.Full}
 	if delta != nil {
 		what = append(what, "renderSeconds", time.Since(renderStart).Seconds(), "virtualServersTouched", len(delta.Services))
 		st, err = p.applyDelta(ctx, delta)
+		res = delta.Health
 	} else {
 		var d *Desired
 		if d, err = p.planner.Rebuild(req, *p.host); err != nil {
@@ -181,6 +183,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		}
 		what = append(what, "renderSeconds", time.Since(renderStart).Seconds())
 		st, err = p.apply(ctx, d)
+		res = d.Health
 		what = append(what, "virtualServers", len(d.Services), "addresses", len(d.Addresses), "sets", len(d.Sets))
 	}
 	if err != nil {
@@ -205,7 +208,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	// least every syncPeriod), as upstream's graceful termination
 	// manager checks them on its own period; CleanupPending would make
 	// the loop sync back to back while a long connection lasts.
-	return &proxy.Result{}, nil
+	return &res, nil
 }
 
 // stats counts what one sync changed.
