@@ -21,7 +21,6 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/netdev"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
-	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
@@ -172,9 +171,7 @@ func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node st
 		},
 		NodePortAddresses: c.NodePortAddresses,
 	}
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		rc.NodeIPs = []netip.Addr{ip}
-	}
+	rc.NodeIPs = bindNodeIPs(c, f)
 	return rc
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -14,7 +13,6 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
-	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
@@ -66,9 +64,7 @@ func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables
 		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
 		NodePortAddresses:   c.NodePortAddresses,
 	}
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		o.NodeIPs = []netip.Addr{ip}
-	}
+	o.NodeIPs = bindNodeIPs(c, f)
 	return o
 }
 

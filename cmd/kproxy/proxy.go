@@ -90,6 +90,16 @@ func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
 	return out
 }
 
+// bindNodeIPs is the node's primary IP of family f as bindAddress gives
+// it (every mode's NodeIPs option); nil when it is unspecified or of the
+// other family (the Node object's addresses then).
+func bindNodeIPs(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) []netip.Addr {
+	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
+		return []netip.Addr{ip}
+	}
+	return nil
+}
+
 // localAddrs lists this network namespace's interface addresses.
 func localAddrs() ([]netip.Addr, error) {
 	addrs, err := net.InterfaceAddrs()

@@ -251,9 +251,7 @@ func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname
 		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
 		NodePortAddresses:   c.NodePortAddresses,
 	}
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		o.NodeIPs = []netip.Addr{ip}
-	}
+	o.NodeIPs = bindNodeIPs(c, f)
 	return o
 }
 

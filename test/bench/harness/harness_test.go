@@ -22,6 +22,23 @@ func (w testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// buildKproxy builds kproxy from this checkout into a temporary
+// directory.
+func buildKproxy(t *testing.T) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kproxy := filepath.Join(t.TempDir(), "kproxy")
+	build := exec.Command("go", "build", "-o", kproxy, "./cmd/kproxy")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return kproxy
+}
+
 // TestShortRun is the benchmark at 100 services, one repetition, kproxy
 // and upstream kube-proxy in nftables mode: the file source, the API
 // server and the data plane, so that the harness cannot rot. It needs
@@ -48,16 +65,7 @@ func TestShortRun(t *testing.T) {
 		}
 		t.Skipf("upstream kube-proxy: %v", err)
 	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kproxy := filepath.Join(t.TempDir(), "kproxy")
-	build := exec.Command("go", "build", "-o", kproxy, "./cmd/kproxy")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	kproxy := buildKproxy(t)
 
 	cfg := Config{
 		Services: []int{100}, Mix: cluster.Realistic, Seed: 1, Modes: []string{"nftables"}, Reps: 1,

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/testutil/vm"
 	"github.com/kproxy/kproxy/test/bench/cluster"
-	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
 // ipvsBenchModules are what ipvs mode needs, loaded up front in the VM.
@@ -48,16 +45,7 @@ func TestIPVSBench(t *testing.T) {
 		if ok, why := vm.Available(); !ok {
 			t.Fatalf("no test VM: %s", why)
 		}
-		root, err := framework.RepoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		kproxy := filepath.Join(t.TempDir(), "kproxy")
-		build := exec.Command("go", "build", "-o", kproxy, "./cmd/kproxy")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+		kproxy := buildKproxy(t)
 		defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
 		vm.DefaultModules = append(slices.Clone(vm.DefaultModules), ipvsBenchModules...)
 		defer func(d time.Duration) { vm.TestTimeout = d }(vm.TestTimeout)
