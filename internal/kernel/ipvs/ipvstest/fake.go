@@ -182,65 +182,67 @@ func checkService(s ipvs.Service) error {
 	return nil
 }
 
+// service runs one virtual server operation under the lock, after the
+// call is counted (and its fault injected).
+func (f *Fake) service(op Op, vs ipvs.VirtualServer, fn func(vs ipvs.VirtualServer) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vs = key(vs)
+	if err := f.enter(op, vs, nil); err != nil {
+		return err
+	}
+	return fn(vs)
+}
+
 // AddService implements ipvs.Handle: EEXIST for a service that exists,
 // ENOENT for an unknown scheduler.
 func (f *Fake) AddService(s ipvs.Service) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s.VirtualServer = key(s.VirtualServer)
-	if err := f.enter(OpAddService, s.VirtualServer, nil); err != nil {
-		return err
-	}
-	if err := checkService(s); err != nil {
-		return err
-	}
-	if _, ok := f.services[s.VirtualServer]; ok {
-		return syscall.EEXIST
-	}
-	if !slices.Contains(Schedulers, s.Scheduler) {
-		return syscall.ENOENT
-	}
-	s.Flags |= ipvs.FlagHashed
-	f.services[s.VirtualServer] = &service{svc: s, dests: map[destKey]*ipvs.Destination{}}
-	f.order = append(f.order, s.VirtualServer)
-	return nil
+	return f.service(OpAddService, s.VirtualServer, func(vs ipvs.VirtualServer) error {
+		s.VirtualServer = vs
+		if err := checkService(s); err != nil {
+			return err
+		}
+		if _, ok := f.services[vs]; ok {
+			return syscall.EEXIST
+		}
+		if !slices.Contains(Schedulers, s.Scheduler) {
+			return syscall.ENOENT
+		}
+		s.Flags |= ipvs.FlagHashed
+		f.services[vs] = &service{svc: s, dests: map[destKey]*ipvs.Destination{}}
+		f.order = append(f.order, vs)
+		return nil
+	})
 }
 
 // UpdateService implements ipvs.Handle: ESRCH for a missing service.
 func (f *Fake) UpdateService(s ipvs.Service) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s.VirtualServer = key(s.VirtualServer)
-	if err := f.enter(OpUpdateService, s.VirtualServer, nil); err != nil {
-		return err
-	}
-	cur, ok := f.services[s.VirtualServer]
-	if !ok {
-		return syscall.ESRCH
-	}
-	if !slices.Contains(Schedulers, s.Scheduler) {
-		return syscall.ENOENT
-	}
-	s.Flags |= ipvs.FlagHashed
-	cur.svc = s
-	return nil
+	return f.service(OpUpdateService, s.VirtualServer, func(vs ipvs.VirtualServer) error {
+		cur, ok := f.services[vs]
+		if !ok {
+			return syscall.ESRCH
+		}
+		if !slices.Contains(Schedulers, s.Scheduler) {
+			return syscall.ENOENT
+		}
+		s.VirtualServer = vs
+		s.Flags |= ipvs.FlagHashed
+		cur.svc = s
+		return nil
+	})
 }
 
 // DeleteService implements ipvs.Handle: ESRCH for a missing service. Its
 // real servers go with it.
 func (f *Fake) DeleteService(vs ipvs.VirtualServer) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	vs = key(vs)
-	if err := f.enter(OpDeleteService, vs, nil); err != nil {
-		return err
-	}
-	if _, ok := f.services[vs]; !ok {
-		return syscall.ESRCH
-	}
-	delete(f.services, vs)
-	f.order = slices.DeleteFunc(f.order, func(k ipvs.VirtualServer) bool { return k == vs })
-	return nil
+	return f.service(OpDeleteService, vs, func(vs ipvs.VirtualServer) error {
+		if _, ok := f.services[vs]; !ok {
+			return syscall.ESRCH
+		}
+		delete(f.services, vs)
+		f.order = slices.DeleteFunc(f.order, func(k ipvs.VirtualServer) bool { return k == vs })
+		return nil
+	})
 }
 
 // Destinations implements ipvs.Handle. A missing service lists nothing
@@ -283,86 +285,74 @@ func checkDest(d ipvs.Destination) error {
 	return nil
 }
 
-// AddDestination implements ipvs.Handle: ESRCH without the service,
-// EEXIST for a real server that exists, ERANGE for a negative weight.
-func (f *Fake) AddDestination(vs ipvs.VirtualServer, d ipvs.Destination) error {
+// destination runs one real server operation: under the lock, after the
+// call is counted (and its fault injected), the family checked and the
+// virtual server found (ESRCH without it), as the kernel orders its
+// checks. check: the real server's fields are checked too.
+func (f *Fake) destination(op Op, vs ipvs.VirtualServer, d ipvs.Destination, check bool, fn func(s *service, k destKey, d ipvs.Destination) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	vs = key(vs)
 	d.Addr = d.Addr.Unmap()
-	if err := f.enter(OpAddDestination, vs, &d); err != nil {
+	if err := f.enter(op, vs, &d); err != nil {
 		return err
 	}
-	if err := checkFamily(vs, d); err != nil {
-		return err
+	if check {
+		if err := checkFamily(vs, d); err != nil {
+			return err
+		}
 	}
 	s, ok := f.services[vs]
 	if !ok {
 		return syscall.ESRCH
 	}
-	if err := checkDest(d); err != nil {
-		return err
+	if check {
+		if err := checkDest(d); err != nil {
+			return err
+		}
 	}
-	k := destKey{d.Addr, d.Port}
-	if _, ok := s.dests[k]; ok {
-		return syscall.EEXIST
-	}
-	d.ActiveConns, d.InactiveConns = 0, 0
-	s.dests[k] = &d
-	s.order = append(s.order, k)
-	return nil
+	return fn(s, destKey{d.Addr, d.Port}, d)
+}
+
+// AddDestination implements ipvs.Handle: ESRCH without the service,
+// EEXIST for a real server that exists, ERANGE for a negative weight.
+func (f *Fake) AddDestination(vs ipvs.VirtualServer, d ipvs.Destination) error {
+	return f.destination(OpAddDestination, vs, d, true, func(s *service, k destKey, d ipvs.Destination) error {
+		if _, ok := s.dests[k]; ok {
+			return syscall.EEXIST
+		}
+		d.ActiveConns, d.InactiveConns = 0, 0
+		s.dests[k] = &d
+		s.order = append(s.order, k)
+		return nil
+	})
 }
 
 // UpdateDestination implements ipvs.Handle: ESRCH without the service,
 // ENOENT without the real server. It changes the weight only; the
 // connection counters stay.
 func (f *Fake) UpdateDestination(vs ipvs.VirtualServer, d ipvs.Destination) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	vs = key(vs)
-	d.Addr = d.Addr.Unmap()
-	if err := f.enter(OpUpdateDestination, vs, &d); err != nil {
-		return err
-	}
-	if err := checkFamily(vs, d); err != nil {
-		return err
-	}
-	s, ok := f.services[vs]
-	if !ok {
-		return syscall.ESRCH
-	}
-	if err := checkDest(d); err != nil {
-		return err
-	}
-	cur, ok := s.dests[destKey{d.Addr, d.Port}]
-	if !ok {
-		return syscall.ENOENT
-	}
-	cur.Weight = d.Weight
-	return nil
+	return f.destination(OpUpdateDestination, vs, d, true, func(s *service, k destKey, d ipvs.Destination) error {
+		cur, ok := s.dests[k]
+		if !ok {
+			return syscall.ENOENT
+		}
+		cur.Weight = d.Weight
+		return nil
+	})
 }
 
 // DeleteDestination implements ipvs.Handle: ESRCH without the service,
 // ENOENT without the real server.
 func (f *Fake) DeleteDestination(vs ipvs.VirtualServer, d ipvs.Destination) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	vs = key(vs)
-	d.Addr = d.Addr.Unmap()
-	if err := f.enter(OpDeleteDestination, vs, &d); err != nil {
-		return err
-	}
-	s, ok := f.services[vs]
-	if !ok {
-		return syscall.ESRCH
-	}
-	k := destKey{d.Addr, d.Port}
-	if _, ok := s.dests[k]; !ok {
-		return syscall.ENOENT
-	}
-	delete(s.dests, k)
-	s.order = slices.DeleteFunc(s.order, func(o destKey) bool { return o == k })
-	return nil
+	return f.destination(OpDeleteDestination, vs, d, false, func(s *service, k destKey, _ ipvs.Destination) error {
+		if _, ok := s.dests[k]; !ok {
+			return syscall.ENOENT
+		}
+		delete(s.dests, k)
+		s.order = slices.DeleteFunc(s.order, func(o destKey) bool { return o == k })
+		return nil
+	})
 }
 
 // SetTimeouts implements ipvs.Handle; a zero field keeps its timeout.
