@@ -3,7 +3,6 @@ package iptables
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ParseError is a problem in iptables-restore input, or an operation the
@@ -34,65 +33,4 @@ var ErrUnsupported = errors.New("not supported by the tracer")
 
 func unsupported(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrUnsupported)
-}
-
-// token is one word of a line; quoted words are never taken for "!" or an
-// option.
-type token struct {
-	s      string
-	quoted bool
-}
-
-// tokenize splits a line the way iptables-restore does: words separated by
-// blanks, double quotes group words, and inside quotes a backslash takes
-// the next character literally (iptables-save writes a quote in a comment
-// as \").
-func tokenize(line string) ([]token, error) {
-	var (
-		toks    []token
-		cur     strings.Builder
-		inWord  bool
-		quoted  bool
-		inQuote bool
-	)
-	flush := func() {
-		if inWord {
-			toks = append(toks, token{s: cur.String(), quoted: quoted})
-		}
-		cur.Reset()
-		inWord, quoted = false, false
-	}
-	for i := 0; i < len(line); i++ {
-		ch := line[i]
-		switch {
-		case inQuote && ch == '\\' && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-		case inQuote && ch == '"':
-			inQuote = false
-		case inQuote:
-			cur.WriteByte(ch)
-		case ch == '"':
-			inQuote, inWord, quoted = true, true, true
-		case ch == ' ' || ch == '\t' || ch == '\r':
-			flush()
-		default:
-			inWord = true
-			cur.WriteByte(ch)
-		}
-	}
-	if inQuote {
-		return nil, errors.New("unterminated quoted string")
-	}
-	flush()
-	return toks, nil
-}
-
-// quote writes a word so that tokenize reads it back unchanged.
-func quote(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\"\\'!#") {
-		return s
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(s) + `"`
 }

@@ -151,7 +151,7 @@ func TestParseRoundTrip(t *testing.T) {
 		"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:KUBE-EXTERNAL-SERVICES - [0:0]\n",
 		`-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m comment --comment "ns1/svc1:p80 cluster IP" -m tcp --dport 80 -j KUBE-SVC-AAAAAAAAAAAAAAAA`,
 		`-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "ns1/svc1:p80 -> 10.180.1.1:8080" -m statistic --mode random --probability 0.33333333349 -j KUBE-SEP-AAAAAAAAAAAAAAA1`,
-		`-A KUBE-SEP-AAAAAAAAAAAAAAA1 -s 10.180.1.1/32 -m comment --comment ns1/svc1:p80 -j KUBE-MARK-MASQ`,
+		`-A KUBE-SEP-AAAAAAAAAAAAAAA1 -s 10.180.1.1/32 -m comment --comment "ns1/svc1:p80" -j KUBE-MARK-MASQ`,
 		`-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000`,
 		`-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0`,
 		`-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN`,

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // Parse reads iptables-save output (or iptables-restore input) and returns
@@ -94,7 +96,7 @@ func (r *Ruleset) Apply(data []byte, noflush bool) error {
 			}
 			continue
 		}
-		toks, err := tokenize(line)
+		toks, err := xtables.Tokenize(line)
 		if err != nil {
 			return fail(err)
 		}
@@ -174,15 +176,15 @@ func checkChainName(name string) error {
 }
 
 // command runs one -A/-I/-R/-D/-F/-X/-N/-P/-Z line on the table.
-func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
+func (r *Ruleset) command(t *table, toks []xtables.Token, line int, family *int) error {
 	// "[packets:bytes] -A ..." is how iptables-save --counters writes rules.
-	if len(toks) > 0 && strings.HasPrefix(toks[0].s, "[") && strings.HasSuffix(toks[0].s, "]") {
+	if len(toks) > 0 && strings.HasPrefix(toks[0].Text, "[") && strings.HasSuffix(toks[0].Text, "]") {
 		toks = toks[1:]
 	}
 	if len(toks) == 0 {
 		return errors.New("empty command")
 	}
-	cmd := toks[0].s
+	cmd := toks[0].Text
 	args := toks[1:]
 	chainArg := func(optional bool) (*chain, error) {
 		if len(args) == 0 {
@@ -191,7 +193,7 @@ func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
 			}
 			return nil, fmt.Errorf("%s needs a chain", cmd)
 		}
-		name := args[0].s
+		name := args[0].Text
 		args = args[1:]
 		c := t.chains[name]
 		if c == nil {
@@ -200,10 +202,10 @@ func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
 		return c, nil
 	}
 	number := func(max int) (int, bool, error) {
-		if len(args) == 0 || args[0].quoted {
+		if len(args) == 0 || args[0].Quoted {
 			return 0, false, nil
 		}
-		n, err := strconv.Atoi(args[0].s)
+		n, err := strconv.Atoi(args[0].Text)
 		if err != nil {
 			return 0, false, nil
 		}
@@ -289,7 +291,7 @@ func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
 		}
 		if given {
 			if len(args) > 0 {
-				return fmt.Errorf("unexpected %q after the rule number", args[0].s)
+				return fmt.Errorf("unexpected %q after the rule number", args[0].Text)
 			}
 			c.rules = slices.Delete(slices.Clone(c.rules), n-1, n)
 			return nil
@@ -352,7 +354,7 @@ func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
 		if len(args) != 1 {
 			return errors.New("-N needs exactly one chain name")
 		}
-		name := args[0].s
+		name := args[0].Text
 		if t.chains[name] != nil {
 			return fmt.Errorf("chain %s already exists", name)
 		}
@@ -373,10 +375,10 @@ func (r *Ruleset) command(t *table, toks []token, line int, family *int) error {
 		if !c.builtin {
 			return fmt.Errorf("cannot set a policy on user-defined chain %s", c.name)
 		}
-		if len(args) != 1 || (args[0].s != tAccept && args[0].s != tDrop) {
+		if len(args) != 1 || (args[0].Text != tAccept && args[0].Text != tDrop) {
 			return errors.New("-P needs ACCEPT or DROP")
 		}
-		c.policy = args[0].s
+		c.policy = args[0].Text
 		return nil
 	case "-Z", "--zero":
 		// Counters only.

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // rule is one parsed iptables rule. The fields of the IP header part
@@ -192,7 +194,7 @@ type commentMatch struct {
 	set  bool
 }
 
-func (m *commentMatch) String() string { return "-m comment --comment " + quote(m.text) }
+func (m *commentMatch) String() string { return "-m comment --comment " + xtables.SaveString(m.text) }
 
 type markMatch struct {
 	set, neg    bool

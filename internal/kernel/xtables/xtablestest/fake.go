@@ -238,29 +238,12 @@ func (r rule) text(chain string) string {
 	for i, f := range r.fields {
 		b.WriteByte(' ')
 		if i > 0 && r.fields[i-1] == "--comment" {
-			b.WriteString(saveString(f))
+			b.WriteString(xtables.SaveString(f))
 		} else {
 			b.WriteString(xtables.Quote(f))
 		}
 	}
 	return b.String()
-}
-
-// saveString quotes a string argument as iptables-save does
-// (xtables_save_string): unquoted only if it is made of letters, digits,
-// '_' and '-'.
-func saveString(s string) string {
-	plain := s != ""
-	for _, c := range s {
-		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return s
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
 }
 
 func newTable(name string) *table {
