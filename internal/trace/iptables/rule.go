@@ -20,8 +20,6 @@ type rule struct {
 	proto    protoMatch
 	matches  []match
 	target   target
-	line     int // line of the restore input that added it
-	gen      int // the Apply call that added it
 }
 
 type addrMatch struct {
@@ -325,16 +323,6 @@ const (
 	tDNAT       = "DNAT"
 	tMasquerade = "MASQUERADE"
 )
-
-// Extension targets that exist in iptables but are not modelled: naming
-// one gives an unsupported error rather than "no such chain".
-var knownTargets = map[string]bool{
-	"SNAT": true, "REDIRECT": true, "LOG": true, "NFLOG": true, "CONNMARK": true, "NOTRACK": true,
-	"CT": true, "TPROXY": true, "TCPMSS": true, "NFQUEUE": true, "QUEUE": true, "CLASSIFY": true,
-	"TTL": true, "HL": true, "DSCP": true, "TOS": true, "TEE": true, "AUDIT": true, "CHECKSUM": true,
-	"SET": true, "NETMAP": true, "CLUSTERIP": true, "SECMARK": true, "CONNSECMARK": true, "TRACE": true,
-	"ULOG": true, "IDLETIMER": true, "LED": true, "SYNPROXY": true,
-}
 
 // Reject types iptables and ip6tables accept (with their aliases).
 var rejectTypes4 = map[string]string{
