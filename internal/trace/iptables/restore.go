@@ -69,10 +69,7 @@ func (d *dialect) Begin(string)  { d.family = d.r.family }
 func (d *dialect) Commit(string) { d.r.family = d.family }
 
 func (d *dialect) Rule(t *table, c *chain, words []xtables.Token) ([]*rule, error) {
-	rules, err := parseRule(words, &d.family, func(name string) (bool, bool) {
-		x := t.Chain(name)
-		return x != nil, x != nil && x.Builtin
-	})
+	rules, err := parseRule(words, &d.family, func(name string) bool { return t.Chain(name) != nil })
 	if err != nil {
 		return nil, err
 	}

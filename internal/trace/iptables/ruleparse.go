@@ -17,8 +17,8 @@ type ruleParser struct {
 	// family is 4 or 6 once an address fixed it, else 0; addresses of the
 	// other family are an error.
 	family *int
-	// chains says whether a user chain exists in the table (for -j/-g).
-	chainKind func(name string) (exists, builtin bool)
+	// isChain says whether a user chain exists in the table (for -j).
+	isChain func(name string) bool
 
 	r    rule
 	srcs []netip.Prefix // -s/-d may list several (iptables adds one rule per pair)
@@ -36,8 +36,8 @@ func (p *ruleParser) next(what string) (string, error) {
 
 // parseRule parses the words of a rule. It returns one rule per source ×
 // destination pair, as iptables does for comma-separated address lists.
-func parseRule(toks []xtables.Token, family *int, chainKind func(string) (bool, bool)) ([]*rule, error) {
-	p := &ruleParser{toks: toks, family: family, chainKind: chainKind}
+func parseRule(toks []xtables.Token, family *int, isChain func(string) bool) ([]*rule, error) {
+	p := &ruleParser{toks: toks, family: family, isChain: isChain}
 	if err := p.parse(); err != nil {
 		return nil, err
 	}

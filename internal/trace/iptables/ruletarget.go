@@ -21,7 +21,7 @@ func (p *ruleParser) setTarget(name string, isGoto bool) error {
 		t.kind = name
 		return nil
 	}
-	if exists, _ := p.chainKind(name); exists {
+	if p.isChain(name) {
 		t.kind, t.chain = tJump, name
 		return nil
 	}

@@ -63,10 +63,6 @@ var targets = map[string]*targetInfo{
 	"RATEEST":     {},
 }
 
-// IsTarget reports whether name is an extension target iptables knows
-// (not a verdict or a chain).
-func IsTarget(name string) bool { return targets[name] != nil }
-
 // TargetHooks are the built-in chains an extension target may be reached
 // from, nil if any.
 func TargetHooks(name string) []string {
