@@ -79,6 +79,8 @@ type (
 	chain = restore.Chain[*rule]
 )
 
+func (r *Ruleset) table(name string) *table { return r.tables.Table(name) }
+
 // String dumps the ruleset in iptables-save format: per table (in the
 // order they were created) the chain lines (built-in chains first, user
 // chains sorted), the rules, COMMIT. Parse of the dump gives the same

@@ -186,7 +186,7 @@ func (w *walker) run(s *state) error {
 			if ht.prio > priConntrack {
 				w.conntrack(s)
 			}
-			t := w.r.tables.Table(ht.table)
+			t := w.r.table(ht.table)
 			if t == nil {
 				s.ti++
 				continue
