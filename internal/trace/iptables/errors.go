@@ -10,7 +10,8 @@ import (
 // deleting a chain a rule still jumps to, a loop between chains, ...).
 type ParseError struct {
 	// Line is the 1-based line number in the data given to Parse or
-	// Apply; 0 when the problem is not tied to one line (a missing COMMIT).
+	// Apply; 0 when no line of it is to blame (a table refused at COMMIT
+	// for rules of earlier restores only).
 	Line int
 	Text string // that line, trimmed
 	Err  error
