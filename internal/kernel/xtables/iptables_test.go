@@ -343,4 +343,15 @@ func TestSyntax(t *testing.T) {
 	if _, err := Fields(`-A X --comment "open`); err == nil {
 		t.Error("unterminated quote accepted")
 	}
+	// Tokenize marks quoted words: a quoted "!" or number is a word, not
+	// a negation or a rule number. A quote inside a word groups blanks
+	// into it; outside quotes a backslash is kept.
+	toks, err := Tokenize(`-D X "1" ! "!" a"b c"d e\f` + "\rg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Token{{Text: "-D"}, {Text: "X"}, {Text: "1", Quoted: true}, {Text: "!"}, {Text: "!", Quoted: true}, {Text: "ab cd", Quoted: true}, {Text: `e\f` + "\rg"}}
+	if d := cmp.Diff(want, toks); d != "" {
+		t.Errorf("Tokenize (-want +got):\n%s", d)
+	}
 }

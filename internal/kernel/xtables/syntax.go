@@ -5,51 +5,101 @@ import (
 	"strings"
 )
 
-// Fields splits a line of iptables-restore input as iptables-restore does:
-// on blanks, with double-quoted strings (where \" and \\ are escapes) kept
-// whole and unquoted.
-func Fields(line string) ([]string, error) {
-	var out []string
-	var b strings.Builder
-	inTok, quoted := false, false
+// Token is one word of a line of iptables-restore input. Quoted says that
+// it was written (at least in part) between double quotes: such a word is
+// never taken for an option, a "!" or a rule number.
+type Token struct {
+	Text   string
+	Quoted bool
+}
+
+// Tokenize splits a line of iptables-restore input as iptables-restore
+// does: words are separated by blanks (spaces and tabs); a double quote
+// opens a quoted part, which may hold blanks, in which a backslash takes
+// the next character literally (iptables-save writes a quote in a comment
+// as \" and a backslash as \\), and which the next unescaped double quote
+// closes. Outside quotes a backslash is an ordinary character. `""` is an
+// empty word. It is the one tokenizer of this syntax: the xtables fake and
+// the iptables tracer read restore input with it, tests read saves with it
+// (Fields).
+func Tokenize(line string) ([]Token, error) {
+	var (
+		out     []Token
+		b       strings.Builder
+		inWord  bool
+		quoted  bool // the current word has a quoted part
+		inQuote bool
+	)
 	for i := 0; i < len(line); i++ {
 		c := line[i]
 		switch {
-		case quoted && c == '\\' && i+1 < len(line):
+		case inQuote && c == '\\' && i+1 < len(line):
 			i++
 			b.WriteByte(line[i])
+		case inQuote && c == '"':
+			inQuote = false
+		case inQuote:
+			b.WriteByte(c)
 		case c == '"':
-			quoted = !quoted
-			inTok = true
-		case !quoted && (c == ' ' || c == '\t'):
-			if inTok {
-				out = append(out, b.String())
+			inQuote, inWord, quoted = true, true, true
+		case c == ' ' || c == '\t':
+			if inWord {
+				out = append(out, Token{Text: b.String(), Quoted: quoted})
 				b.Reset()
-				inTok = false
+				inWord, quoted = false, false
 			}
 		default:
 			b.WriteByte(c)
-			inTok = true
+			inWord = true
 		}
 	}
-	if quoted {
-		return nil, fmt.Errorf("unterminated quote in %q", line)
+	if inQuote {
+		return nil, fmt.Errorf("unterminated quoted string in %q", line)
 	}
-	if inTok {
-		out = append(out, b.String())
+	if inWord {
+		out = append(out, Token{Text: b.String(), Quoted: quoted})
 	}
 	return out, nil
 }
 
-// Quote writes one field so that Fields reads it back: as it is when it
+// Fields is Tokenize without the quoted marks: the words of the line.
+func Fields(line string) ([]string, error) {
+	toks, err := Tokenize(line)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		out[i] = t.Text
+	}
+	return out, nil
+}
+
+// Quote writes one field so that Tokenize reads it back: as it is when it
 // has no blank, quote or backslash (and is not empty), else in double
-// quotes with \" and \\ escaped, as iptables-save prints comments.
+// quotes with \" and \\ escaped.
 func Quote(s string) string {
 	if s != "" && !strings.ContainsAny(s, " \t\"\\") {
 		return s
 	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(s) + `"`
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// SaveString quotes a string argument (a comment) as iptables-save does
+// (xtables_save_string): as it is only if it is made of letters, digits,
+// '_' and '-', else in double quotes with \\, \" and \' escaped.
+func SaveString(s string) string {
+	plain := s != ""
+	for _, c := range s {
+		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
 }
 
 // JoinFields is the inverse of Fields: the fields quoted as needed and

@@ -10,13 +10,16 @@
 // tables; Apply restores more input with or without --noflush, so a full
 // restore followed by kube-proxy's partial restores gives the state the
 // kernel would hold: declared user chains are flushed (or created), -X
-// deletes, -A/-I/-R/-D/-F/-N/-P work as on the command line, each table is
-// committed at its COMMIT. What iptables-restore or the kernel would refuse
-// is an error naming the line: a rule in a missing chain, a jump to a
-// missing or built-in chain, deleting a chain that still has rules or is
-// still jumped to, a loop between chains, DNAT outside PREROUTING/OUTPUT,
-// MASQUERADE outside POSTROUTING, REJECT outside INPUT/FORWARD/OUTPUT or
-// the filter table, "-m tcp" without "-p tcp", addresses of both families.
+// deletes, -A/-I/-R/-D/-F/-N/-P/-Z work as on the command line, each table
+// is committed at its COMMIT. The restore itself is package
+// internal/kernel/xtables/restore, the simulator xtablestest's fake runs
+// too; this package parses the rules it stores for evaluation. What
+// iptables-restore or the kernel would refuse is an error naming the
+// line: a rule in a missing chain, a jump to a missing or built-in chain,
+// deleting a chain that still has rules or is still jumped to, a loop
+// between chains, DNAT outside PREROUTING/OUTPUT, MASQUERADE outside
+// POSTROUTING, REJECT outside INPUT/FORWARD/OUTPUT or the filter table,
+// "-m tcp" without "-p tcp", addresses of both families.
 //
 // Only what kube-proxy writes is understood: -s -d -i -o -p (with "!"),
 // the matches tcp/udp/sctp (--dport, --sport, --syn, --tcp-flags), addrtype

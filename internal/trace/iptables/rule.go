@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // rule is one parsed iptables rule. The fields of the IP header part
@@ -18,8 +20,6 @@ type rule struct {
 	proto    protoMatch
 	matches  []match
 	target   target
-	line     int // line of the restore input that added it
-	gen      int // the Apply call that added it
 }
 
 type addrMatch struct {
@@ -192,7 +192,7 @@ type commentMatch struct {
 	set  bool
 }
 
-func (m *commentMatch) String() string { return "-m comment --comment " + quote(m.text) }
+func (m *commentMatch) String() string { return "-m comment --comment " + xtables.SaveString(m.text) }
 
 type markMatch struct {
 	set, neg    bool
@@ -323,16 +323,6 @@ const (
 	tDNAT       = "DNAT"
 	tMasquerade = "MASQUERADE"
 )
-
-// Extension targets that exist in iptables but are not modelled: naming
-// one gives an unsupported error rather than "no such chain".
-var knownTargets = map[string]bool{
-	"SNAT": true, "REDIRECT": true, "LOG": true, "NFLOG": true, "CONNMARK": true, "NOTRACK": true,
-	"CT": true, "TPROXY": true, "TCPMSS": true, "NFQUEUE": true, "QUEUE": true, "CLASSIFY": true,
-	"TTL": true, "HL": true, "DSCP": true, "TOS": true, "TEE": true, "AUDIT": true, "CHECKSUM": true,
-	"SET": true, "NETMAP": true, "CLUSTERIP": true, "SECMARK": true, "CONNSECMARK": true, "TRACE": true,
-	"ULOG": true, "IDLETIMER": true, "LED": true, "SYNPROXY": true,
-}
 
 // Reject types iptables and ip6tables accept (with their aliases).
 var rejectTypes4 = map[string]string{

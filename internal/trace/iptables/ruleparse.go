@@ -6,17 +6,19 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // ruleParser turns the words of one rule (after "-A CHAIN") into rules.
 type ruleParser struct {
-	toks []token
+	toks []xtables.Token
 	pos  int
 	// family is 4 or 6 once an address fixed it, else 0; addresses of the
 	// other family are an error.
 	family *int
-	// chains says whether a user chain exists in the table (for -j/-g).
-	chainKind func(name string) (exists, builtin bool)
+	// isChain says whether a user chain exists in the table (for -j).
+	isChain func(name string) bool
 
 	r    rule
 	srcs []netip.Prefix // -s/-d may list several (iptables adds one rule per pair)
@@ -29,13 +31,13 @@ func (p *ruleParser) next(what string) (string, error) {
 	}
 	t := p.toks[p.pos]
 	p.pos++
-	return t.s, nil
+	return t.Text, nil
 }
 
 // parseRule parses the words of a rule. It returns one rule per source ×
 // destination pair, as iptables does for comma-separated address lists.
-func parseRule(toks []token, family *int, chainKind func(string) (bool, bool)) ([]*rule, error) {
-	p := &ruleParser{toks: toks, family: family, chainKind: chainKind}
+func parseRule(toks []xtables.Token, family *int, isChain func(string) bool) ([]*rule, error) {
+	p := &ruleParser{toks: toks, family: family, isChain: isChain}
 	if err := p.parse(); err != nil {
 		return nil, err
 	}
@@ -70,17 +72,17 @@ func (p *ruleParser) parse() error {
 	for p.pos < len(p.toks) {
 		t := p.toks[p.pos]
 		p.pos++
-		if !t.quoted && t.s == "!" {
+		if !t.Quoted && t.Text == "!" {
 			if negate {
 				return errors.New(`"!" given twice`)
 			}
 			negate = true
 			continue
 		}
-		if t.quoted || !strings.HasPrefix(t.s, "-") {
-			return fmt.Errorf("unexpected word %q", t.s)
+		if t.Quoted || !strings.HasPrefix(t.Text, "-") {
+			return fmt.Errorf("unexpected word %q", t.Text)
 		}
-		if err := p.option(t.s, negate); err != nil {
+		if err := p.option(t.Text, negate); err != nil {
 			return err
 		}
 		negate = false

@@ -3,10 +3,9 @@ package iptables
 import (
 	"fmt"
 	"net/netip"
-	"slices"
-	"sort"
 	"strings"
 
+	"github.com/kproxy/kproxy/internal/kernel/xtables/restore"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -31,11 +30,10 @@ type Ruleset struct {
 	Limits Limits
 
 	family int // 4 or 6 once an address said so, else 0
-	tables []*table
+	tables restore.Tables[*rule]
 	// recent holds the xt_recent lists (by --name) with their addresses,
 	// already masked.
 	recent map[string]map[netip.Addr]bool
-	gen    int // counts Apply calls, to tell this input's lines from older ones
 }
 
 // Limits bound one trace. The kernel refuses rulesets whose chains loop, so
@@ -74,120 +72,23 @@ func (r *Ruleset) limits() Limits {
 // names an address (such a ruleset traces packets of either family).
 func (r *Ruleset) Family() int { return r.family }
 
-type table struct {
-	name   string
-	chains map[string]*chain
-	order  []string // chain names in creation order
-}
+// The tables, chains and rules of a ruleset are those of the restore
+// core; a rule's Spec is the rule parsed for evaluation.
+type (
+	table = restore.Table[*rule]
+	chain = restore.Chain[*rule]
+)
 
-type chain struct {
-	name    string
-	builtin bool
-	policy  string // built-in chains: ACCEPT or DROP
-	rules   []*rule
-}
+func (r *Ruleset) table(name string) *table { return r.tables.Table(name) }
 
-// Built-in chains of each table, in hook order.
-var builtinChains = map[string][]string{
-	"raw":      {"PREROUTING", "OUTPUT"},
-	"mangle":   {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
-	"nat":      {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
-	"filter":   {"INPUT", "FORWARD", "OUTPUT"},
-	"security": {"INPUT", "FORWARD", "OUTPUT"},
-}
-
-func newTable(name string) *table {
-	t := &table{name: name, chains: map[string]*chain{}}
-	for _, c := range builtinChains[name] {
-		t.chains[c] = &chain{name: c, builtin: true, policy: tAccept}
-		t.order = append(t.order, c)
-	}
-	return t
-}
-
-// clone copies a table deeply enough that a restore can work on the copy
-// and drop it on error; rules are never changed in place, so they are
-// shared.
-func (t *table) clone() *table {
-	n := &table{name: t.name, chains: make(map[string]*chain, len(t.chains)), order: slices.Clone(t.order)}
-	for k, c := range t.chains {
-		nc := *c
-		nc.rules = slices.Clone(c.rules)
-		n.chains[k] = &nc
-	}
-	return n
-}
-
-func (r *Ruleset) table(name string) *table {
-	for _, t := range r.tables {
-		if t.name == name {
-			return t
-		}
-	}
-	return nil
-}
-
-func (r *Ruleset) install(t *table) {
-	for i, old := range r.tables {
-		if old.name == t.name {
-			r.tables[i] = t
-			return
-		}
-	}
-	r.tables = append(r.tables, t)
-}
-
-// userChains lists the user-defined chains sorted by name, the order
-// iptables-legacy-save prints them in.
-func (t *table) userChains() []string {
-	var names []string
-	for _, n := range t.order {
-		if !t.chains[n].builtin {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	return names
-}
-
-// references reports the first rule (other than in chain except) whose
-// target is the chain name.
-func (t *table) references(name, except string) (string, bool) {
-	for _, cn := range t.order {
-		if cn == except {
-			continue
-		}
-		for _, ru := range t.chains[cn].rules {
-			if (ru.target.kind == tJump || ru.target.kind == tGoto) && ru.target.chain == name {
-				return cn, true
-			}
-		}
-	}
-	return "", false
-}
-
-// String dumps the ruleset in iptables-save format: per table the chain
-// lines (built-in chains first, user chains sorted), the rules, COMMIT.
-// Parse of the dump gives the same ruleset.
+// String dumps the ruleset in iptables-save format: per table (in the
+// order they were created) the chain lines (built-in chains first, user
+// chains sorted), the rules, COMMIT. Parse of the dump gives the same
+// ruleset.
 func (r *Ruleset) String() string {
 	var b strings.Builder
-	for _, t := range r.tables {
-		fmt.Fprintf(&b, "*%s\n", t.name)
-		chains := append(slices.Clone(builtinChains[t.name]), t.userChains()...)
-		for _, cn := range chains {
-			c := t.chains[cn]
-			p := "-"
-			if c.builtin {
-				p = c.policy
-			}
-			fmt.Fprintf(&b, ":%s %s [0:0]\n", cn, p)
-		}
-		for _, cn := range chains {
-			for _, ru := range t.chains[cn].rules {
-				fmt.Fprintf(&b, "-A %s %s\n", cn, ru)
-			}
-		}
-		b.WriteString("COMMIT\n")
+	for _, n := range r.tables.Names() {
+		b.WriteString(r.tables.Table(n).Save(&dialect{r: r}))
 	}
 	return b.String()
 }

@@ -7,44 +7,25 @@ import (
 	"strings"
 )
 
+// setTarget records the rule's target. Package restore resolved it
+// already: a goto names a user chain, a jump a user chain, a verdict or
+// an extension target.
 func (p *ruleParser) setTarget(name string, isGoto bool) error {
 	t := &p.r.target
 	if isGoto {
-		exists, builtin := p.chainKind(name)
-		switch {
-		case !exists:
-			return fmt.Errorf("goto: no chain %q", name)
-		case builtin:
-			return fmt.Errorf("cannot goto built-in chain %q", name)
-		}
 		t.kind, t.chain = tGoto, name
 		return nil
 	}
 	switch name {
-	case tAccept, tDrop, tReturn:
+	case tAccept, tDrop, tReturn, tReject, tMark, tDNAT, tMasquerade:
 		t.kind = name
-	case tReject:
-		t.kind = tReject
-	case tMark:
-		t.kind = tMark
-	case tDNAT:
-		t.kind = tDNAT
-	case tMasquerade:
-		t.kind = tMasquerade
-	default:
-		exists, builtin := p.chainKind(name)
-		switch {
-		case exists && builtin:
-			return fmt.Errorf("cannot jump to built-in chain %q", name)
-		case exists:
-			t.kind, t.chain = tJump, name
-		case knownTargets[name]:
-			return unsupported("target %s", name)
-		default:
-			return fmt.Errorf("no chain or target named %q", name)
-		}
+		return nil
 	}
-	return nil
+	if p.isChain(name) {
+		t.kind, t.chain = tJump, name
+		return nil
+	}
+	return unsupported("target %s", name)
 }
 
 // targetOption parses opt if it belongs to the target.

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/internal/kernel/xtables/restore"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -190,29 +191,29 @@ func (w *walker) run(s *state) error {
 				s.ti++
 				continue
 			}
-			if t.name == "nat" && w.natDone(s) {
+			if t.Name == "nat" && w.natDone(s) {
 				s.step("nat %s: not run, NAT is already set up for this connection", s.hook)
 				s.ti++
 				continue
 			}
 			s.t = t
-			s.step("%s %s (priority %d)", t.name, s.hook, ht.prio)
-			s.stack = append(s.stack, frame{c: t.chains[s.hook]})
+			s.step("%s %s (priority %d)", t.Name, s.hook, ht.prio)
+			s.stack = append(s.stack, frame{c: t.Chain(s.hook)})
 			continue
 		}
 		top := &s.stack[len(s.stack)-1]
-		if top.pos >= len(top.c.rules) {
-			if done, err := w.pop(s, "end of "+top.c.name); err != nil || done {
+		if top.pos >= len(top.c.Rules) {
+			if done, err := w.pop(s, "end of "+top.c.Name); err != nil || done {
 				return err
 			}
 			continue
 		}
 		c := top.c
-		ru := c.rules[top.pos]
+		ru := c.Rules[top.pos].Spec
 		top.pos++
 		s.evals++
 		if s.evals > w.lim.MaxRuleEvaluations {
-			return fmt.Errorf("%w: more than %d rule evaluations (at chain %s)", trace.ErrLimit, w.lim.MaxRuleEvaluations, c.name)
+			return fmt.Errorf("%w: more than %d rule evaluations (at chain %s)", trace.ErrLimit, w.lim.MaxRuleEvaluations, c.Name)
 		}
 		done, err := w.evalRule(s, c, ru)
 		if err != nil || done {
@@ -314,7 +315,7 @@ func (w *walker) finish(s *state, verdict string) error {
 // next table on the hook still sees the packet. A nat chain that ends
 // without NAT still sets up the (null) binding for its direction.
 func (w *walker) endTable(s *state) {
-	if s.t.name == "nat" {
+	if s.t.Name == "nat" {
 		if s.hook == hookPrerouting || s.hook == hookOutput {
 			s.dstManip = true
 		} else {
@@ -331,10 +332,10 @@ func (w *walker) endTable(s *state) {
 func (w *walker) pop(s *state, why string) (bool, error) {
 	s.stack = s.stack[:len(s.stack)-1]
 	if len(s.stack) > 0 {
-		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.name)
+		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Name)
 		return false, nil
 	}
-	if c := s.t.chains[s.hook]; c.policy == tDrop {
+	if c := s.t.Chain(s.hook); c.Policy == tDrop {
 		s.step("%s, policy DROP", why)
 		return true, w.finish(s, trace.VerdictDrop)
 	}
@@ -368,7 +369,7 @@ func (w *walker) oif(s *state) (string, bool) {
 }
 
 func (w *walker) ruleStep(s *state, c *chain, ru *rule, extra string) {
-	s.step("%s %s: %s%s", s.t.name, c.name, ru, extra)
+	s.step("%s %s: %s%s", s.t.Name, c.Name, ru, extra)
 }
 
 // evalRule evaluates one rule; done means the path ended.
@@ -382,7 +383,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 	if ru.out.set {
 		oif, known := w.oif(s)
 		if !known {
-			return true, unsupported("chain %s: -o on hook %s (the output interface of a routed packet is not modelled)", c.name, s.hook)
+			return true, unsupported("chain %s: -o on hook %s (the output interface of a routed packet is not modelled)", c.Name, s.hook)
 		}
 		if !ru.out.matches(oif) {
 			return false, nil
@@ -431,10 +432,10 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 		}
 		br := s.clone()
 		br.prob *= 1 - p
-		br.step("%s %s: %s: statistic did not match (p=%s)", s.t.name, c.name, ru, fmtProb(1-p))
+		br.step("%s %s: %s: statistic did not match (p=%s)", s.t.Name, c.Name, ru, fmtProb(1-p))
 		w.pending = append(w.pending, br)
 		s.prob *= p
-		s.step("%s %s: statistic matched (p=%s)", s.t.name, c.name, fmtProb(p))
+		s.step("%s %s: statistic matched (p=%s)", s.t.Name, c.Name, fmtProb(p))
 		return true, nil
 	case *recentMatch:
 		a := s.src
@@ -448,13 +449,13 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 			s.recent = append(s.recent, recentEntry{m.name, a})
 			u := recentUpdate(m.name, a)
 			s.updates = append(s.updates, u)
-			s.step("%s %s: recent --set: %s", s.t.name, c.name, u)
+			s.step("%s %s: recent --set: %s", s.t.Name, c.Name, u)
 			return !m.neg, nil
 		}
 		in := w.r.inRecent(m.name, a) || slices.Contains(s.recent, recentEntry{m.name, a})
 		return in != m.neg, nil
 	}
-	return false, fmt.Errorf("chain %s: match %T not handled", c.name, m)
+	return false, fmt.Errorf("chain %s: match %T not handled", c.Name, m)
 }
 
 // synOnly is the TCP flags of the first packet of a connection.
@@ -522,7 +523,7 @@ func (w *walker) target(s *state, c *chain, ru *rule) (bool, error) {
 		w.ruleStep(s, c, ru, "")
 		return true, w.finish(s, trace.VerdictDrop)
 	case tReturn:
-		return w.pop(s, fmt.Sprintf("%s %s: %s", s.t.name, c.name, ru))
+		return w.pop(s, fmt.Sprintf("%s %s: %s", s.t.Name, c.Name, ru))
 	case tReject:
 		if err := w.checkHook(s, c, t.kind); err != nil {
 			return true, err
@@ -534,10 +535,10 @@ func (w *walker) target(s *state, c *chain, ru *rule) (bool, error) {
 			return true, fmt.Errorf("%w: jump depth above %d (at chain %s)", trace.ErrLimit, w.lim.MaxJumpDepth, t.chain)
 		}
 		w.ruleStep(s, c, ru, "")
-		s.stack = append(s.stack, frame{c: s.t.chains[t.chain]})
+		s.stack = append(s.stack, frame{c: s.t.Chain(t.chain)})
 	case tGoto:
 		w.ruleStep(s, c, ru, "")
-		s.stack[len(s.stack)-1] = frame{c: s.t.chains[t.chain]}
+		s.stack[len(s.stack)-1] = frame{c: s.t.Chain(t.chain)}
 	case tMark:
 		s.mark = (s.mark &^ t.markMask) ^ t.markValue
 		w.ruleStep(s, c, ru, fmt.Sprintf(" (mark 0x%x)", s.mark))
@@ -565,7 +566,7 @@ func (w *walker) target(s *state, c *chain, ru *rule) (bool, error) {
 		w.ruleStep(s, c, ru, "")
 		w.endTable(s)
 	default:
-		return true, fmt.Errorf("chain %s: target %q not handled", c.name, t.kind)
+		return true, fmt.Errorf("chain %s: target %q not handled", c.Name, t.kind)
 	}
 	return false, nil
 }
@@ -577,8 +578,8 @@ func (w *walker) checkHook(s *state, c *chain, kind string) error {
 	if kind == tReject {
 		want = "filter"
 	}
-	if s.t.name != want || !slices.Contains(targetHooks[kind], s.hook) {
-		return fmt.Errorf("chain %s: %s reached in table %s on hook %s", c.name, kind, s.t.name, s.hook)
+	if s.t.Name != want || !slices.Contains(restore.TargetHooks(kind), s.hook) {
+		return fmt.Errorf("chain %s: %s reached in table %s on hook %s", c.Name, kind, s.t.Name, s.hook)
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ func TestTraceClusterIP(t *testing.T) {
 			out("accept", "10.180.2.1:8080", false, third),
 			out("accept", "10.180.3.1:8080", false, third),
 		},
-		pathHas: []string{"-s 10.180.1.1/32 -m comment --comment ns1/svc1:p80 -j KUBE-MARK-MASQ", "-j MASQUERADE"},
+		pathHas: []string{"-s 10.180.1.1/32 -m comment --comment \"ns1/svc1:p80\" -j KUBE-MARK-MASQ", "-j MASQUERADE"},
 	}, {
 		name: "off-cluster client to ClusterIP is masqueraded",
 		pkt:  pkt(tcp, "203.0.113.5", "10.96.0.1", 80, "eth0"),

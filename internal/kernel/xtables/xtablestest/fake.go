@@ -1,8 +1,9 @@
 // Package xtablestest has an in-memory xtables.Interface for the tests of
 // code that writes iptables rules.
 //
-// The Fake reads restore input the way iptables-restore does and rejects
-// what iptables-restore or the kernel would reject: an unknown table, a
+// The Fake restores with package restore, the iptables-restore simulator
+// it shares with the iptables tracer, and so rejects what
+// iptables-restore or the kernel would reject: an unknown table, a
 // missing COMMIT, a rule in a chain that does not exist, a jump to a chain
 // that does not exist (yet: chains must be declared before the rules that
 // jump to them), deleting a chain that is not empty or that a rule still
@@ -11,7 +12,8 @@
 // hook where the kernel refuses them, REJECT outside filter. Where the two
 // backends differ it follows the stricter one (legacy): a user chain
 // declared twice in a flushing restore, or a user chain with a policy, is
-// an error.
+// an error. On top it records every call and can fail them on demand
+// (RestoreHook).
 //
 // Errors are *xtables.RestoreError naming the input line, as the real
 // backends do; checks the kernel makes when a table is committed (loops,
@@ -28,13 +30,14 @@ package xtablestest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
+	"github.com/kproxy/kproxy/internal/kernel/xtables/restore"
 )
 
 // Fake is a stateful in-memory xtables.Interface of one backend and
@@ -58,7 +61,7 @@ type Fake struct {
 	family  xtables.Family
 
 	mu       sync.Mutex
-	tables   map[string]*table
+	tables   *restore.Tables[fields]
 	restores []RestoreCall
 }
 
@@ -76,7 +79,7 @@ type RestoreCall struct {
 
 // NewFake returns a Fake with no tables, as a fresh network namespace.
 func NewFake(b xtables.Backend, f xtables.Family) *Fake {
-	return &Fake{backend: b, family: f, tables: map[string]*table{}, VersionString: "1.8.9"}
+	return &Fake{backend: b, family: f, tables: &restore.Tables[fields]{}, VersionString: "1.8.9"}
 }
 
 func (f *Fake) Backend() xtables.Backend { return f.backend }
@@ -100,18 +103,15 @@ func (f *Fake) RestoreWithStats(_ context.Context, data []byte, opts xtables.Res
 		err = f.RestoreHook(data, opts)
 	}
 	if err == nil {
+		ropts := restore.Options{NoFlush: opts.NoFlush, PerTable: f.CommitPerTable}
+		tables := f.tables
 		if opts.Test {
-			// Checked on a copy that is thrown away.
-			kept := f.tables
-			f.tables = make(map[string]*table, len(kept))
-			for n, t := range kept {
-				f.tables[n] = t.clone()
-			}
-			err = f.restore(string(data), opts.NoFlush, f.backend == xtables.NFT)
-			f.tables = kept
-		} else {
-			err = f.restore(string(data), opts.NoFlush, false)
+			// Checked on a copy that is thrown away; iptables-nft-restore
+			// --test resolves no chain.
+			tables = tables.Clone()
+			ropts.SyntaxOnly = f.backend == xtables.NFT
 		}
+		err = f.restoreError(tables.Restore(data, ropts, dialect{}))
 	}
 	f.restores = append(f.restores, RestoreCall{Data: slices.Clone(data), NoFlush: opts.NoFlush, Test: opts.Test, Err: err})
 	if err != nil {
@@ -129,14 +129,15 @@ func (f *Fake) Save(_ context.Context, name string) ([]byte, error) {
 	if !slices.Contains(xtables.Tables, name) {
 		return nil, fmt.Errorf("xtablestest: saving %s %s table %s: unknown table", f.backend, f.family, name)
 	}
-	t := f.tables[name]
-	if t == nil {
-		t = newTable(name)
-		if f.backend == xtables.Legacy {
-			f.tables[name] = t
-		}
+	t := f.tables.Table(name)
+	switch {
+	case t != nil:
+	case f.backend == xtables.Legacy:
+		t = f.tables.Create(name)
+	default:
+		t = restore.NewTable[fields](name)
 	}
-	return []byte(t.save()), nil
+	return []byte(t.Save(dialect{})), nil
 }
 
 // Restores returns the log of Restore calls, oldest first.
@@ -159,7 +160,7 @@ func (f *Fake) Tables() []string {
 	defer f.mu.Unlock()
 	var out []string
 	for _, n := range xtables.Tables {
-		if f.tables[n] != nil {
+		if f.tables.Table(n) != nil {
 			out = append(out, n)
 		}
 	}
@@ -173,8 +174,8 @@ func (f *Fake) Dump() string {
 	defer f.mu.Unlock()
 	var b strings.Builder
 	for _, n := range xtables.Tables {
-		if t := f.tables[n]; t != nil {
-			b.WriteString(t.save())
+		if t := f.tables.Table(n); t != nil {
+			b.WriteString(t.Save(dialect{}))
 		}
 	}
 	return b.String()
@@ -185,11 +186,11 @@ func (f *Fake) Dump() string {
 func (f *Fake) Chains(table string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.tables[table]
+	t := f.tables.Table(table)
 	if t == nil {
 		return nil
 	}
-	return t.order()
+	return t.Chains()
 }
 
 // Rules returns the rules of a chain as Save prints them ("-A CHAIN ...").
@@ -197,606 +198,67 @@ func (f *Fake) Chains(table string) []string {
 func (f *Fake) Rules(table, chain string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.tables[table]
-	if t == nil || t.chains[chain] == nil {
+	t := f.tables.Table(table)
+	if t == nil || t.Chain(chain) == nil {
 		return nil
 	}
 	var out []string
-	for _, r := range t.chains[chain].rules {
-		out = append(out, r.text(chain))
+	for _, r := range t.Chain(chain).Rules {
+		out = append(out, restore.RuleText(chain, r.Spec, dialect{}))
 	}
 	return out
 }
 
-type table struct {
-	name   string
-	chains map[string]*chain
-	// syntaxOnly: what iptables-nft-restore --test does. It parses every
-	// line and checks each match's and target's options in userspace, but
-	// resolves no chain and sends nothing to the kernel: an -A or -I to a
-	// chain that does not exist, a jump to one, a -D of a rule that is not
-	// there, a -X of a chain in use and a loop all pass (iptables v1.8.9,
-	// checked by TestNFTRestoreTestResolvesNoChain in internal/proxy/iptables).
-	syntaxOnly bool
+// fields are what the Fake keeps of a rule: its words after "-A CHAIN",
+// as given.
+type fields []string
+
+// dialect is the Fake's restore.Dialect: a rule is its words; -D deletes
+// a rule with the same words.
+type dialect struct{}
+
+func (dialect) Begin(string)  {}
+func (dialect) Commit(string) {}
+
+func (dialect) Rule(_ *restore.Table[fields], _ *restore.Chain[fields], words []xtables.Token) ([]fields, error) {
+	f := make(fields, len(words))
+	for i, w := range words {
+		f[i] = w.Text
+	}
+	return []fields{f}, nil
 }
 
-type chain struct {
-	builtin bool
-	policy  string // built-in chains only
-	rules   []rule
-}
+func (dialect) Same(a, b fields) bool { return slices.Equal(a, b) }
 
-type rule struct {
-	fields []string // after "-A CHAIN"
-	target string   // -j/-g target, "" if none
-	isGoto bool
-}
-
-func (r rule) text(chain string) string {
+// Text quotes the words as iptables-save does: a comment as a string
+// argument, anything else only if it has to be.
+func (dialect) Text(f fields) string {
 	var b strings.Builder
-	b.WriteString("-A " + chain)
-	for i, f := range r.fields {
-		b.WriteByte(' ')
-		if i > 0 && r.fields[i-1] == "--comment" {
-			b.WriteString(saveString(f))
+	for i, w := range f {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if i > 0 && f[i-1] == "--comment" {
+			b.WriteString(xtables.SaveString(w))
 		} else {
-			b.WriteString(xtables.Quote(f))
+			b.WriteString(xtables.Quote(w))
 		}
 	}
 	return b.String()
 }
 
-// saveString quotes a string argument as iptables-save does
-// (xtables_save_string): unquoted only if it is made of letters, digits,
-// '_' and '-'.
-func saveString(s string) string {
-	plain := s != ""
-	for _, c := range s {
-		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return s
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
-}
-
-func newTable(name string) *table {
-	t := &table{name: name, chains: map[string]*chain{}}
-	for _, c := range xtables.BuiltinChains[name] {
-		t.chains[c] = &chain{builtin: true, policy: "ACCEPT"}
-	}
-	return t
-}
-
-func (t *table) clone() *table {
-	c := &table{name: t.name, chains: make(map[string]*chain, len(t.chains))}
-	for n, ch := range t.chains {
-		cc := *ch
-		cc.rules = slices.Clone(ch.rules)
-		c.chains[n] = &cc
-	}
-	return c
-}
-
-// flushed is what a restore without --noflush starts from: the built-in
-// chains with their policies, empty, and no user chains.
-func (t *table) flushed() *table {
-	c := newTable(t.name)
-	for n, ch := range c.chains {
-		ch.policy = t.chains[n].policy
-	}
-	return c
-}
-
-func (t *table) order() []string {
-	out := slices.Clone(xtables.BuiltinChains[t.name])
-	var user []string
-	for n, c := range t.chains {
-		if !c.builtin {
-			user = append(user, n)
-		}
-	}
-	slices.Sort(user)
-	return append(out, user...)
-}
-
-func (t *table) save() string {
-	var b strings.Builder
-	b.WriteString("*" + t.name + "\n")
-	names := t.order()
-	for _, n := range names {
-		p := "-"
-		if c := t.chains[n]; c.builtin {
-			p = c.policy
-		}
-		fmt.Fprintf(&b, ":%s %s [0:0]\n", n, p)
-	}
-	for _, n := range names {
-		for _, r := range t.chains[n].rules {
-			b.WriteString(r.text(n) + "\n")
-		}
-	}
-	b.WriteString("COMMIT\n")
-	return b.String()
-}
-
-// references counts the rules of the table that jump or go to a chain.
-func (t *table) references(name string) int {
-	n := 0
-	for _, c := range t.chains {
-		for _, r := range c.rules {
-			if r.target == name {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// restoreError builds the error of a rejected input line.
-func (f *Fake) restoreError(line int, format string, args ...any) error {
-	return &xtables.RestoreError{Backend: f.backend, Family: f.family, Line: line, Detail: fmt.Sprintf(format, args...)}
-}
-
-// restore applies restore input to the Fake's tables (syntaxOnly: see
-// table). f.mu is held.
-func (f *Fake) restore(data string, noflush, syntaxOnly bool) error {
-	staged := map[string]*table{}
-	var cur *table
-	lines := strings.Split(data, "\n")
-	for i, raw := range lines {
-		n := i + 1
-		line := strings.TrimSpace(raw)
-		switch {
-		case line == "" || line[0] == '#':
-		case line[0] == '*':
-			if cur != nil {
-				return f.restoreError(n, "COMMIT expected at line %d", n)
-			}
-			name := line[1:]
-			if !slices.Contains(xtables.Tables, name) {
-				return f.restoreError(n, "unable to initialize table '%s'", name)
-			}
-			base := staged[name]
-			if base == nil {
-				base = f.tables[name]
-			}
-			switch {
-			case base == nil:
-				cur = newTable(name)
-			case noflush:
-				cur = base.clone()
-			default:
-				cur = base.flushed()
-			}
-			cur.syntaxOnly = syntaxOnly
-		case line == "COMMIT":
-			if cur == nil {
-				return f.restoreError(n, "COMMIT outside a table")
-			}
-			if err := cur.check(); err != nil && !cur.syntaxOnly {
-				return f.restoreError(n, "%s", err)
-			}
-			staged[cur.name] = cur
-			if f.CommitPerTable {
-				f.tables[cur.name] = cur
-			}
-			cur = nil
-		case cur == nil:
-			return f.restoreError(n, "%q outside a table", line)
-		case line[0] == ':':
-			if err := declare(cur, line, noflush); err != nil {
-				return f.restoreError(n, "%s", err)
-			}
-		case line[0] == '-':
-			if err := command(cur, line); err != nil {
-				return f.restoreError(n, "%s", err)
-			}
-		default:
-			return f.restoreError(n, "unexpected %q", line)
-		}
-	}
-	if cur != nil {
-		return f.restoreError(len(lines), "COMMIT expected at line %d", len(lines))
-	}
-	for name, t := range staged {
-		f.tables[name] = t
-	}
-	return nil
-}
-
-// maxChainName is the longest chain name iptables accepts
-// (XT_EXTENSION_MAXNAMELEN - 1).
-const maxChainName = 28
-
-func checkChainName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("empty chain name")
-	case len(name) > maxChainName:
-		return fmt.Errorf("invalid chain name `%s' (%d chars max)", name, maxChainName)
-	case name[0] == '-' || name[0] == '!':
-		return fmt.Errorf("invalid chain name `%s'", name)
-	case strings.ContainsAny(name, " \t\"'"):
-		return fmt.Errorf("invalid chain name `%s'", name)
-	case targets[name] != nil || name == "ACCEPT" || name == "DROP" || name == "RETURN" || name == "QUEUE":
-		return fmt.Errorf("chain name `%s' may not clash with a target name", name)
-	}
-	return nil
-}
-
-// declare handles ":CHAIN POLICY [packets:bytes]". A built-in chain gets
-// its policy ("-" keeps it) and is not flushed; a user chain is created,
-// or flushed if it exists and the restore is --noflush.
-func declare(t *table, line string, noflush bool) error {
-	f := strings.Fields(line[1:])
-	if len(f) < 2 || len(f) > 3 {
-		return fmt.Errorf("malformed chain line %q", line)
-	}
-	name, policy := f[0], f[1]
-	if len(f) == 3 && !validCounters(f[2]) {
-		return fmt.Errorf("bad counters %q", f[2])
-	}
-	if c := t.chains[name]; c != nil && c.builtin {
-		switch policy {
-		case "-":
-		case "ACCEPT", "DROP":
-			c.policy = policy
-		default:
-			return fmt.Errorf("bad policy name `%s' for built-in chain %s", policy, name)
-		}
+// restoreError turns an error of the restore core into the
+// *xtables.RestoreError the real backends return, naming the line as
+// iptables-legacy-restore does (a table the kernel refuses at its
+// COMMIT line).
+func (f *Fake) restoreError(err error) error {
+	if err == nil {
 		return nil
 	}
-	if policy != "-" {
-		return fmt.Errorf("can't set policy `%s' on `%s': not a built-in chain of table %s", policy, name, t.name)
+	re := &xtables.RestoreError{Backend: f.backend, Family: f.family, Detail: err.Error()}
+	var e *restore.Error
+	if errors.As(err, &e) {
+		re.Line, re.Detail = e.Line, e.Err.Error()
 	}
-	if err := checkChainName(name); err != nil {
-		return err
-	}
-	if c := t.chains[name]; c != nil {
-		if !noflush {
-			// iptables-legacy-restore creates every declared chain in the
-			// emptied table: a second declaration is EEXIST.
-			return fmt.Errorf("error creating chain '%s': File exists", name)
-		}
-		c.rules = nil
-		return nil
-	}
-	t.chains[name] = &chain{}
-	return nil
-}
-
-func validCounters(s string) bool {
-	if len(s) < 5 || s[0] != '[' || s[len(s)-1] != ']' {
-		return false
-	}
-	p, b, ok := strings.Cut(s[1:len(s)-1], ":")
-	_, err1 := strconv.ParseUint(p, 10, 64)
-	_, err2 := strconv.ParseUint(b, 10, 64)
-	return ok && err1 == nil && err2 == nil
-}
-
-// command handles one command line of the restore input.
-func command(t *table, line string) error {
-	tok, err := xtables.Fields(line)
-	if err != nil {
-		return err
-	}
-	for _, x := range tok {
-		if x == "-t" || x == "--table" {
-			return fmt.Errorf("the -t option cannot be used in iptables-restore")
-		}
-	}
-	cmd, args := tok[0], tok[1:]
-	chainArg := func() (*chain, string, error) {
-		if len(args) == 0 {
-			return nil, "", fmt.Errorf("%s needs a chain", cmd)
-		}
-		c := t.chains[args[0]]
-		if c == nil && t.syntaxOnly {
-			if err := checkChainName(args[0]); err != nil {
-				return nil, args[0], err
-			}
-			c = &chain{}
-			t.chains[args[0]] = c
-		}
-		if c == nil {
-			return nil, args[0], fmt.Errorf("chain '%s' does not exist in table %s", args[0], t.name)
-		}
-		return c, args[0], nil
-	}
-	switch cmd {
-	case "-A", "--append":
-		c, name, err := chainArg()
-		if err != nil {
-			return err
-		}
-		r, err := t.newRule(name, args[1:])
-		if err != nil {
-			return err
-		}
-		c.rules = append(c.rules, r)
-	case "-I", "--insert":
-		c, name, err := chainArg()
-		if err != nil {
-			return err
-		}
-		spec, pos := args[1:], 1
-		if len(spec) > 0 {
-			if n, err := strconv.Atoi(spec[0]); err == nil {
-				pos, spec = n, spec[1:]
-			}
-		}
-		if t.syntaxOnly {
-			pos = min(max(pos, 1), len(c.rules)+1)
-		}
-		if pos < 1 || pos > len(c.rules)+1 {
-			return fmt.Errorf("index of insertion %d too big for chain %s (%d rules)", pos, name, len(c.rules))
-		}
-		r, err := t.newRule(name, spec)
-		if err != nil {
-			return err
-		}
-		c.rules = slices.Insert(c.rules, pos-1, r)
-	case "-D", "--delete":
-		c, name, err := chainArg()
-		if err != nil {
-			return err
-		}
-		spec := args[1:]
-		if len(spec) == 1 {
-			if n, err := strconv.Atoi(spec[0]); err == nil {
-				if n < 1 || n > len(c.rules) {
-					return fmt.Errorf("index of deletion %d too big for chain %s (%d rules)", n, name, len(c.rules))
-				}
-				c.rules = slices.Delete(c.rules, n-1, n)
-				return nil
-			}
-		}
-		i := slices.IndexFunc(c.rules, func(r rule) bool { return slices.Equal(r.fields, spec) })
-		if i < 0 && t.syntaxOnly {
-			return nil
-		}
-		if i < 0 {
-			//lint:ignore ST1005 iptables' own message, which callers match
-			return fmt.Errorf("Bad rule (does a matching rule exist in that chain?): no such rule in %s", name)
-		}
-		c.rules = slices.Delete(c.rules, i, i+1)
-	case "-F", "--flush":
-		if len(args) == 0 {
-			for _, c := range t.chains {
-				c.rules = nil
-			}
-			return nil
-		}
-		c, _, err := chainArg()
-		if err != nil {
-			return err
-		}
-		c.rules = nil
-	case "-X", "--delete-chain":
-		var names []string
-		if len(args) == 0 {
-			for n, c := range t.chains {
-				if !c.builtin {
-					names = append(names, n)
-				}
-			}
-			slices.Sort(names)
-		} else {
-			c, name, err := chainArg()
-			if err != nil {
-				return err
-			}
-			if c.builtin {
-				return fmt.Errorf("cannot delete built-in chain %s", name)
-			}
-			names = []string{name}
-		}
-		for _, n := range names {
-			if t.syntaxOnly {
-				break
-			}
-			if len(t.chains[n].rules) > 0 {
-				return fmt.Errorf("cannot delete chain %s: Directory not empty (%d rules)", n, len(t.chains[n].rules))
-			}
-		}
-		for _, n := range names {
-			if t.syntaxOnly {
-				break
-			}
-			if refs := t.references(n); refs > 0 {
-				return fmt.Errorf("cannot delete chain %s: Too many links (%d rules jump to it)", n, refs)
-			}
-		}
-		for _, n := range names {
-			delete(t.chains, n)
-		}
-	case "-N", "--new-chain":
-		if len(args) != 1 {
-			return fmt.Errorf("%s needs one chain name", cmd)
-		}
-		if err := checkChainName(args[0]); err != nil {
-			return err
-		}
-		if t.chains[args[0]] != nil {
-			return fmt.Errorf("chain %s already exists", args[0])
-		}
-		t.chains[args[0]] = &chain{}
-	case "-P", "--policy":
-		c, name, err := chainArg()
-		if err != nil {
-			return err
-		}
-		if len(args) != 2 || (args[1] != "ACCEPT" && args[1] != "DROP") || !c.builtin {
-			return fmt.Errorf("bad policy for chain %s: %q", name, strings.Join(args[1:], " "))
-		}
-		c.policy = args[1]
-	default:
-		return fmt.Errorf("unknown or unsupported command %q", cmd)
-	}
-	return nil
-}
-
-// targetInfo restricts where an extension target may be used: the table
-// (the kernel module's .table) and the built-in chains it may be reached
-// from (.hooks). Empty means anywhere.
-type targetInfo struct {
-	table string
-	hooks []string
-}
-
-// targets are the extension targets the Fake knows, besides chains and
-// the verdicts ACCEPT, DROP, RETURN and QUEUE.
-var targets = map[string]*targetInfo{
-	"DNAT":        {table: "nat", hooks: []string{"PREROUTING", "OUTPUT"}},
-	"REDIRECT":    {table: "nat", hooks: []string{"PREROUTING", "OUTPUT"}},
-	"SNAT":        {table: "nat", hooks: []string{"POSTROUTING", "INPUT"}},
-	"MASQUERADE":  {table: "nat", hooks: []string{"POSTROUTING"}},
-	"NETMAP":      {table: "nat"},
-	"REJECT":      {table: "filter", hooks: []string{"INPUT", "FORWARD", "OUTPUT"}},
-	"CT":          {table: "raw"},
-	"NOTRACK":     {table: "raw"},
-	"TRACE":       {table: "raw"},
-	"TPROXY":      {table: "mangle"},
-	"DSCP":        {table: "mangle"},
-	"TOS":         {table: "mangle"},
-	"TTL":         {table: "mangle"},
-	"HL":          {table: "mangle"},
-	"CHECKSUM":    {table: "mangle"},
-	"MARK":        {},
-	"CONNMARK":    {},
-	"LOG":         {},
-	"NFLOG":       {},
-	"NFQUEUE":     {},
-	"TCPMSS":      {},
-	"CLASSIFY":    {},
-	"SET":         {},
-	"AUDIT":       {},
-	"SECMARK":     {},
-	"CONNSECMARK": {},
-	"TEE":         {},
-	"SYNPROXY":    {},
-	"HMARK":       {},
-	"IDLETIMER":   {},
-	"LED":         {},
-	"RATEEST":     {},
-}
-
-var verdicts = []string{"ACCEPT", "DROP", "RETURN", "QUEUE"}
-
-// newRule parses a rule specification of chain and checks its target.
-func (t *table) newRule(chain string, spec []string) (rule, error) {
-	r := rule{fields: slices.Clone(spec)}
-	for i := 0; i < len(spec); i++ {
-		switch spec[i] {
-		case "-j", "--jump", "-g", "--goto":
-			if i+1 >= len(spec) {
-				return rule{}, fmt.Errorf("%s needs a target", spec[i])
-			}
-			if r.target != "" {
-				return rule{}, fmt.Errorf("more than one target in a rule")
-			}
-			r.target = spec[i+1]
-			r.isGoto = spec[i] == "-g" || spec[i] == "--goto"
-			i++
-		}
-	}
-	if r.target == "" {
-		return r, nil
-	}
-	if c := t.chains[r.target]; c != nil {
-		if c.builtin {
-			return rule{}, fmt.Errorf("cannot jump to built-in chain %s", r.target)
-		}
-		return r, nil
-	}
-	info := targets[r.target]
-	if info == nil && !slices.Contains(verdicts, r.target) && t.syntaxOnly && checkChainName(r.target) == nil {
-		return r, nil // taken for a chain, unresolved
-	}
-	if info == nil && !slices.Contains(verdicts, r.target) {
-		return rule{}, fmt.Errorf("couldn't load target `%s': no such chain in table %s, nor target", r.target, t.name)
-	}
-	if r.isGoto {
-		return rule{}, fmt.Errorf("goto '%s' is not a chain", r.target)
-	}
-	if info != nil && info.table != "" && info.table != t.name {
-		return rule{}, fmt.Errorf("target %s is only valid in table %s, not %s", r.target, info.table, t.name)
-	}
-	return r, nil
-}
-
-// check does what the kernel does when a table is committed: no loops of
-// jumps reachable from a hook, and every target used only from the hooks it supports.
-func (t *table) check() error {
-	// Loops: depth-first search over jump edges, from the built-in chains.
-	const (
-		white = iota
-		grey
-		black
-	)
-	color := map[string]int{}
-	var visit func(string) error
-	visit = func(n string) error {
-		color[n] = grey
-		for _, r := range t.chains[n].rules {
-			if c := t.chains[r.target]; c == nil || c.builtin {
-				continue
-			}
-			switch color[r.target] {
-			case grey:
-				return fmt.Errorf("loop of jumps through chain %s (Too many levels of symbolic links)", r.target)
-			case white:
-				if err := visit(r.target); err != nil {
-					return err
-				}
-			}
-		}
-		color[n] = black
-		return nil
-	}
-	// Like the kernel, only what the hooks reach is checked: a loop
-	// between chains nothing jumps to is accepted.
-	for _, n := range xtables.BuiltinChains[t.name] {
-		if color[n] == white {
-			if err := visit(n); err != nil {
-				return err
-			}
-		}
-	}
-	// Hooks: which built-in chains reach each chain.
-	from := map[string][]string{}
-	for _, hook := range xtables.BuiltinChains[t.name] {
-		seen := map[string]bool{hook: true}
-		queue := []string{hook}
-		for len(queue) > 0 {
-			n := queue[0]
-			queue = queue[1:]
-			from[n] = append(from[n], hook)
-			for _, r := range t.chains[n].rules {
-				if c := t.chains[r.target]; c != nil && !seen[r.target] {
-					seen[r.target] = true
-					queue = append(queue, r.target)
-				}
-			}
-		}
-	}
-	for _, n := range t.order() {
-		for _, r := range t.chains[n].rules {
-			info := targets[r.target]
-			if info == nil || len(info.hooks) == 0 {
-				continue
-			}
-			for _, hook := range from[n] {
-				if !slices.Contains(info.hooks, hook) {
-					return fmt.Errorf("target %s in chain %s is reached from %s; it is only valid from %s (Invalid argument)", r.target, n, hook, strings.Join(info.hooks, ", "))
-				}
-			}
-		}
-	}
-	return nil
+	return re
 }

@@ -317,9 +317,9 @@ func TestFakeRejects(t *testing.T) {
 			name:     "DNAT reachable from POSTROUTING (kernel check at COMMIT)",
 			input:    "*nat\n-A POSTROUTING -j KUBE-SEP-AAAAAAAAAAAAAAAA\nCOMMIT\n",
 			noflush:  true,
-			wantLine: 3, wantErr: "reached from POSTROUTING",
+			wantLine: 3, wantErr: "reached from hook POSTROUTING",
 		},
-		{name: "MASQUERADE in PREROUTING", input: "*nat\n-A PREROUTING -j MASQUERADE\nCOMMIT\n", noflush: true, wantLine: 3, wantErr: "reached from PREROUTING"},
+		{name: "MASQUERADE in PREROUTING", input: "*nat\n-A PREROUTING -j MASQUERADE\nCOMMIT\n", noflush: true, wantLine: 3, wantErr: "reached from hook PREROUTING"},
 		{
 			name:     "loop of jumps reachable from INPUT",
 			input:    "*filter\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n-A KUBE-A -j KUBE-B\n-A KUBE-B -j KUBE-A\n-A INPUT -j KUBE-A\nCOMMIT\n",
@@ -332,7 +332,7 @@ func TestFakeRejects(t *testing.T) {
 			noflush:  true,
 			wantLine: 8, wantErr: "loop",
 		},
-		{name: "unknown command", input: "*nat\n-Z\nCOMMIT\n", noflush: true, wantLine: 2, wantErr: "unsupported command"},
+		{name: "unknown command", input: "*nat\n-E KUBE-SERVICES KUBE-SVCS\nCOMMIT\n", noflush: true, wantLine: 2, wantErr: "unknown command"},
 		{name: "garbage", input: "*nat\nhello\nCOMMIT\n", noflush: true, wantLine: 2, wantErr: "unexpected"},
 		{
 			name:     "a later table fails: the whole call changes nothing",
