@@ -1,7 +1,9 @@
 // Package nft is kproxy's narrow view of nftables: a small typed model of
 // the objects and rule statements kproxy uses, a transaction of operations
 // on them, its `nft -f` text form (what `kproxy render` prints) and the
-// parser of that form. Sending a transaction to the kernel is the
+// one reader of nft text (Read, Parse: that form, the nested form `nft
+// list` prints and the kernel's listing variants), which the tracer and
+// nfttest.Fake both use. Sending a transaction to the kernel is the
 // subpackage nfnetlink's job (netlink, one batch = one atomic
 // transaction); Exec sends the text form through the nft binary and is
 // the tests' oracle for it; nfttest holds a stateful fake.
