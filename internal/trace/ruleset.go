@@ -213,33 +213,6 @@ func valueMatches(k, v nft.Value) bool {
 	}
 }
 
-// references lists the chains and sets a rule statement refers to.
-func stmtRefs(s nft.Stmt) (chains, sets []string) {
-	switch s := s.(type) {
-	case nft.Verdict:
-		if s.Kind == nft.Jump || s.Kind == nft.Goto {
-			chains = append(chains, s.Chain)
-		}
-	case nft.NumgenVmap:
-		chains = append(chains, s.Chains...)
-	case nft.VmapLookup:
-		sets = append(sets, s.Map)
-	case nft.MatchInSet:
-		sets = append(sets, s.Set)
-	case nft.MatchAddr:
-		if s.Set != "" {
-			sets = append(sets, s.Set)
-		}
-	case nft.UpdateSaddr:
-		sets = append(sets, s.Set)
-	case nft.DNATMap:
-		sets = append(sets, s.Map)
-	case nft.DNATByService:
-		sets = append(sets, s.Map)
-	}
-	return chains, sets
-}
-
 // chainUsers reports where a chain is still referenced from, ignoring the
 // rules of the chain itself (deleting a chain deletes its rules first).
 func (t *table) chainUsers(name string) string {
@@ -249,7 +222,7 @@ func (t *table) chainUsers(name string) string {
 		}
 		for _, r := range t.chains[cn].rules {
 			for _, s := range r.stmts {
-				if cs, _ := stmtRefs(s); slices.Contains(cs, name) {
+				if cs, _ := nft.Refs([]nft.Stmt{s}); slices.Contains(cs, name) {
 					return "a rule in chain " + cn
 				}
 			}
@@ -269,7 +242,7 @@ func (t *table) setUsers(name string) string {
 	for _, cn := range t.order {
 		for _, r := range t.chains[cn].rules {
 			for _, s := range r.stmts {
-				if _, ss := stmtRefs(s); slices.Contains(ss, name) {
+				if _, ss := nft.Refs([]nft.Stmt{s}); slices.Contains(ss, name) {
 					return "a rule in chain " + cn
 				}
 			}
@@ -302,7 +275,7 @@ func (t *table) validate() *ParseError {
 	for _, cn := range t.order {
 		for _, r := range t.chains[cn].rules {
 			for _, st := range r.stmts {
-				cs, _ := stmtRefs(st)
+				cs, _ := nft.Refs([]nft.Stmt{st})
 				for _, c := range cs {
 					if err := checkChain(origin{r.line, r.gen}, c); err != nil {
 						return err

@@ -15,42 +15,14 @@ import (
 
 // ruleTargets lists the chains a rule jumps or goes to.
 func ruleTargets(r nft.Rule) []string {
-	var out []string
-	for _, s := range r.Stmts {
-		switch s := s.(type) {
-		case nft.Verdict:
-			if s.Kind == nft.Jump || s.Kind == nft.Goto {
-				out = append(out, s.Chain)
-			}
-		case nft.NumgenVmap:
-			out = append(out, s.Chains...)
-		}
-	}
-	return out
+	chains, _ := nft.Refs(r.Stmts)
+	return chains
 }
 
 // ruleSets lists the named sets a rule uses.
 func ruleSets(r nft.Rule) []string {
-	var out []string
-	for _, s := range r.Stmts {
-		switch s := s.(type) {
-		case nft.MatchAddr:
-			if s.Set != "" {
-				out = append(out, s.Set)
-			}
-		case nft.UpdateSaddr:
-			out = append(out, s.Set)
-		case nft.VmapLookup:
-			out = append(out, s.Map)
-		case nft.MatchInSet:
-			out = append(out, s.Set)
-		case nft.DNATMap:
-			out = append(out, s.Map)
-		case nft.DNATByService:
-			out = append(out, s.Map)
-		}
-	}
-	return out
+	_, sets := nft.Refs(r.Stmts)
+	return sets
 }
 
 func (a *applier) checkJump(v nft.Verdict) error {
