@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // ParseError is a problem in the ruleset text, or an operation the kernel
@@ -35,12 +36,12 @@ func ParseNFT(text string) (*Ruleset, error) {
 func (r *Ruleset) Apply(text string) error {
 	work := r.clone()
 	work.gen++
-	for _, t := range work.tables {
-		t.gen = work.gen
+	for _, t := range work.Tables {
+		t.Gen = work.gen
 	}
 	sets := func(f nft.Family, table, name string) *nft.Set {
-		if t := work.table(f, table); t != nil && t.sets[name] != nil {
-			return &t.sets[name].def
+		if t := work.Table(f, table); t != nil && t.Sets[name] != nil {
+			return &t.Sets[name].Def
 		}
 		return nil
 	}
@@ -48,8 +49,8 @@ func (r *Ruleset) Apply(text string) error {
 		return err
 	}
 	lines := strings.Split(text, "\n")
-	for _, t := range work.tables {
-		if err := t.validate(); err != nil {
+	for _, t := range work.Tables {
+		if err := validate(t); err != nil {
 			if err.Line > 0 {
 				err.Text = strings.TrimSpace(lines[err.Line-1])
 			}
@@ -62,7 +63,7 @@ func (r *Ruleset) Apply(text string) error {
 
 // apply applies one operation.
 func (r *Ruleset) apply(p *nft.Parsed) error {
-	t := r.table(p.Family, p.Table)
+	t := r.Table(p.Family, p.Table)
 	if p.Op.Table != nil {
 		return r.tableOp(p, t)
 	}
@@ -71,13 +72,13 @@ func (r *Ruleset) apply(p *nft.Parsed) error {
 	}
 	switch op := &p.Op; {
 	case op.Chain != nil:
-		return t.chainOp(p)
+		return chainOp(t, p)
 	case op.Set != nil:
-		return t.setOp(p)
+		return setOp(t, p)
 	case op.Element != nil:
-		return t.elementOp(p)
+		return elementOp(t, p)
 	default:
-		return t.ruleOp(p)
+		return ruleOp(t, p)
 	}
 }
 
@@ -89,12 +90,12 @@ func (r *Ruleset) tableOp(p *nft.Parsed, t *table) error {
 			return fmt.Errorf("table %s %s exists", f, name)
 		}
 		if t == nil {
-			t = newTable(f, name)
-			t.gen = r.gen
-			r.tables = append(r.tables, t)
+			t = nftstate.NewTable(f, name)
+			t.Gen = r.gen
+			r.Tables = append(r.Tables, t)
 		}
 		if c := p.Op.Table.Comment; c != "" {
-			t.comment = c
+			t.Comment = c
 		}
 		return nil
 	case nft.OpFlush:
@@ -103,60 +104,54 @@ func (r *Ruleset) tableOp(p *nft.Parsed, t *table) error {
 		}
 		// Like nft: flushing a table removes the rules of all its chains,
 		// and keeps chains, sets and set elements.
-		for _, ch := range t.chains {
-			ch.rules = nil
+		for _, ch := range t.Chains {
+			ch.Rules = nil
 		}
 		return nil
 	default: // delete
 		if t == nil {
 			return fmt.Errorf("no table %s %s", f, name)
 		}
-		for i, x := range r.tables {
-			if x == t {
-				r.tables = append(r.tables[:i:i], r.tables[i+1:]...)
-				break
-			}
-		}
+		r.Delete(f, name)
 		return nil
 	}
 }
 
-func (t *table) chainOp(p *nft.Parsed) error {
+func chainOp(t *table, p *nft.Parsed) error {
 	def := p.Op.Chain
 	name := def.Name
-	ch := t.chains[name]
+	ch := t.Chains[name]
 	switch p.Op.Kind {
 	case nft.OpAdd:
 		if ch != nil && p.Create {
 			return fmt.Errorf("chain %q exists", name)
 		}
-		spec := &chain{def: *def, policy: nft.Accept, line: p.Line}
+		spec := &chain{Def: *def, Policy: nft.Accept, Line: p.Line}
 		if p.Policy != "" {
-			spec.policy = p.Policy
+			spec.Policy = p.Policy
 		}
 		if ch == nil {
-			t.chains[name] = spec
-			t.order = append(t.order, name)
+			t.AddChain(spec)
 			return nil
 		}
 		// Re-adding an existing chain: the kernel refuses to turn a regular
 		// chain into a base chain or to move a base chain to another hook;
 		// a policy or comment may change.
-		if spec.base() && (spec.def.Hook != ch.def.Hook || spec.def.Type != ch.def.Type || spec.def.Priority != ch.def.Priority) {
+		if spec.Base() && (spec.Def.Hook != ch.Def.Hook || spec.Def.Type != ch.Def.Type || spec.Def.Priority != ch.Def.Priority) {
 			return fmt.Errorf("chain %q exists with a different type, hook or priority", name)
 		}
-		if spec.base() {
-			ch.policy = spec.policy
+		if spec.Base() {
+			ch.Policy = spec.Policy
 		}
-		if spec.def.Comment != "" {
-			ch.def.Comment = spec.def.Comment
+		if spec.Def.Comment != "" {
+			ch.Def.Comment = spec.Def.Comment
 		}
 		return nil
 	case nft.OpFlush:
 		if ch == nil {
 			return fmt.Errorf("no chain %q", name)
 		}
-		ch.rules = nil
+		ch.Rules = nil
 		return nil
 	default: // delete
 		if ch == nil {
@@ -165,35 +160,29 @@ func (t *table) chainOp(p *nft.Parsed) error {
 		// The kernel deletes the chain's own rules with it, but refuses
 		// while anything else still jumps to it (EBUSY): that is why
 		// stale chains are flushed, unreferenced, then deleted.
-		if who := t.chainUsers(name); who != "" {
+		if who := chainUsers(t, name); who != "" {
 			return fmt.Errorf("chain %q is still referenced by %s", name, who)
 		}
-		delete(t.chains, name)
-		for i, n := range t.order {
-			if n == name {
-				t.order = append(t.order[:i:i], t.order[i+1:]...)
-				break
-			}
-		}
+		t.DeleteChain(name)
 		return nil
 	}
 }
 
-func (t *table) setOp(p *nft.Parsed) error {
+func setOp(t *table, p *nft.Parsed) error {
 	name := p.Op.Set.Name
-	s := t.sets[name]
+	s := t.Sets[name]
 	switch p.Op.Kind {
 	case nft.OpAdd:
 		if s != nil && p.Create {
 			return fmt.Errorf("set %q exists", name)
 		}
-		spec := &set{def: *p.Op.Set, index: map[string]int{}, line: p.Line, family: t.family}
+		spec := nftstate.NewSet(*p.Op.Set, t.Family)
+		spec.Line = p.Line
 		if s == nil {
-			t.sets[name] = spec
-			t.sorder = append(t.sorder, name)
+			t.AddSet(spec)
 			return nil
 		}
-		if !slices.Equal(s.def.Key, spec.def.Key) || s.def.Data != spec.def.Data || s.def.Endpoints != spec.def.Endpoints || s.def.ByService != spec.def.ByService || s.def.Interval != spec.def.Interval {
+		if !slices.Equal(s.Def.Key, spec.Def.Key) || s.Def.Data != spec.Def.Data || s.Def.Endpoints != spec.Def.Endpoints || s.Def.ByService != spec.Def.ByService || s.Def.Interval != spec.Def.Interval {
 			return fmt.Errorf("set %q exists with a different type or flags", name)
 		}
 		return nil
@@ -203,61 +192,55 @@ func (t *table) setOp(p *nft.Parsed) error {
 		if s == nil {
 			return fmt.Errorf("no set or map %q", name)
 		}
-		s.flush()
+		s.Flush()
 		return nil
 	default: // delete
 		if s == nil {
 			return fmt.Errorf("no set or map %q", name)
 		}
-		if who := t.setUsers(name); who != "" {
+		if who := setUsers(t, name); who != "" {
 			return fmt.Errorf("set %q is still referenced by %s", name, who)
 		}
-		delete(t.sets, name)
-		for i, n := range t.sorder {
-			if n == name {
-				t.sorder = append(t.sorder[:i:i], t.sorder[i+1:]...)
-				break
-			}
-		}
+		t.DeleteSet(name)
 		return nil
 	}
 }
 
-func (t *table) elementOp(p *nft.Parsed) error {
+func elementOp(t *table, p *nft.Parsed) error {
 	ne := p.Op.Element
 	name := ne.Set
-	s := t.sets[name]
+	s := t.Sets[name]
 	if s == nil {
 		return fmt.Errorf("no set or map %q", name)
 	}
-	e := &element{key: ne.Key, index: ne.Index, to: ne.To, verdict: ne.Verdict, comment: ne.Comment, line: p.Line, gen: t.gen}
+	e := &element{Element: *ne, Line: p.Line, Gen: t.Gen}
 	switch {
 	case p.Op.Kind == nft.OpAdd && !p.Create:
-		s.add(e)
+		s.Add(e)
 	case p.Op.Kind == nft.OpAdd:
-		if _, ok := s.index[e.id()]; ok {
-			return fmt.Errorf("element %s exists in %q", e.id(), name)
+		if s.Get(e.ID()) != nil {
+			return fmt.Errorf("element %s exists in %q", e.ID(), name)
 		}
-		s.add(e)
+		s.Add(e)
 	default:
-		if !s.remove(e.id()) {
-			return fmt.Errorf("no element %s in %q", e.id(), name)
+		if !s.Remove(e.ID()) {
+			return fmt.Errorf("no element %s in %q", e.ID(), name)
 		}
 	}
 	return nil
 }
 
-func (t *table) ruleOp(p *nft.Parsed) error {
+func ruleOp(t *table, p *nft.Parsed) error {
 	r := p.Op.Rule
 	name := r.Chain
-	ch := t.chains[name]
+	ch := t.Chains[name]
 	if ch == nil {
 		return fmt.Errorf("no chain %q", name)
 	}
 	if p.ByHandle {
-		for i, ru := range ch.rules {
-			if ru.handle == p.Handle {
-				ch.rules = append(ch.rules[:i:i], ch.rules[i+1:]...)
+		for i, ru := range ch.Rules {
+			if ru.Handle == p.Handle {
+				ch.Rules = append(ch.Rules[:i:i], ch.Rules[i+1:]...)
 				return nil
 			}
 		}
@@ -266,18 +249,16 @@ func (t *table) ruleOp(p *nft.Parsed) error {
 	stmts, comment := r.Stmts, r.Comment
 	switch p.Op.Kind {
 	case nft.OpAdd:
-		t.handle++
-		ch.rules = append(ch.rules, &rule{handle: t.handle, stmts: stmts, comment: comment, line: p.Line, gen: t.gen})
+		t.NewRule(*r, false, p.Line, t.Gen)
 	case nft.OpInsert:
-		t.handle++
-		ch.rules = append([]*rule{{handle: t.handle, stmts: stmts, comment: comment, line: p.Line, gen: t.gen}}, ch.rules...)
+		t.NewRule(*r, true, p.Line, t.Gen)
 	case nft.OpDelete:
 		// text.go prints a rule deletion as the rule itself (the kernel
 		// wants a handle): remove the first rule that reads the same.
-		want := ruleText(t.family, stmts, comment)
-		for i, ru := range ch.rules {
-			if ruleText(t.family, ru.stmts, ru.comment) == want {
-				ch.rules = append(ch.rules[:i:i], ch.rules[i+1:]...)
+		want := ruleText(t.Family, stmts, comment)
+		for i, ru := range ch.Rules {
+			if ruleText(t.Family, ru.Stmts, ru.Comment) == want {
+				ch.Rules = append(ch.Rules[:i:i], ch.Rules[i+1:]...)
 				return nil
 			}
 		}

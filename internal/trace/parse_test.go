@@ -252,18 +252,18 @@ add set ip t s { type ipv4_addr ; flags dynamic,timeout ; timeout 3h ; size 6553
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := r.tables[0]
+	tb := r.Tables[0]
 	got := map[string]int{}
-	for _, n := range tb.order {
-		got[n] = tb.chains[n].def.Priority
+	for _, n := range tb.ChainOrder {
+		got[n] = tb.Chains[n].Def.Priority
 	}
 	if diff := cmp.Diff(map[string]int{"a": -110, "b": -100, "c": -90, "d": 100, "e": 0}, got); diff != "" {
 		t.Errorf("priorities (-want +got):\n%s", diff)
 	}
-	if tb.chains["e"].policy != nft.Drop || tb.chains["c"].def.Comment != "post dnat" {
-		t.Errorf("policy %q comment %q", tb.chains["e"].policy, tb.chains["c"].def.Comment)
+	if tb.Chains["e"].Policy != nft.Drop || tb.Chains["c"].Def.Comment != "post dnat" {
+		t.Errorf("policy %q comment %q", tb.Chains["e"].Policy, tb.Chains["c"].Def.Comment)
 	}
-	if s := tb.sets["s"].def; !s.Dynamic || s.Timeout != 3*time.Hour {
+	if s := tb.Sets["s"].Def; !s.Dynamic || s.Timeout != 3*time.Hour {
 		t.Errorf("set = %+v, want dynamic with a 3h timeout", s)
 	}
 	// The drop policy survives a dump.
