@@ -30,7 +30,6 @@ type (
 	table   = nftstate.Table
 	chain   = nftstate.Chain
 	rule    = nftstate.Rule
-	set     = nftstate.Set
 	element = nftstate.Element
 )
 
