@@ -164,6 +164,15 @@ func validate(t *table) *ParseError {
 					if m.Def.Endpoints != st.Proto || !m.Def.ByService {
 						return fail(origin{r.Line, r.Gen}, "%q is not a map of %s endpoints keyed by service", st.Map, nft.ProtoName(st.Proto))
 					}
+				default:
+					// Statements without checks of their own: what they
+					// name must exist.
+					_, ss := nft.Refs([]nft.Stmt{st})
+					for _, n := range ss {
+						if t.Sets[n] == nil {
+							return fail(origin{r.Line, r.Gen}, "no set %q in table %s %s", n, t.Family, t.Name)
+						}
+					}
 				}
 			}
 		}

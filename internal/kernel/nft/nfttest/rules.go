@@ -76,8 +76,6 @@ func (a *applier) addrFamily(addr netip.Addr) error {
 func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 	addrType := nft.AddrType(a.tx.Family)
 	switch s := st.(type) {
-	case nft.MatchCtStateNew, nft.MatchFibLocal, nft.MatchMarkZero, nft.SetMarkOr, nft.SetMarkXor,
-		nft.Masquerade, nft.Reject, nft.Counter:
 	case nft.MatchAddr:
 		if s.Set != "" {
 			set := a.t.Sets[s.Set]
@@ -275,7 +273,20 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 	case nft.Verdict:
 		return a.checkJump(s)
 	default:
-		return kerr(unix.EOPNOTSUPP, "unsupported statement %T", st)
+		// Statements without checks of their own (ct state, fib, mark,
+		// masquerade, reject, counter, and any new one): what the kernel
+		// looks up when loading them is what they name.
+		chains, sets := nft.Refs([]nft.Stmt{st})
+		for _, c := range chains {
+			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+				return err
+			}
+		}
+		for _, n := range sets {
+			if a.t.Sets[n] == nil {
+				return kerr(unix.ENOENT, "set %s does not exist", n)
+			}
+		}
 	}
 	return nil
 }
