@@ -36,11 +36,11 @@ func ParseNFT(text string) (*Ruleset, error) {
 func (r *Ruleset) Apply(text string) error {
 	work := r.clone()
 	work.gen++
-	for _, t := range work.Tables {
+	for _, t := range work.state.Tables {
 		t.Gen = work.gen
 	}
 	sets := func(f nft.Family, table, name string) *nft.Set {
-		if t := work.Table(f, table); t != nil && t.Sets[name] != nil {
+		if t := work.state.Table(f, table); t != nil && t.Sets[name] != nil {
 			return &t.Sets[name].Def
 		}
 		return nil
@@ -49,7 +49,7 @@ func (r *Ruleset) Apply(text string) error {
 		return err
 	}
 	lines := strings.Split(text, "\n")
-	for _, t := range work.Tables {
+	for _, t := range work.state.Tables {
 		if err := validate(t); err != nil {
 			if err.Line > 0 {
 				err.Text = strings.TrimSpace(lines[err.Line-1])
@@ -63,7 +63,7 @@ func (r *Ruleset) Apply(text string) error {
 
 // apply applies one operation.
 func (r *Ruleset) apply(p *nft.Parsed) error {
-	t := r.Table(p.Family, p.Table)
+	t := r.state.Table(p.Family, p.Table)
 	if p.Op.Table != nil {
 		return r.tableOp(p, t)
 	}
@@ -92,7 +92,7 @@ func (r *Ruleset) tableOp(p *nft.Parsed, t *table) error {
 		if t == nil {
 			t = nftstate.NewTable(f, name)
 			t.Gen = r.gen
-			r.Tables = append(r.Tables, t)
+			r.state.Tables = append(r.state.Tables, t)
 		}
 		if c := p.Op.Table.Comment; c != "" {
 			t.Comment = c
@@ -112,7 +112,7 @@ func (r *Ruleset) tableOp(p *nft.Parsed, t *table) error {
 		if t == nil {
 			return fmt.Errorf("no table %s %s", f, name)
 		}
-		r.Delete(f, name)
+		r.state.Delete(f, name)
 		return nil
 	}
 }

@@ -252,7 +252,7 @@ add set ip t s { type ipv4_addr ; flags dynamic,timeout ; timeout 3h ; size 6553
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := r.Tables[0]
+	tb := r.state.Tables[0]
 	got := map[string]int{}
 	for _, n := range tb.ChainOrder {
 		got[n] = tb.Chains[n].Def.Priority

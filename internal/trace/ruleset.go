@@ -18,13 +18,14 @@ import (
 // Trace only reads the ruleset, so traces may run concurrently; Apply and
 // Remember must not run concurrently with anything else.
 type Ruleset struct {
-	nftstate.State
-	gen int // counts Apply calls, to tell this text's lines from older ones
+	state nftstate.State
+	gen   int // counts Apply calls, to tell this text's lines from older ones
 }
 
-// Of returns a Ruleset that traces st (shared, not copied). Its errors
-// name no lines unless st was built by Apply.
-func Of(st *nftstate.State) *Ruleset { return &Ruleset{State: *st} }
+// Of returns a Ruleset that traces st, nfttest.Fake's state for one
+// (Fake.State). It shares st's tables; Apply and Remember copy before
+// they change anything, so st stays as it is.
+func Of(st *nftstate.State) *Ruleset { return &Ruleset{state: *st} }
 
 type (
 	table   = nftstate.Table
@@ -36,7 +37,7 @@ type (
 // clone copies the ruleset deeply enough that Apply can work on the copy
 // and drop it on error.
 func (r *Ruleset) clone() *Ruleset {
-	return &Ruleset{State: *r.State.Clone(), gen: r.gen}
+	return &Ruleset{state: *r.state.Clone(), gen: r.gen}
 }
 
 // chainUsers reports where a chain is still referenced from, ignoring the
@@ -224,7 +225,7 @@ func fieldType(f nft.Family, fl nft.Field) nft.DataType {
 // rules. ParseNFT of the dump gives the same ruleset.
 func (r *Ruleset) String() string {
 	var b strings.Builder
-	for _, t := range r.Tables {
+	for _, t := range r.state.Tables {
 		tx := nft.NewTransaction(t.Family, t.Name)
 		tx.Add(&nft.Table{Family: t.Family, Name: t.Name, Comment: t.Comment})
 		for _, cn := range t.ChainOrder {

@@ -252,7 +252,7 @@ func (r *Ruleset) Trace(p Packet, h Host) (*Result, error) {
 	if p.Family == 6 {
 		w.fam = nft.IPv6
 	}
-	for _, t := range r.Tables {
+	for _, t := range r.state.Tables {
 		if t.Family != w.fam {
 			continue
 		}
