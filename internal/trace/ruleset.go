@@ -2,262 +2,62 @@ package trace
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // Ruleset is the state of the nftables tables of families ip and ip6 after
 // a sequence of transactions. Build one with ParseNFT, change it with Apply
-// or Remember, walk packets through it with Trace.
+// or Remember, walk packets through it with Trace. The state is an
+// nftstate.State, as nfttest.Fake's is: Of traces a state built by other
+// means.
 //
 // Trace only reads the ruleset, so traces may run concurrently; Apply and
 // Remember must not run concurrently with anything else.
 type Ruleset struct {
-	tables []*table
-	gen    int // counts Apply calls, to tell this text's lines from older ones
+	state nftstate.State
+	gen   int // counts Apply calls, to tell this text's lines from older ones
 }
 
-type table struct {
-	family  nft.Family
-	name    string
-	comment string
-	chains  map[string]*chain
-	order   []string // chain names in creation order
-	sets    map[string]*set
-	sorder  []string // set names in creation order
-	handle  int      // last rule handle given out
-	gen     int      // the Apply call in progress
-}
+// Of returns a Ruleset that traces st, nfttest.Fake's state for one
+// (Fake.State). It shares st's tables; Apply and Remember copy before
+// they change anything, so st stays as it is.
+func Of(st *nftstate.State) *Ruleset { return &Ruleset{state: *st} }
 
-type chain struct {
-	def    nft.Chain
-	policy nft.VerdictKind // base chains: Accept (the default) or Drop
-	rules  []*rule
-	line   int
-}
-
-func (c *chain) base() bool { return c.def.Hook != "" }
-
-type rule struct {
-	handle  int
-	stmts   []nft.Stmt
-	comment string
-	line    int
-	gen     int // the Apply call that added it
-}
-
-type set struct {
-	def   nft.Set
-	elems []*element
-	index map[string]int // key string → position in elems
-	line  int
-	// family is the table's (endpoint map elements hold addresses).
-	family nft.Family
-}
-
-type element struct {
-	key []nft.Value
-	// index and to, when to is valid, are the key and data of an
-	// endpoint map element (key is nil, or the service's address and
-	// port in a map keyed by service).
-	index   uint32
-	to      netip.AddrPort
-	verdict *nft.Verdict
-	comment string
-	line    int
-	gen     int
-}
-
-// id is the element's key as a string: keyString, or "#INDEX" in an
-// endpoint map.
-func (e *element) id() string {
-	if e.to.IsValid() {
-		return endpointID(e.key, e.index)
-	}
-	return keyString(e.key)
-}
-
-// endpointID is the id of an endpoint map element: "#INDEX", after the
-// service's "ADDR . PORT " in a map keyed by service.
-func endpointID(svc []nft.Value, index uint32) string {
-	id := "#" + strconv.FormatUint(uint64(index), 10)
-	if len(svc) > 0 {
-		return keyString(svc) + " " + id
-	}
-	return id
-}
-
-// keyString is the canonical text of a key, as text.go prints it.
-func keyString(key []nft.Value) string {
-	parts := make([]string, len(key))
-	for i, v := range key {
-		parts[i] = v.String()
-	}
-	return strings.Join(parts, " . ")
-}
-
-func newTable(f nft.Family, name string) *table {
-	return &table{family: f, name: name, chains: map[string]*chain{}, sets: map[string]*set{}}
-}
-
-func (r *Ruleset) table(f nft.Family, name string) *table {
-	for _, t := range r.tables {
-		if t.family == f && t.name == name {
-			return t
-		}
-	}
-	return nil
-}
+type (
+	table   = nftstate.Table
+	chain   = nftstate.Chain
+	rule    = nftstate.Rule
+	element = nftstate.Element
+)
 
 // clone copies the ruleset deeply enough that Apply can work on the copy
-// and drop it on error: rules and elements are never modified in place, so
-// they are shared.
+// and drop it on error.
 func (r *Ruleset) clone() *Ruleset {
-	n := &Ruleset{tables: make([]*table, 0, len(r.tables)), gen: r.gen}
-	for _, t := range r.tables {
-		nt := *t
-		nt.chains = make(map[string]*chain, len(t.chains))
-		for k, c := range t.chains {
-			nc := *c
-			nc.rules = slices.Clone(c.rules)
-			nt.chains[k] = &nc
-		}
-		nt.order = slices.Clone(t.order)
-		nt.sets = make(map[string]*set, len(t.sets))
-		for k, s := range t.sets {
-			ns := *s
-			ns.elems = slices.Clone(s.elems)
-			ns.index = make(map[string]int, len(s.index))
-			for ek, ev := range s.index {
-				ns.index[ek] = ev
-			}
-			nt.sets[k] = &ns
-		}
-		nt.sorder = slices.Clone(t.sorder)
-		n.tables = append(n.tables, &nt)
-	}
-	return n
-}
-
-func (s *set) add(e *element) {
-	k := e.id()
-	if i, ok := s.index[k]; ok {
-		// Like knftables' fake: re-adding a key replaces its value.
-		s.elems[i] = e
-		return
-	}
-	s.index[k] = len(s.elems)
-	s.elems = append(s.elems, e)
-}
-
-func (s *set) remove(k string) bool {
-	i, ok := s.index[k]
-	if !ok {
-		return false
-	}
-	s.elems = slices.Delete(s.elems, i, i+1)
-	delete(s.index, k)
-	for j := i; j < len(s.elems); j++ {
-		s.index[s.elems[j].id()] = j
-	}
-	return true
-}
-
-func (s *set) flush() {
-	s.elems = nil
-	s.index = map[string]int{}
-}
-
-// lookup finds the element whose key matches the packet values (addresses,
-// protocols, ports; never prefixes). Interval sets are scanned, the others
-// use the exact key.
-func (s *set) lookup(vals []nft.Value) *element {
-	if !s.def.Interval {
-		if i, ok := s.index[keyString(vals)]; ok {
-			return s.elems[i]
-		}
-		return nil
-	}
-	for _, e := range s.elems {
-		if len(e.key) != len(vals) {
-			continue
-		}
-		ok := true
-		for i, k := range e.key {
-			if !valueMatches(k, vals[i]) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return e
-		}
-	}
-	return nil
-}
-
-func valueMatches(k, v nft.Value) bool {
-	switch {
-	case k.Prefix.IsValid():
-		return v.Addr.IsValid() && k.Prefix.Contains(v.Addr)
-	case k.Addr.IsValid():
-		return k.Addr == v.Addr
-	case k.Proto != "":
-		return k.Proto == v.Proto
-	default:
-		return v.Addr == netip.Addr{} && v.Proto == "" && k.Port == v.Port
-	}
-}
-
-// references lists the chains and sets a rule statement refers to.
-func stmtRefs(s nft.Stmt) (chains, sets []string) {
-	switch s := s.(type) {
-	case nft.Verdict:
-		if s.Kind == nft.Jump || s.Kind == nft.Goto {
-			chains = append(chains, s.Chain)
-		}
-	case nft.NumgenVmap:
-		chains = append(chains, s.Chains...)
-	case nft.VmapLookup:
-		sets = append(sets, s.Map)
-	case nft.MatchInSet:
-		sets = append(sets, s.Set)
-	case nft.MatchAddr:
-		if s.Set != "" {
-			sets = append(sets, s.Set)
-		}
-	case nft.UpdateSaddr:
-		sets = append(sets, s.Set)
-	case nft.DNATMap:
-		sets = append(sets, s.Map)
-	case nft.DNATByService:
-		sets = append(sets, s.Map)
-	}
-	return chains, sets
+	return &Ruleset{state: *r.state.Clone(), gen: r.gen}
 }
 
 // chainUsers reports where a chain is still referenced from, ignoring the
 // rules of the chain itself (deleting a chain deletes its rules first).
-func (t *table) chainUsers(name string) string {
-	for _, cn := range t.order {
+func chainUsers(t *table, name string) string {
+	for _, cn := range t.ChainOrder {
 		if cn == name {
 			continue
 		}
-		for _, r := range t.chains[cn].rules {
-			for _, s := range r.stmts {
-				if cs, _ := stmtRefs(s); slices.Contains(cs, name) {
+		for _, r := range t.Chains[cn].Rules {
+			for _, s := range r.Stmts {
+				if cs, _ := nft.Refs([]nft.Stmt{s}); slices.Contains(cs, name) {
 					return "a rule in chain " + cn
 				}
 			}
 		}
 	}
-	for _, sn := range t.sorder {
-		for _, e := range t.sets[sn].elems {
-			if e.verdict != nil && e.verdict.Chain == name {
+	for _, sn := range t.SetOrder {
+		for _, e := range t.Sets[sn].Elems {
+			if e.Verdict != nil && e.Verdict.Chain == name {
 				return "an element of map " + sn
 			}
 		}
@@ -265,11 +65,11 @@ func (t *table) chainUsers(name string) string {
 	return ""
 }
 
-func (t *table) setUsers(name string) string {
-	for _, cn := range t.order {
-		for _, r := range t.chains[cn].rules {
-			for _, s := range r.stmts {
-				if _, ss := stmtRefs(s); slices.Contains(ss, name) {
+func setUsers(t *table, name string) string {
+	for _, cn := range t.ChainOrder {
+		for _, r := range t.Chains[cn].Rules {
+			for _, s := range r.Stmts {
+				if _, ss := nft.Refs([]nft.Stmt{s}); slices.Contains(ss, name) {
 					return "a rule in chain " + cn
 				}
 			}
@@ -280,99 +80,108 @@ func (t *table) setUsers(name string) string {
 
 // validate checks what the kernel checks when a transaction commits: every
 // chain and set a rule or map element names exists and has the right shape.
-func (t *table) validate() *ParseError {
+func validate(t *table) *ParseError {
 	fail := func(at origin, format string, args ...any) *ParseError {
 		err := fmt.Errorf(format, args...)
-		if at.gen != t.gen {
+		if at.gen != t.Gen {
 			// Added by an earlier text: its line number means nothing here.
 			return &ParseError{Err: fmt.Errorf("%w (from line %d of an earlier text)", err, at.line)}
 		}
 		return &ParseError{Line: at.line, Err: err}
 	}
 	checkChain := func(line origin, name string) *ParseError {
-		c := t.chains[name]
+		c := t.Chains[name]
 		if c == nil {
-			return fail(line, "no chain %q in table %s %s", name, t.family, t.name)
+			return fail(line, "no chain %q in table %s %s", name, t.Family, t.Name)
 		}
-		if c.base() {
+		if c.Base() {
 			return fail(line, "cannot jump or goto base chain %q", name)
 		}
 		return nil
 	}
-	for _, cn := range t.order {
-		for _, r := range t.chains[cn].rules {
-			for _, st := range r.stmts {
-				cs, _ := stmtRefs(st)
+	for _, cn := range t.ChainOrder {
+		for _, r := range t.Chains[cn].Rules {
+			for _, st := range r.Stmts {
+				cs, _ := nft.Refs([]nft.Stmt{st})
 				for _, c := range cs {
-					if err := checkChain(origin{r.line, r.gen}, c); err != nil {
+					if err := checkChain(origin{r.Line, r.Gen}, c); err != nil {
 						return err
 					}
 				}
 				switch st := st.(type) {
 				case nft.VmapLookup:
-					m := t.sets[st.Map]
+					m := t.Sets[st.Map]
 					if m == nil {
-						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
+						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
 					}
-					if m.def.Data != nft.TypeVerdict {
-						return fail(origin{r.line, r.gen}, "%q is not a verdict map", st.Map)
+					if m.Def.Data != nft.TypeVerdict {
+						return fail(origin{r.Line, r.Gen}, "%q is not a verdict map", st.Map)
 					}
-					if len(m.def.Key) != len(st.Fields) {
-						return fail(origin{r.line, r.gen}, "map %q has %d key fields, lookup gives %d", st.Map, len(m.def.Key), len(st.Fields))
+					if len(m.Def.Key) != len(st.Fields) {
+						return fail(origin{r.Line, r.Gen}, "map %q has %d key fields, lookup gives %d", st.Map, len(m.Def.Key), len(st.Fields))
 					}
 					for i, f := range st.Fields {
-						if want := fieldType(t.family, f); m.def.Key[i] != want {
-							return fail(origin{r.line, r.gen}, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.def.Key[i], want)
+						if want := fieldType(t.Family, f); m.Def.Key[i] != want {
+							return fail(origin{r.Line, r.Gen}, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.Def.Key[i], want)
 						}
 					}
 				case nft.MatchInSet:
-					m := t.sets[st.Set]
+					m := t.Sets[st.Set]
 					if m == nil {
-						return fail(origin{r.line, r.gen}, "no set %q in table %s %s", st.Set, t.family, t.name)
+						return fail(origin{r.Line, r.Gen}, "no set %q in table %s %s", st.Set, t.Family, t.Name)
 					}
-					if m.def.IsMap() || len(m.def.Key) != len(st.Fields) {
-						return fail(origin{r.line, r.gen}, "set %q does not match a lookup of %d fields", st.Set, len(st.Fields))
+					if m.Def.IsMap() || len(m.Def.Key) != len(st.Fields) {
+						return fail(origin{r.Line, r.Gen}, "set %q does not match a lookup of %d fields", st.Set, len(st.Fields))
 					}
 					for i, f := range st.Fields {
-						if want := fieldType(t.family, f); m.def.Key[i] != want {
-							return fail(origin{r.line, r.gen}, "set %q key field %d is %s, lookup gives %s", st.Set, i+1, m.def.Key[i], want)
+						if want := fieldType(t.Family, f); m.Def.Key[i] != want {
+							return fail(origin{r.Line, r.Gen}, "set %q key field %d is %s, lookup gives %s", st.Set, i+1, m.Def.Key[i], want)
 						}
 					}
 				case nft.MatchAddr:
 					if st.Set == "" {
 						continue
 					}
-					if err := t.checkAddrSet(origin{r.line, r.gen}, st.Set, false, fail); err != nil {
+					if err := checkAddrSet(t, origin{r.Line, r.Gen}, st.Set, false, fail); err != nil {
 						return err
 					}
 				case nft.UpdateSaddr:
-					if err := t.checkAddrSet(origin{r.line, r.gen}, st.Set, true, fail); err != nil {
+					if err := checkAddrSet(t, origin{r.Line, r.Gen}, st.Set, true, fail); err != nil {
 						return err
 					}
 				case nft.DNATMap:
-					m := t.sets[st.Map]
+					m := t.Sets[st.Map]
 					if m == nil {
-						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
+						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
 					}
-					if m.def.Endpoints != st.Proto || m.def.ByService {
-						return fail(origin{r.line, r.gen}, "%q is not a map of %s endpoints", st.Map, nft.ProtoName(st.Proto))
+					if m.Def.Endpoints != st.Proto || m.Def.ByService {
+						return fail(origin{r.Line, r.Gen}, "%q is not a map of %s endpoints", st.Map, nft.ProtoName(st.Proto))
 					}
 				case nft.DNATByService:
-					m := t.sets[st.Map]
+					m := t.Sets[st.Map]
 					if m == nil {
-						return fail(origin{r.line, r.gen}, "no map %q in table %s %s", st.Map, t.family, t.name)
+						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
 					}
-					if m.def.Endpoints != st.Proto || !m.def.ByService {
-						return fail(origin{r.line, r.gen}, "%q is not a map of %s endpoints keyed by service", st.Map, nft.ProtoName(st.Proto))
+					if m.Def.Endpoints != st.Proto || !m.Def.ByService {
+						return fail(origin{r.Line, r.Gen}, "%q is not a map of %s endpoints keyed by service", st.Map, nft.ProtoName(st.Proto))
+					}
+				default:
+					// Statements without checks of their own: what they
+					// name must exist.
+					_, ss := nft.Refs([]nft.Stmt{st})
+					for _, n := range ss {
+						if t.Sets[n] == nil {
+							return fail(origin{r.Line, r.Gen}, "no set %q in table %s %s", n, t.Family, t.Name)
+						}
 					}
 				}
 			}
 		}
 	}
-	for _, sn := range t.sorder {
-		for _, e := range t.sets[sn].elems {
-			if e.verdict != nil && (e.verdict.Kind == nft.Jump || e.verdict.Kind == nft.Goto) {
-				if err := checkChain(origin{e.line, e.gen}, e.verdict.Chain); err != nil {
+	for _, sn := range t.SetOrder {
+		for _, e := range t.Sets[sn].Elems {
+			if e.Verdict != nil && (e.Verdict.Kind == nft.Jump || e.Verdict.Kind == nft.Goto) {
+				if err := checkChain(origin{e.Line, e.Gen}, e.Verdict.Chain); err != nil {
 					return err
 				}
 			}
@@ -381,16 +190,16 @@ func (t *table) validate() *ParseError {
 	return nil
 }
 
-func (t *table) checkAddrSet(at origin, name string, dynamic bool, fail func(origin, string, ...any) *ParseError) *ParseError {
-	s := t.sets[name]
+func checkAddrSet(t *table, at origin, name string, dynamic bool, fail func(origin, string, ...any) *ParseError) *ParseError {
+	s := t.Sets[name]
 	switch {
 	case s == nil:
-		return fail(at, "no set %q in table %s %s", name, t.family, t.name)
-	case s.def.IsMap():
+		return fail(at, "no set %q in table %s %s", name, t.Family, t.Name)
+	case s.Def.IsMap():
 		return fail(at, "%q is a map, not a set", name)
-	case len(s.def.Key) != 1 || s.def.Key[0] != nft.AddrType(t.family):
-		return fail(at, "set %q does not hold %s", name, nft.AddrType(t.family))
-	case dynamic && !s.def.Dynamic:
+	case len(s.Def.Key) != 1 || s.Def.Key[0] != nft.AddrType(t.Family):
+		return fail(at, "set %q does not hold %s", name, nft.AddrType(t.Family))
+	case dynamic && !s.Def.Dynamic:
 		// The kernel only lets the packet path add to sets flagged dynamic.
 		return fail(at, "set %q is updated from the packet path but not flagged dynamic", name)
 	}
@@ -416,33 +225,33 @@ func fieldType(f nft.Family, fl nft.Field) nft.DataType {
 // rules. ParseNFT of the dump gives the same ruleset.
 func (r *Ruleset) String() string {
 	var b strings.Builder
-	for _, t := range r.tables {
-		tx := nft.NewTransaction(t.family, t.name)
-		tx.Add(&nft.Table{Family: t.family, Name: t.name, Comment: t.comment})
-		for _, cn := range t.order {
-			c := t.chains[cn]
-			def := c.def
+	for _, t := range r.state.Tables {
+		tx := nft.NewTransaction(t.Family, t.Name)
+		tx.Add(&nft.Table{Family: t.Family, Name: t.Name, Comment: t.Comment})
+		for _, cn := range t.ChainOrder {
+			c := t.Chains[cn]
+			def := c.Def
 			tx.Add(&def)
 		}
-		for _, sn := range t.sorder {
-			def := t.sets[sn].def
+		for _, sn := range t.SetOrder {
+			def := t.Sets[sn].Def
 			tx.Add(&def)
 		}
-		for _, sn := range t.sorder {
-			for _, e := range t.sets[sn].elems {
-				tx.Add(&nft.Element{Set: sn, Key: e.key, Verdict: e.verdict, Comment: e.comment, Index: e.index, To: e.to})
+		for _, sn := range t.SetOrder {
+			for _, e := range t.Sets[sn].Elems {
+				tx.Add(&nft.Element{Set: sn, Key: e.Key, Verdict: e.Verdict, Comment: e.Comment, Index: e.Index, To: e.To})
 			}
 		}
-		for _, cn := range t.order {
-			for _, ru := range t.chains[cn].rules {
-				tx.Add(&nft.Rule{Chain: cn, Stmts: ru.stmts, Comment: ru.comment})
+		for _, cn := range t.ChainOrder {
+			for _, ru := range t.Chains[cn].Rules {
+				tx.Add(&nft.Rule{Chain: cn, Stmts: ru.Stmts, Comment: ru.Comment})
 			}
 		}
 		text := tx.String()
 		// nft.Chain has no policy; spell out the rare drop policy here.
-		for _, cn := range t.order {
-			if c := t.chains[cn]; c.policy == nft.Drop {
-				old := chainLine(t, c.def)
+		for _, cn := range t.ChainOrder {
+			if c := t.Chains[cn]; c.Policy == nft.Drop {
+				old := chainLine(t, c.Def)
 				text = strings.Replace(text, old, strings.TrimSuffix(old, " }")+" policy drop ; }", 1)
 			}
 		}
@@ -452,7 +261,7 @@ func (r *Ruleset) String() string {
 }
 
 func chainLine(t *table, c nft.Chain) string {
-	tx := nft.NewTransaction(t.family, t.name)
+	tx := nft.NewTransaction(t.Family, t.Name)
 	tx.Add(&c)
 	return strings.TrimSuffix(tx.String(), "\n")
 }

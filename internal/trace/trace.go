@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // Bounds of one walk. The kernel itself refuses rulesets that loop or jump
@@ -251,19 +252,19 @@ func (r *Ruleset) Trace(p Packet, h Host) (*Result, error) {
 	if p.Family == 6 {
 		w.fam = nft.IPv6
 	}
-	for _, t := range r.tables {
-		if t.family != w.fam {
+	for _, t := range r.state.Tables {
+		if t.Family != w.fam {
 			continue
 		}
-		for _, cn := range t.order {
-			if c := t.chains[cn]; c.base() {
-				w.base[c.def.Hook] = append(w.base[c.def.Hook], baseRef{t, c})
+		for _, cn := range t.ChainOrder {
+			if c := t.Chains[cn]; c.Base() {
+				w.base[c.Def.Hook] = append(w.base[c.Def.Hook], baseRef{t, c})
 			}
 		}
 	}
 	for _, refs := range w.base {
 		// Stable: equal priorities keep table and creation order.
-		slices.SortStableFunc(refs, func(a, b baseRef) int { return cmp.Compare(a.c.def.Priority, b.c.def.Priority) })
+		slices.SortStableFunc(refs, func(a, b baseRef) int { return cmp.Compare(a.c.Def.Priority, b.c.Def.Priority) })
 	}
 	s := &state{pkt: p, mark: p.Mark, prob: 1}
 	if err := w.run(s); err != nil {
@@ -348,28 +349,28 @@ func (w *walker) run(s *state) error {
 				continue
 			}
 			b := s.bases[s.bi]
-			if b.c.def.Type == nft.TypeNAT && w.natDone(s) {
-				s.step("%s: skipped, NAT already set up for this connection", b.c.def.Name)
+			if b.c.Def.Type == nft.TypeNAT && w.natDone(s) {
+				s.step("%s: skipped, NAT already set up for this connection", b.c.Def.Name)
 				s.bi++
 				continue
 			}
-			s.step("%s %s %s (%s, priority %d)", b.t.family, b.t.name, b.c.def.Name, b.c.def.Type, b.c.def.Priority)
+			s.step("%s %s %s (%s, priority %d)", b.t.Family, b.t.Name, b.c.Def.Name, b.c.Def.Type, b.c.Def.Priority)
 			s.stack = append(s.stack, frame{c: b.c})
 			continue
 		}
 		top := &s.stack[len(s.stack)-1]
-		if top.pos >= len(top.c.rules) {
-			if done, err := w.pop(s, top.c.def.Name+": end"); err != nil || done {
+		if top.pos >= len(top.c.Rules) {
+			if done, err := w.pop(s, top.c.Def.Name+": end"); err != nil || done {
 				return err
 			}
 			continue
 		}
 		c := top.c
-		ru := c.rules[top.pos]
+		ru := c.Rules[top.pos]
 		top.pos++
 		s.evals++
 		if s.evals > MaxRuleEvaluations {
-			return fmt.Errorf("%w: more than %d rule evaluations (at chain %s); the ruleset loops", ErrLimit, MaxRuleEvaluations, c.def.Name)
+			return fmt.Errorf("%w: more than %d rule evaluations (at chain %s); the ruleset loops", ErrLimit, MaxRuleEvaluations, c.Def.Name)
 		}
 		done, err := w.evalRule(s, c, ru)
 		if err != nil || done {
@@ -390,8 +391,8 @@ func (w *walker) natDone(s *state) bool {
 func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 	b := s.bases[s.bi]
 	t := b.t
-	text := func() string { return ruleText(t.family, ru.stmts, ru.comment) }
-	for _, st := range ru.stmts {
+	text := func() string { return ruleText(t.Family, ru.Stmts, ru.Comment) }
+	for _, st := range ru.Stmts {
 		switch st := st.(type) {
 		case nft.MatchCtStateNew:
 			// Every traced packet opens a new connection.
@@ -437,7 +438,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			s.mark ^= st.Mask
 		case nft.Counter:
 		case nft.UpdateSaddr:
-			u := fmt.Sprintf("add element %s %s %s { %s }", t.family, t.name, st.Set, s.pkt.Src)
+			u := fmt.Sprintf("add element %s %s %s { %s }", t.Family, t.Name, st.Set, s.pkt.Src)
 			s.updates = append(s.updates, u)
 		case nft.Masquerade:
 			if err := w.checkNAT(s, b, c, nft.HookPostrouting); err != nil {
@@ -445,7 +446,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			}
 			s.masq, s.srcNATDone = true, true
 			// NAT statements end the base chain with accept.
-			s.step("%s: %s -> masquerade, accept", c.def.Name, text())
+			s.step("%s: %s -> masquerade, accept", c.Def.Name, text())
 			return w.endBase(s)
 		case nft.DNAT:
 			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
@@ -457,7 +458,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			to := st.To
 			s.dnat, s.dstNATDone = &to, true
 			s.pkt.Dst, s.pkt.DstPort = to.Addr(), to.Port()
-			s.step("%s: %s -> dnat to %s, accept", c.def.Name, text(), to)
+			s.step("%s: %s -> dnat to %s, accept", c.Def.Name, text(), to)
 			return w.endBase(s)
 		case nft.DNATMap:
 			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
@@ -469,20 +470,20 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			// Fork: numgen draws OFFSET+i with probability 1/MOD each;
 			// the map gives the destination. A key the map does not
 			// hold fails the rule (the walk goes on with the next one).
-			m := t.sets[st.Map]
+			m := t.Sets[st.Map]
 			n := float64(st.Mod)
 			for i := range st.Mod {
 				br := s.clone()
 				br.prob = s.prob / n
 				k := st.Offset + i
-				mi, ok := m.index["#"+strconv.FormatUint(uint64(k), 10)]
-				if !ok {
-					br.step("%s: %s -> %d (p=1/%d): not in the map", c.def.Name, text(), k, st.Mod)
+				me := m.Get(nftstate.EndpointID(nil, k))
+				if me == nil {
+					br.step("%s: %s -> %d (p=1/%d): not in the map", c.Def.Name, text(), k, st.Mod)
 				} else {
-					to := m.elems[mi].to
+					to := me.To
 					br.dnat, br.dstNATDone = &to, true
 					br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
-					br.step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.def.Name, text(), k, st.Mod, to)
+					br.step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), k, st.Mod, to)
 					if _, err := w.endBase(br); err != nil {
 						return true, err
 					}
@@ -504,22 +505,22 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			// The draws the map lacks fail the rule alike: one branch
 			// of their summed probability goes on with the next rule
 			// (a later rule drawing again forks it once more).
-			m := t.sets[st.Map]
+			m := t.Sets[st.Map]
 			svc := []nft.Value{{Addr: s.pkt.Dst}, {Port: s.pkt.DstPort}}
 			n := float64(st.Mod)
 			var missing []string
 			for i := range st.Mod {
-				mi, ok := m.index[endpointID(svc, i)]
-				if !ok {
+				me := m.Get(nftstate.EndpointID(svc, i))
+				if me == nil {
 					missing = append(missing, strconv.FormatUint(uint64(i), 10))
 					continue
 				}
 				br := s.clone()
 				br.prob = s.prob / n
-				to := m.elems[mi].to
+				to := me.To
 				br.dnat, br.dstNATDone = &to, true
 				br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
-				br.step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.def.Name, text(), keyString(svc), i, st.Mod, to)
+				br.step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), nftstate.KeyID(svc), i, st.Mod, to)
 				if _, err := w.endBase(br); err != nil {
 					return true, err
 				}
@@ -531,32 +532,32 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				return true, nil
 			}
 			s.prob = s.prob * float64(len(missing)) / n
-			s.step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.def.Name, text(), keyString(svc), strings.Join(missing, ","), len(missing), st.Mod)
+			s.step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.Def.Name, text(), nftstate.KeyID(svc), strings.Join(missing, ","), len(missing), st.Mod)
 			return false, nil
 		case nft.Reject:
-			s.step("%s: %s -> reject", c.def.Name, text())
+			s.step("%s: %s -> reject", c.Def.Name, text())
 			return true, w.finish(s, VerdictReject)
 		case nft.Verdict:
 			if st.Kind == nft.Return {
-				return w.pop(s, c.def.Name+": "+text())
+				return w.pop(s, c.Def.Name+": "+text())
 			}
-			s.step("%s: %s", c.def.Name, text())
+			s.step("%s: %s", c.Def.Name, text())
 			return w.verdict(s, t, st)
 		case nft.VmapLookup:
-			m := t.sets[st.Map]
-			e := m.lookup(w.keyOf(s, st.Fields))
+			m := t.Sets[st.Map]
+			e := m.Lookup(w.keyOf(s, st.Fields))
 			if e == nil {
 				// A map miss ends the rule like a failed match.
 				return false, nil
 			}
-			v := *e.verdict
+			v := *e.Verdict
 			if v.Kind == nft.Return {
-				return w.pop(s, c.def.Name+": "+text()+" -> return")
+				return w.pop(s, c.Def.Name+": "+text()+" -> return")
 			}
-			s.step("%s: %s -> %s", c.def.Name, text(), verdictString(v))
+			s.step("%s: %s -> %s", c.Def.Name, text(), verdictString(v))
 			return w.verdict(s, t, v)
 		case nft.MatchInSet:
-			if t.sets[st.Set].lookup(w.keyOf(s, st.Fields)) == nil {
+			if t.Sets[st.Set].Lookup(w.keyOf(s, st.Fields)) == nil {
 				return false, nil
 			}
 		case nft.MatchNumgen:
@@ -566,19 +567,19 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			if st.Mod > 1 {
 				br := s.clone()
 				br.prob = s.prob * (n - 1) / n
-				br.step("%s: numgen random mod %d != %d (p=%d/%d)", c.def.Name, st.Mod, st.Value, st.Mod-1, st.Mod)
+				br.step("%s: numgen random mod %d != %d (p=%d/%d)", c.Def.Name, st.Mod, st.Value, st.Mod-1, st.Mod)
 				if err := w.run(br); err != nil {
 					return true, err
 				}
 			}
 			s.prob /= n
-			s.step("%s: numgen random mod %d == %d (p=1/%d)", c.def.Name, st.Mod, st.Value, st.Mod)
+			s.step("%s: numgen random mod %d == %d (p=1/%d)", c.Def.Name, st.Mod, st.Value, st.Mod)
 		case nft.NumgenVmap:
 			n := len(st.Chains)
 			for i, target := range st.Chains {
 				br := s.clone()
 				br.prob = s.prob / float64(n)
-				br.step("%s: numgen random mod %d -> %d: goto %s (p=1/%d)", c.def.Name, n, i, target, n)
+				br.step("%s: numgen random mod %d -> %d: goto %s (p=1/%d)", c.Def.Name, n, i, target, n)
 				if _, err := w.verdict(br, t, nft.Verdict{Kind: nft.Goto, Chain: target}); err != nil {
 					return true, err
 				}
@@ -588,14 +589,14 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			}
 			return true, nil
 		default:
-			return true, fmt.Errorf("chain %s: statement %T not supported by the tracer", c.def.Name, st)
+			return true, fmt.Errorf("chain %s: statement %T not supported by the tracer", c.Def.Name, st)
 		}
 	}
 	// Matched, no verdict: note it when it did something visible.
-	for _, st := range ru.stmts {
+	for _, st := range ru.Stmts {
 		switch st.(type) {
 		case nft.SetMarkOr, nft.SetMarkXor, nft.UpdateSaddr, nft.Counter:
-			s.step("%s: %s", c.def.Name, text())
+			s.step("%s: %s", c.Def.Name, text())
 			return false, nil
 		}
 	}
@@ -603,11 +604,11 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 }
 
 func (w *walker) checkNAT(s *state, b baseRef, c *chain, okHooks ...string) error {
-	if b.c.def.Type != nft.TypeNAT || !slices.Contains(okHooks, s.hook) {
+	if b.c.Def.Type != nft.TypeNAT || !slices.Contains(okHooks, s.hook) {
 		// The kernel refuses to load such a rule set; a tracer that
 		// went on would describe a ruleset that cannot exist.
 		return fmt.Errorf("chain %s: NAT statement reached from %s chain %s on hook %s; only nat chains on %s may do it",
-			c.def.Name, b.c.def.Type, b.c.def.Name, s.hook, strings.Join(okHooks, "/"))
+			c.Def.Name, b.c.Def.Type, b.c.Def.Name, s.hook, strings.Join(okHooks, "/"))
 	}
 	return nil
 }
@@ -629,9 +630,9 @@ func (w *walker) verdict(s *state, t *table, v nft.Verdict) (bool, error) {
 	case nft.Return:
 		return w.pop(s, "return")
 	case nft.Jump, nft.Goto:
-		target := t.chains[v.Chain]
+		target := t.Chains[v.Chain]
 		if target == nil {
-			return true, fmt.Errorf("no chain %q in table %s %s", v.Chain, t.family, t.name)
+			return true, fmt.Errorf("no chain %q in table %s %s", v.Chain, t.Family, t.Name)
 		}
 		if v.Kind == nft.Goto {
 			s.stack[len(s.stack)-1] = frame{c: target}
@@ -652,11 +653,11 @@ func (w *walker) verdict(s *state, t *table, v nft.Verdict) (bool, error) {
 func (w *walker) pop(s *state, why string) (bool, error) {
 	s.stack = s.stack[:len(s.stack)-1]
 	if len(s.stack) > 0 {
-		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.def.Name)
+		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Def.Name)
 		return false, nil
 	}
 	b := s.bases[s.bi]
-	if b.c.policy == nft.Drop {
+	if b.c.Policy == nft.Drop {
 		s.step("%s, policy drop", why)
 		return true, w.finish(s, VerdictDrop)
 	}
@@ -696,7 +697,7 @@ func (w *walker) matchAddr(s *state, t *table, m nft.MatchAddr) bool {
 	}
 	var in bool
 	if m.Set != "" {
-		in = t.sets[m.Set].lookup([]nft.Value{{Addr: a}}) != nil
+		in = t.Sets[m.Set].Lookup([]nft.Value{{Addr: a}}) != nil
 	} else {
 		for _, p := range m.Prefixes {
 			if p.Contains(a) {

@@ -1,787 +1,479 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
 )
 
-// Parse reads text in the form Transaction.String writes (one operation
-// per line; blank lines and lines starting with # are ignored) back into
-// transactions: consecutive lines of the same family form one
-// transaction, whose Table is the table of its first line (operations on
-// other tables have Op.In set), as `nft -f` applies a file as one kernel
-// transaction. It accepts exactly what text.go prints, not nft's whole
-// grammar; nfttest.Fake.Load uses it to restore a Dump.
-func Parse(text string) ([]*Transaction, error) {
-	var out []*Transaction
-	for n, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
+// This file and parsestmt.go, parseset.go and parsenested.go are the one
+// reader of nft text: the flat `nft -f` form text.go prints (one "add|
+// insert|create|flush|delete table|chain|set|map|element|rule ..." a
+// line), the nested form `nft list table|ruleset` prints ("table ip t {
+// ... }"), and the variants the kernel's listing has for what kproxy
+// writes ("priority dstnat", "counter packets 0 bytes 0", "reject with
+// icmp port-unreachable", protocol numbers, unquoted interface names).
+// Only the ip and ip6 families and the statements of types.go are
+// understood; anything else is an error naming the line, never skipped.
+// Read hands out one operation at a time (the tracer applies them as they
+// come); Parse collects them into transactions (nfttest.Fake.Load).
+
+// Parsed is one operation read from nft text, with what an Op does not
+// hold.
+type Parsed struct {
+	Family Family
+	Table  string
+	// Op is the operation; Op.In is always "" (Table names the table).
+	// "create" reads as OpAdd with Create set.
+	Op Op
+	// Line is the 1-based line the operation was read from: for a chain
+	// of a nested block its last declaration line, for a nested set or
+	// map its first line.
+	Line int
+	// Block names the nested set or map the operation came from, "set s
+	// (lines 2-6)"; Read prefixes the errors of such operations with it.
+	Block string
+	// Create is "create": the object must not exist yet.
+	Create bool
+	// Policy is a base chain's declared policy ("" when none was given;
+	// the kernel's default is accept).
+	Policy VerdictKind
+	// ByHandle is "delete rule FAMILY TABLE CHAIN handle N": Handle is
+	// N and Op.Rule has only its Chain. (A "delete rule" without a handle
+	// names the rule by its statements, as text.go prints a rule.)
+	ByHandle bool
+	Handle   int
+	// Lossy names the first thing on the line that the objects do not
+	// keep, because it does not change where a packet goes: listing
+	// detail ("counter packets N bytes M", "reject with tcp reset", a
+	// bare "masquerade", set "size", "policy", "gc-interval", "flags
+	// constant", element "timeout" and "expires"). Parse refuses such
+	// lines: the transaction it returns would not print them.
+	Lossy string
+}
+
+// SetLookup returns the definition of a set or map that a text adds
+// elements to, nil if there is none; elements are read according to it
+// (an inet_proto key reads "6" as tcp; endpoint maps' elements have their
+// own shape). Without a definition, elements are read by their look.
+type SetLookup func(f Family, table, name string) *Set
+
+// Read parses text and calls apply with each operation in order. It stops
+// at the first problem: a *ParseError naming the line, for syntax errors
+// and for apply's errors alike (apply's are wrapped, with the nested
+// block prefixed). sets, when not nil, gives the definitions of the sets
+// elements are added to; when nil, those the text itself declared are
+// used.
+func Read(text string, sets SetLookup, apply func(*Parsed) error) error {
+	r := &reader{lines: strings.Split(text, "\n"), sets: sets, apply: apply}
+	if sets == nil {
+		r.declared = map[setRef]*Set{}
+		r.sets = func(f Family, table, name string) *Set { return r.declared[setRef{f, table, name}] }
+	}
+	for i := 0; i < len(r.lines); i++ {
+		raw := strings.TrimSpace(r.lines[i])
+		toks, err := tokenize(raw)
+		if err != nil {
+			return r.fail(i, err)
+		}
+		if len(toks) == 0 {
 			continue
 		}
-		fam, table, op, err := parseLine(line)
+		if !toks[0].quoted && toks[0].s == "table" {
+			// Nested `nft list` form: consumes lines up to its closing brace.
+			next, err := r.nested(i)
+			if err != nil {
+				return err
+			}
+			i = next
+			continue
+		}
+		ops, err := r.flat(toks, i+1)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w: %s", n+1, err, line)
+			return r.fail(i, err)
 		}
-		if len(out) == 0 || out[len(out)-1].Family != fam {
-			out = append(out, NewTransaction(fam, table))
-		}
-		t := out[len(out)-1]
-		if table != t.Table {
-			op.In = table
-		}
-		t.Ops = append(t.Ops, op)
-	}
-	return out, nil
-}
-
-// tokenize splits a line at spaces, keeping quoted strings whole and
-// splitting a trailing comma off into its own token.
-func tokenize(line string) ([]string, error) {
-	var toks []string
-	for i := 0; i < len(line); {
-		switch c := line[i]; {
-		case c == ' ' || c == '\t':
-			i++
-		case c == '"':
-			j := i + 1
-			for j < len(line) && line[j] != '"' {
-				if line[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			if j >= len(line) {
-				return nil, fmt.Errorf("unterminated string")
-			}
-			toks = append(toks, line[i:j+1])
-			i = j + 1
-		default:
-			j := i
-			for j < len(line) && line[j] != ' ' && line[j] != '\t' {
-				j++
-			}
-			tok := line[i:j]
-			if len(tok) > 1 && strings.HasSuffix(tok, ",") {
-				toks = append(toks, tok[:len(tok)-1], ",")
-			} else {
-				toks = append(toks, tok)
-			}
-			i = j
-		}
-	}
-	return toks, nil
-}
-
-type tokens struct {
-	t []string
-	i int
-}
-
-func (p *tokens) peek() string {
-	if p.i < len(p.t) {
-		return p.t[p.i]
-	}
-	return ""
-}
-
-func (p *tokens) peekAt(k int) string {
-	if p.i+k < len(p.t) {
-		return p.t[p.i+k]
-	}
-	return ""
-}
-
-func (p *tokens) next() string {
-	s := p.peek()
-	if p.i < len(p.t) {
-		p.i++
-	}
-	return s
-}
-
-func (p *tokens) done() bool { return p.i >= len(p.t) }
-
-func (p *tokens) expect(words ...string) error {
-	for _, w := range words {
-		if got := p.next(); got != w {
-			return fmt.Errorf("expected %q, found %q", w, got)
+		if err := r.emit(ops...); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (p *tokens) str() (string, error) {
-	tok := p.next()
-	s, err := strconv.Unquote(tok)
+// Parse reads text (see Read) into transactions: consecutive operations
+// of the same family form one transaction, whose Table is the table of
+// its first operation (operations on other tables have Op.In set), as
+// `nft -f` applies a file as one kernel transaction. It refuses what a
+// Transaction cannot hold: "create", "delete rule" (the kernel names a
+// rule by its handle), a chain's "policy drop", and the listing detail
+// Parsed.Lossy names. nfttest.Fake.Load uses it to restore a Dump.
+func Parse(text string) ([]*Transaction, error) {
+	var out []*Transaction
+	err := Read(text, nil, func(p *Parsed) error {
+		switch {
+		case p.Create:
+			return errors.New("create is not kept in a transaction (use add)")
+		case p.Op.Rule != nil && p.Op.Kind == OpDelete:
+			return errors.New("rules can only be added or inserted (a rule is deleted by its handle)")
+		case p.Policy == Drop:
+			return errors.New("a chain policy is not kept in a transaction")
+		case p.Lossy != "":
+			return fmt.Errorf("%s is not kept in a transaction", p.Lossy)
+		}
+		if len(out) == 0 || out[len(out)-1].Family != p.Family {
+			out = append(out, NewTransaction(p.Family, p.Table))
+		}
+		t := out[len(out)-1]
+		op := p.Op
+		if p.Table != t.Table {
+			op.In = p.Table
+		}
+		t.Ops = append(t.Ops, op)
+		return nil
+	})
 	if err != nil {
-		return "", fmt.Errorf("expected a quoted string, found %q", tok)
+		return nil, err
 	}
-	return s, nil
+	return out, nil
 }
 
-func (p *tokens) name() (string, error) {
-	tok := p.next()
-	if tok == "" || strings.ContainsAny(tok, "{};,\"") {
-		return "", fmt.Errorf("expected a name, found %q", tok)
-	}
-	return tok, nil
+type setRef struct {
+	family      Family
+	table, name string
 }
 
-func parseLine(line string) (Family, string, Op, error) {
-	toks, err := tokenize(line)
+// reader is one Read.
+type reader struct {
+	lines    []string
+	sets     SetLookup
+	declared map[setRef]*Set // sets declared by the text (when sets was nil)
+	apply    func(*Parsed) error
+}
+
+func (r *reader) fail(i int, err error) error {
+	return &ParseError{Line: i + 1, Text: strings.TrimSpace(r.lines[i]), Err: err}
+}
+
+// emit hands operations to apply, wrapping its errors.
+func (r *reader) emit(ops ...*Parsed) error {
+	for _, p := range ops {
+		if r.declared != nil && p.Op.Set != nil && p.Op.Kind == OpAdd {
+			r.declared[setRef{p.Family, p.Table, p.Op.Set.Name}] = p.Op.Set
+		}
+		err := r.apply(p)
+		if err == nil {
+			continue
+		}
+		if pe, ok := err.(*ParseError); ok {
+			return pe
+		}
+		if p.Block != "" {
+			err = fmt.Errorf("%s: %w", p.Block, err)
+		}
+		return r.fail(p.Line-1, err)
+	}
+	return nil
+}
+
+// flat parses one line of the flat form.
+func (r *reader) flat(toks []token, line int) ([]*Parsed, error) {
+	c := &cursor{toks: toks}
+	verb, err := c.expect("add", "insert", "create", "flush", "delete")
 	if err != nil {
-		return "", "", Op{}, err
+		return nil, err
 	}
-	p := &tokens{t: toks}
-	var op Op
-	switch k := OpKind(p.next()); k {
-	case OpAdd, OpFlush, OpDelete, OpInsert:
-		op.Kind = k
-	default:
-		return "", "", op, fmt.Errorf("unknown command %q", k)
-	}
-	obj := p.next()
-	fam := Family(p.next())
-	if fam != IPv4 && fam != IPv6 {
-		return "", "", op, fmt.Errorf("unknown family %q", fam)
-	}
-	table, err := p.name()
+	obj, err := c.expect("table", "chain", "set", "map", "element", "rule")
 	if err != nil {
-		return "", "", op, err
+		return nil, err
 	}
+	fam, err := c.word("family")
+	if err != nil {
+		return nil, err
+	}
+	f := Family(fam)
+	if f != IPv4 && f != IPv6 {
+		return nil, fmt.Errorf("unsupported family %q (only ip and ip6)", fam)
+	}
+	tname, err := c.word("table name")
+	if err != nil {
+		return nil, err
+	}
+	if verb == "insert" && obj != "rule" {
+		return nil, fmt.Errorf("insert only applies to rules")
+	}
+	return r.op(verb, obj, f, tname, c, line)
+}
+
+// op parses an operation on an object after "VERB OBJECT FAMILY TABLE".
+func (r *reader) op(verb, obj string, f Family, table string, c *cursor, line int) ([]*Parsed, error) {
+	p := &Parsed{Family: f, Table: table, Line: line, Create: verb == "create", Op: Op{Kind: OpKind(verb)}}
+	if p.Create {
+		p.Op.Kind = OpAdd
+	}
+	add := p.Op.Kind == OpAdd
+	var err error
 	switch obj {
 	case "table":
-		op.Table = &Table{Family: fam, Name: table}
-		if op.Kind == OpAdd && !p.done() {
-			err = p.block(func(key string) error {
-				if key != "comment" {
-					return fmt.Errorf("unexpected %q in table", key)
+		p.Op.Table = &Table{Family: f, Name: table}
+		if add && c.accept("{") {
+			err = parseBlock(c, func(c *cursor, key string) error {
+				if key == "comment" {
+					s, err := c.quoted("comment")
+					p.Op.Table.Comment = s
+					return err
 				}
-				op.Table.Comment, err = p.str()
-				return err
+				// Flags (dormant, owner...) change whether and for whom the
+				// table runs: refuse them rather than read something else.
+				return fmt.Errorf("unsupported table attribute %q", key)
 			})
 		}
 	case "chain":
-		op.Chain, err = p.chain(op.Kind)
+		p.Op.Chain, p.Policy, err = parseChain(c, add)
 	case "set", "map":
-		op.Set, err = p.set(fam, op.Kind, obj == "map")
+		var elems []*Element
+		p.Op.Set, elems, err = parseSet(c, f, add, obj == "map")
+		if err == nil {
+			out := []*Parsed{p}
+			for _, e := range elems {
+				out = append(out, &Parsed{Family: f, Table: table, Line: line, Op: Op{Kind: OpAdd, Element: e}})
+			}
+			if err = c.end(); err == nil {
+				for _, q := range out {
+					q.Lossy = c.lossy
+				}
+				return out, nil
+			}
+		}
 	case "element":
-		op.Element, err = p.element(op.Kind)
-	case "rule":
-		if op.Kind != OpAdd && op.Kind != OpInsert {
-			return "", "", op, fmt.Errorf("rules can only be added or inserted")
-		}
-		op.Rule, err = p.rule(fam)
-	default:
-		return "", "", op, fmt.Errorf("unknown object %q", obj)
-	}
-	if err != nil {
-		return "", "", op, err
-	}
-	if !p.done() {
-		return "", "", op, fmt.Errorf("unexpected %q at the end", p.peek())
-	}
-	return fam, table, op, nil
-}
-
-// block parses "{ KEY ... ; KEY ... ; }", calling fn at each KEY with the
-// tokens positioned after it; fn consumes the values.
-func (p *tokens) block(fn func(key string) error) error {
-	if err := p.expect("{"); err != nil {
-		return err
-	}
-	for {
-		key := p.next()
-		switch key {
-		case "}":
-			return nil
-		case "":
-			return fmt.Errorf("missing }")
-		}
-		if err := fn(key); err != nil {
-			return err
-		}
-		if err := p.expect(";"); err != nil {
-			return err
-		}
-	}
-}
-
-func (p *tokens) chain(kind OpKind) (*Chain, error) {
-	name, err := p.name()
-	if err != nil {
-		return nil, err
-	}
-	c := &Chain{Name: name}
-	if kind != OpAdd || p.done() {
-		return c, nil
-	}
-	err = p.block(func(key string) error {
-		switch key {
-		case "type":
-			c.Type = p.next()
-			if err := p.expect("hook"); err != nil {
-				return err
-			}
-			c.Hook = p.next()
-			if err := p.expect("priority"); err != nil {
-				return err
-			}
-			prio, err := strconv.Atoi(p.next())
-			if err != nil {
-				return fmt.Errorf("bad priority: %w", err)
-			}
-			c.Priority = prio
-		case "comment":
-			c.Comment, err = p.str()
-			return err
-		default:
-			return fmt.Errorf("unexpected %q in chain", key)
-		}
-		return nil
-	})
-	return c, err
-}
-
-func (p *tokens) set(fam Family, kind OpKind, isMap bool) (*Set, error) {
-	name, err := p.name()
-	if err != nil {
-		return nil, err
-	}
-	s := &Set{Name: name}
-	if kind != OpAdd {
-		if isMap {
-			s.Data = TypeVerdict // flush/delete map: only the kind matters
-		}
-		return s, nil
-	}
-	err = p.block(func(key string) error {
-		switch key {
-		case "typeof":
-			if p.peek() == addrKeyword(fam) {
-				// "typeof ip daddr . PROTO dport . numgen ...": keyed by service.
-				p.next()
-				if err := p.expect("daddr", "."); err != nil {
-					return err
-				}
-				proto, err := parseProto(p.next())
-				if err != nil {
-					return err
-				}
-				if err := p.expect("dport", "."); err != nil {
-					return err
-				}
-				s.Endpoints, s.ByService = proto, true
-			}
-			if err := p.expect("numgen", "random", "mod", "1", ":", addrKeyword(fam), "daddr", "."); err != nil {
-				return fmt.Errorf("only endpoint maps are declared by typeof: %w", err)
-			}
-			proto, err := parseProto(p.next())
-			if err != nil {
-				return err
-			}
-			if s.ByService && proto != s.Endpoints {
-				return fmt.Errorf("endpoint map keyed by %s ports maps to %s ports", s.Endpoints, proto)
-			}
-			s.Endpoints = proto
-			return p.expect("dport")
-		case "type":
-			for {
-				s.Key = append(s.Key, DataType(p.next()))
-				if p.peek() != "." {
-					break
-				}
-				p.next()
-			}
-			if p.peek() == ":" {
-				p.next()
-				s.Data = DataType(p.next())
-			}
-		case "flags":
-			for _, f := range strings.Split(p.next(), ",") {
-				switch f {
-				case "interval":
-					s.Interval = true
-				case "dynamic":
-					s.Dynamic = true
-				case "timeout":
-					// implied by dynamic or a timeout
-				default:
-					return fmt.Errorf("unknown set flag %q", f)
-				}
-			}
-		case "timeout":
-			d, err := time.ParseDuration(p.next())
-			if err != nil {
-				return err
-			}
-			s.Timeout = d
-		case "comment":
-			s.Comment, err = p.str()
-			return err
-		default:
-			return fmt.Errorf("unexpected %q in set", key)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if isMap != s.IsMap() {
-		return nil, fmt.Errorf("map and set declaration do not match")
-	}
-	return s, nil
-}
-
-// ParseValue reads one key component as Value.String prints it.
-func ParseValue(tok string) (Value, error) {
-	switch tok {
-	case "tcp", "udp", "sctp":
-		return Value{Proto: v1.Protocol(strings.ToUpper(tok))}, nil
-	}
-	if strings.Contains(tok, "/") {
-		pfx, err := netip.ParsePrefix(tok)
-		if err != nil {
-			return Value{}, err
-		}
-		return Value{Prefix: pfx}, nil
-	}
-	if a, err := netip.ParseAddr(tok); err == nil {
-		return Value{Addr: a}, nil
-	}
-	port, err := strconv.ParseUint(tok, 10, 16)
-	if err != nil {
-		return Value{}, fmt.Errorf("bad key component %q", tok)
-	}
-	return Value{Port: uint16(port)}, nil
-}
-
-func (p *tokens) verdict() (Verdict, error) {
-	v := Verdict{Kind: VerdictKind(p.next())}
-	switch v.Kind {
-	case Accept, Drop, Return:
-	case Jump, Goto:
-		c, err := p.name()
-		if err != nil {
-			return v, err
-		}
-		v.Chain = c
-	default:
-		return v, fmt.Errorf("unknown verdict %q", v.Kind)
-	}
-	return v, nil
-}
-
-func (p *tokens) element(kind OpKind) (*Element, error) {
-	set, err := p.name()
-	if err != nil {
-		return nil, err
-	}
-	e := &Element{Set: set}
-	if err := p.expect("{"); err != nil {
-		return nil, err
-	}
-	// An endpoint map element: "[ADDR . PORT . ]INDEX : ADDR . PORT".
-	keyed := p.peekAt(5) == ":" && p.peekAt(1) == "." && p.peekAt(3) == "."
-	if p.peekAt(1) == ":" || keyed {
-		at := 2
-		if keyed {
-			at = 6
-		}
-		if a, err := netip.ParseAddr(p.peekAt(at)); err == nil {
-			if keyed {
-				svc, err := netip.ParseAddr(p.next())
-				if err != nil {
-					return nil, fmt.Errorf("endpoint map key: %w", err)
-				}
-				p.next()
-				port, err := strconv.ParseUint(p.next(), 10, 16)
-				if err != nil {
-					return nil, fmt.Errorf("endpoint map key: %w", err)
-				}
-				p.next()
-				e.Key = []Value{{Addr: svc}, {Port: uint16(port)}}
-			}
-			idx, err := strconv.ParseUint(p.next(), 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("endpoint map key: %w", err)
-			}
-			p.next()
-			p.next()
-			if err := p.expect("."); err != nil {
-				return nil, err
-			}
-			port, err := strconv.ParseUint(p.next(), 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("endpoint map port: %w", err)
-			}
-			e.Index, e.To = uint32(idx), netip.AddrPortFrom(a, uint16(port))
-			return e, p.expect("}")
-		}
-	}
-	for {
-		v, err := ParseValue(p.next())
+		return r.elements(p, c)
+	default: // rule
+		name, err := c.word("chain name")
 		if err != nil {
 			return nil, err
 		}
-		e.Key = append(e.Key, v)
-		if p.peek() != "." {
+		p.Op.Rule = &Rule{Chain: name}
+		if p.Op.Kind == OpDelete && c.accept("handle") {
+			w, err := c.word("handle")
+			if err != nil {
+				return nil, err
+			}
+			h, err := strconv.Atoi(w)
+			if err != nil {
+				return nil, fmt.Errorf("invalid handle %q", w)
+			}
+			p.ByHandle, p.Handle = true, h
 			break
 		}
-		p.next()
-	}
-	if p.peek() == "comment" {
-		p.next()
-		if e.Comment, err = p.str(); err != nil {
+		if p.Op.Rule.Stmts, p.Op.Rule.Comment, err = parseRule(c, f); err != nil {
 			return nil, err
 		}
-	}
-	if p.peek() == ":" {
-		p.next()
-		v, err := p.verdict()
-		if err != nil {
-			return nil, err
+		if p.Op.Kind == OpFlush {
+			return nil, errors.New("flush rule is not an operation (flush the chain)")
 		}
-		e.Verdict = &v
 	}
-	return e, p.expect("}")
-}
-
-func parseProto(tok string) (v1.Protocol, error) {
-	switch tok {
-	case "tcp", "udp", "sctp":
-		return v1.Protocol(strings.ToUpper(tok)), nil
-	}
-	return "", fmt.Errorf("unknown protocol %q", tok)
-}
-
-func parsePrefix(tok string) (netip.Prefix, error) {
-	if strings.Contains(tok, "/") {
-		return netip.ParsePrefix(tok)
-	}
-	a, err := netip.ParseAddr(tok)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-func parseMask(tok string) (uint32, error) {
-	v, err := strconv.ParseUint(tok, 0, 32)
-	return uint32(v), err
-}
-
-// field parses one lookup field ("ip daddr", "meta l4proto", "th dport").
-func (p *tokens) field(fam Family) (Field, error) {
-	a, b := p.next(), p.next()
-	switch {
-	case (a == "ip" || a == "ip6") && Family(a) == fam && b == "daddr":
-		return FieldDaddr, nil
-	case (a == "ip" || a == "ip6") && Family(a) == fam && b == "saddr":
-		return FieldSaddr, nil
-	case a == "meta" && b == "l4proto":
-		return FieldL4Proto, nil
-	case a == "th" && b == "dport":
-		return FieldDport, nil
-	}
-	return "", fmt.Errorf("unknown field %q %q", a, b)
-}
-
-// vmapRest parses ". FIELD ... vmap @MAP" after the first field.
-func (p *tokens) vmapRest(fam Family, first Field) (Stmt, error) {
-	s := VmapLookup{Fields: []Field{first}}
-	for p.peek() == "." {
-		p.next()
-		f, err := p.field(fam)
-		if err != nil {
-			return nil, err
-		}
-		s.Fields = append(s.Fields, f)
-	}
-	if strings.HasPrefix(p.peek(), "@") && len(s.Fields) > 1 {
-		// "FIELD . FIELD @set": a membership test, not a vmap.
-		return MatchInSet{Fields: s.Fields, Set: p.next()[1:]}, nil
-	}
-	if err := p.expect("vmap"); err != nil {
-		return nil, err
-	}
-	m := p.next()
-	if !strings.HasPrefix(m, "@") {
-		return nil, fmt.Errorf("expected @map, found %q", m)
-	}
-	s.Map = m[1:]
-	return s, nil
-}
-
-func (p *tokens) rule(fam Family) (*Rule, error) {
-	chain, err := p.name()
 	if err != nil {
 		return nil, err
 	}
-	r := &Rule{Chain: chain}
-	for !p.done() {
-		if p.peek() == "comment" {
-			p.next()
-			if r.Comment, err = p.str(); err != nil {
-				return nil, err
-			}
+	if err := c.end(); err != nil {
+		return nil, err
+	}
+	p.Lossy = c.lossy
+	return []*Parsed{p}, nil
+}
+
+// elements parses "SET { ELEMENT, ... }": one operation per element.
+func (r *reader) elements(p *Parsed, c *cursor) ([]*Parsed, error) {
+	if p.Op.Kind == OpFlush {
+		return nil, errors.New("flush element is not an operation (flush the set)")
+	}
+	name, err := c.word("set name")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.expect("{"); err != nil {
+		return nil, err
+	}
+	def := r.sets(p.Family, p.Table, name)
+	elems, err := parseElements(c, p.Family, name, def, p.Op.Kind != OpDelete)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.end(); err != nil {
+		return nil, err
+	}
+	out := make([]*Parsed, len(elems))
+	for i, e := range elems {
+		q := *p
+		q.Op.Element = e
+		q.Lossy = c.lossy
+		out[i] = &q
+	}
+	return out, nil
+}
+
+// parseBlock parses "{ key ... ; key ... ; }" calling attr for each key;
+// attr consumes the attribute's value.
+func parseBlock(c *cursor, attr func(c *cursor, key string) error) error {
+	for {
+		w, err := c.word("attribute or }")
+		if err != nil {
+			return err
+		}
+		switch w {
+		case "}":
+			return nil
+		case ";":
 			continue
 		}
-		s, err := p.stmt(fam)
-		if err != nil {
-			return nil, err
+		if err := attr(c, w); err != nil {
+			return err
 		}
-		r.Stmts = append(r.Stmts, s)
+		if p := c.peek(); p != ";" && p != "}" {
+			return fmt.Errorf("expected ; or } after %s, found %q", w, p)
+		}
 	}
-	return r, nil
 }
 
-func (p *tokens) stmt(fam Family) (Stmt, error) {
-	switch tok := p.peek(); tok {
-	case "ct":
-		p.next()
-		return MatchCtStateNew{}, p.expect("state", "new")
-	case "ip", "ip6":
-		f, err := p.field(fam)
-		if err != nil {
-			return nil, err
-		}
-		if p.peek() == "." || p.peek() == "vmap" {
-			return p.vmapRest(fam, f)
-		}
-		s := MatchAddr{Source: f == FieldSaddr}
-		if p.peek() == "!=" {
-			p.next()
-			s.Negate = true
-		}
-		switch v := p.next(); {
-		case strings.HasPrefix(v, "@"):
-			s.Set = v[1:]
-		case v == "{":
-			for {
-				pfx, err := parsePrefix(p.next())
-				if err != nil {
-					return nil, err
-				}
-				s.Prefixes = append(s.Prefixes, pfx)
-				if p.peek() != "," {
-					break
-				}
-				p.next()
-			}
-			if err := p.expect("}"); err != nil {
-				return nil, err
-			}
-		default:
-			pfx, err := parsePrefix(v)
-			if err != nil {
-				return nil, err
-			}
-			s.Prefixes = []netip.Prefix{pfx}
-		}
-		return s, nil
-	case "meta":
-		switch p.peekAt(1) {
-		case "l4proto":
-			if p.peekAt(2) == "." || p.peekAt(2) == "vmap" {
-				f, _ := p.field(fam)
-				return p.vmapRest(fam, f)
-			}
-			p.next()
-			p.next()
-			proto, err := parseProto(p.next())
-			if err != nil {
-				return nil, err
-			}
-			if p.peek() != "dnat" {
-				return MatchL4Proto{Proto: proto}, nil
-			}
-			p.next()
-			if p.peek() == addrKeyword(fam) {
-				// "dnat ip to numgen random mod N offset O map @M"
-				p.next()
-				if p.peekAt(1) == addrKeyword(fam) {
-					// "dnat ip to ip daddr . th dport . numgen random mod N map @M"
-					p.next()
-					if err := p.expect(addrKeyword(fam), "daddr", ".", "th", "dport", ".", "numgen", "random", "mod"); err != nil {
-						return nil, err
-					}
-					mod, err := strconv.ParseUint(p.next(), 10, 32)
-					if err != nil {
-						return nil, err
-					}
-					if err := p.expect("map"); err != nil {
-						return nil, err
-					}
-					m := p.next()
-					if !strings.HasPrefix(m, "@") {
-						return nil, fmt.Errorf("expected @map, found %q", m)
-					}
-					return DNATByService{Proto: proto, Mod: uint32(mod), Map: m[1:]}, nil
-				}
-				if err := p.expect("to", "numgen", "random", "mod"); err != nil {
-					return nil, err
-				}
-				mod, err := strconv.ParseUint(p.next(), 10, 32)
-				if err != nil {
-					return nil, err
-				}
-				// nft lists "offset 0" as nothing.
-				var off uint64
-				if p.peek() == "offset" {
-					p.next()
-					if off, err = strconv.ParseUint(p.next(), 10, 32); err != nil {
-						return nil, err
-					}
-				}
-				if err := p.expect("map"); err != nil {
-					return nil, err
-				}
-				m := p.next()
-				if !strings.HasPrefix(m, "@") {
-					return nil, fmt.Errorf("expected @map, found %q", m)
-				}
-				return DNATMap{Proto: proto, Mod: uint32(mod), Offset: uint32(off), Map: m[1:]}, nil
-			}
-			if err := p.expect("to"); err != nil {
-				return nil, err
-			}
-			to, err := netip.ParseAddrPort(p.next())
-			if err != nil {
-				return nil, err
-			}
-			return DNAT{Proto: proto, To: to}, nil
-		case "mark":
-			p.next()
-			p.next()
-			if p.peek() == "&" {
-				p.next()
-				mask, err := parseMask(p.next())
-				if err != nil {
-					return nil, err
-				}
-				return MatchMarkZero{Mask: mask}, p.expect("==", "0")
-			}
-			if err := p.expect("set", "meta", "mark"); err != nil {
-				return nil, err
-			}
-			opTok := p.next()
-			mask, err := parseMask(p.next())
-			if err != nil {
-				return nil, err
-			}
-			switch opTok {
-			case "|":
-				return SetMarkOr{Mask: mask}, nil
-			case "^":
-				return SetMarkXor{Mask: mask}, nil
-			}
-			return nil, fmt.Errorf("unknown mark operation %q", opTok)
-		}
-	case "th":
-		f, err := p.field(fam)
-		if err != nil {
-			return nil, err
-		}
-		return p.vmapRest(fam, f)
-	case "tcp", "udp", "sctp":
-		p.next()
-		proto, _ := parseProto(tok)
-		if err := p.expect("dport"); err != nil {
-			return nil, err
-		}
-		port, err := strconv.ParseUint(p.next(), 10, 16)
-		if err != nil {
-			return nil, err
-		}
-		return MatchDport{Proto: proto, Port: uint16(port)}, nil
-	case "fib":
-		p.next()
-		src := p.next()
-		if src != "saddr" && src != "daddr" {
-			return nil, fmt.Errorf("unknown fib input %q", src)
-		}
-		return MatchFibLocal{Source: src == "saddr"}, p.expect("type", "local")
-	case "iifname":
-		p.next()
-		s := MatchIifname{}
-		if p.peek() == "!=" {
-			p.next()
-			s.Negate = true
-		}
-		name, err := p.str()
-		if err != nil {
-			return nil, err
-		}
-		if strings.HasSuffix(name, "*") {
-			s.Prefix = true
-			name = strings.TrimSuffix(name, "*")
-		}
-		s.Name = name
-		return s, nil
-	case "masquerade":
-		p.next()
-		return Masquerade{}, p.expect("fully-random")
-	case "update":
-		p.next()
-		set := p.next()
-		if !strings.HasPrefix(set, "@") {
-			return nil, fmt.Errorf("expected @set, found %q", set)
-		}
-		if err := p.expect("{", addrKeyword(fam), "saddr", "}"); err != nil {
-			return nil, err
-		}
-		return UpdateSaddr{Set: set[1:]}, nil
-	case "numgen":
-		p.next()
-		if err := p.expect("random", "mod"); err != nil {
-			return nil, err
-		}
-		n, err := strconv.Atoi(p.next())
-		if err != nil {
-			return nil, err
-		}
-		if p.peek() != "vmap" {
-			v, err := strconv.ParseUint(p.next(), 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("numgen: expected vmap or a value: %w", err)
-			}
-			return MatchNumgen{Mod: uint32(n), Value: uint32(v)}, nil
-		}
-		if err := p.expect("vmap", "{"); err != nil {
-			return nil, err
-		}
-		s := NumgenVmap{}
-		for i := 0; i < n; i++ {
-			if i > 0 {
-				if err := p.expect(","); err != nil {
-					return nil, err
-				}
-			}
-			if err := p.expect(strconv.Itoa(i), ":", "goto"); err != nil {
-				return nil, err
-			}
-			c, err := p.name()
-			if err != nil {
-				return nil, err
-			}
-			s.Chains = append(s.Chains, c)
-		}
-		return s, p.expect("}")
-	case "reject":
-		p.next()
-		return Reject{}, nil
-	case "counter":
-		p.next()
-		return Counter{}, nil
-	case "accept", "drop", "return", "jump", "goto":
-		return p.verdict()
+var namedPriorities = map[string]int{
+	"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100,
+}
+
+// parsePriority reads "-110", "dstnat", "dstnat - 10" or "dstnat+10".
+func parsePriority(c *cursor) (int, error) {
+	w, err := c.word("priority")
+	if err != nil {
+		return 0, err
 	}
-	return nil, fmt.Errorf("unknown statement at %q", p.peek())
+	base, named := 0, false
+	for name, v := range namedPriorities {
+		if w == name {
+			base, named = v, true
+		} else if strings.HasPrefix(w, name+"+") || strings.HasPrefix(w, name+"-") {
+			n, err := strconv.Atoi(w[len(name):])
+			if err != nil {
+				return 0, fmt.Errorf("invalid priority %q", w)
+			}
+			return v + n, nil
+		}
+	}
+	if !named {
+		n, err := strconv.Atoi(w)
+		if err != nil {
+			return 0, fmt.Errorf("invalid priority %q", w)
+		}
+		return n, nil
+	}
+	if op := c.peek(); op == "+" || op == "-" {
+		c.pos++
+		ns, err := c.word("priority offset")
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.Atoi(ns)
+		if err != nil {
+			return 0, fmt.Errorf("invalid priority offset %q", ns)
+		}
+		if op == "-" {
+			n = -n
+		}
+		return base + n, nil
+	}
+	return base, nil
+}
+
+var hooks = map[string]bool{
+	HookPrerouting: true, HookInput: true, HookForward: true, HookOutput: true, HookPostrouting: true,
+}
+
+// parseChain reads "NAME [{ type T hook H priority P ; policy X ; comment
+// C ; }]" (the block only when add).
+func parseChain(c *cursor, add bool) (*Chain, VerdictKind, error) {
+	name, err := c.word("chain name")
+	if err != nil {
+		return nil, "", err
+	}
+	ch := &Chain{Name: name}
+	if !add || !c.accept("{") {
+		return ch, "", nil
+	}
+	var policy VerdictKind
+	err = parseBlock(c, func(c *cursor, key string) error {
+		switch key {
+		case "type":
+			typ, err := c.expect(TypeFilter, TypeNAT)
+			if err != nil {
+				return err
+			}
+			if _, err := c.expect("hook"); err != nil {
+				return err
+			}
+			hook, err := c.word("hook")
+			if err != nil {
+				return err
+			}
+			if !hooks[hook] {
+				return fmt.Errorf("unsupported hook %q", hook)
+			}
+			if _, err := c.expect("priority"); err != nil {
+				return err
+			}
+			prio, err := parsePriority(c)
+			if err != nil {
+				return err
+			}
+			if typ == TypeNAT && hook == HookForward {
+				return errors.New("nat chains cannot use the forward hook")
+			}
+			ch.Type, ch.Hook, ch.Priority = typ, hook, prio
+			return nil
+		case "policy":
+			p, err := c.expect("accept", "drop")
+			policy = VerdictKind(p)
+			return err
+		case "comment":
+			s, err := c.quoted("comment")
+			ch.Comment = s
+			return err
+		}
+		return fmt.Errorf("unknown chain attribute %q", key)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if policy == Drop && ch.Hook == "" {
+		return nil, "", fmt.Errorf("policy on regular chain %q", name)
+	}
+	return ch, policy, nil
+}
+
+// parseDuration reads nft durations: "10800s", "3h", "1d2h30m", "500ms".
+func parseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("empty duration")
+	}
+	var total time.Duration
+	rest := s
+	for rest != "" {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		n, _ := strconv.ParseInt(rest[:i], 10, 64)
+		rest = rest[i:]
+		j := 0
+		for j < len(rest) && (rest[j] < '0' || rest[j] > '9') {
+			j++
+		}
+		unit := map[string]time.Duration{"d": 24 * time.Hour, "h": time.Hour, "m": time.Minute, "s": time.Second, "ms": time.Millisecond}[rest[:j]]
+		if unit == 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		total += time.Duration(n) * unit
+		rest = rest[j:]
+	}
+	return total, nil
 }

@@ -1,7 +1,9 @@
 // Package nft is kproxy's narrow view of nftables: a small typed model of
 // the objects and rule statements kproxy uses, a transaction of operations
 // on them, its `nft -f` text form (what `kproxy render` prints) and the
-// parser of that form. Sending a transaction to the kernel is the
+// one reader of nft text (Read, Parse: that form, the nested form `nft
+// list` prints and the kernel's listing variants), which the tracer and
+// nfttest.Fake both use. Sending a transaction to the kernel is the
 // subpackage nfnetlink's job (netlink, one batch = one atomic
 // transaction); Exec sends the text form through the nft binary and is
 // the tests' oracle for it; nfttest holds a stateful fake.
@@ -320,6 +322,74 @@ type Counter struct{}
 
 // Verdict is also a statement (last in a rule).
 func (Verdict) stmt() {}
+
+// Referrer is a statement that names chains (jump, goto) or sets and maps
+// of its table: the kernel refuses a rule naming what does not exist and
+// the deletion of what a rule still names, and a walk of the chains
+// reachable from a base chain follows the chains and the verdict maps.
+// A statement type that names anything implements it; nfttest.Fake and
+// the tracer ask it (Refs), never a type switch of their own.
+type Referrer interface {
+	Stmt
+	// Refs appends the chains and the sets (maps too) the statement names.
+	Refs(chains, sets []string) ([]string, []string)
+}
+
+// Refs returns the chains and sets the statements name, in order.
+func Refs(stmts []Stmt) (chains, sets []string) {
+	for _, s := range stmts {
+		if r, ok := s.(Referrer); ok {
+			chains, sets = r.Refs(chains, sets)
+		}
+	}
+	return chains, sets
+}
+
+// Refs: jump and goto name a chain.
+func (v Verdict) Refs(chains, sets []string) ([]string, []string) {
+	if v.Kind == Jump || v.Kind == Goto {
+		chains = append(chains, v.Chain)
+	}
+	return chains, sets
+}
+
+// Refs: every branch names a chain.
+func (s NumgenVmap) Refs(chains, sets []string) ([]string, []string) {
+	return append(chains, s.Chains...), sets
+}
+
+// Refs: the verdict map.
+func (s VmapLookup) Refs(chains, sets []string) ([]string, []string) {
+	return chains, append(sets, s.Map)
+}
+
+// Refs: the set.
+func (s MatchInSet) Refs(chains, sets []string) ([]string, []string) {
+	return chains, append(sets, s.Set)
+}
+
+// Refs: the set, when the match is on one.
+func (s MatchAddr) Refs(chains, sets []string) ([]string, []string) {
+	if s.Set != "" {
+		sets = append(sets, s.Set)
+	}
+	return chains, sets
+}
+
+// Refs: the dynamic set.
+func (s UpdateSaddr) Refs(chains, sets []string) ([]string, []string) {
+	return chains, append(sets, s.Set)
+}
+
+// Refs: the endpoint map.
+func (s DNATMap) Refs(chains, sets []string) ([]string, []string) {
+	return chains, append(sets, s.Map)
+}
+
+// Refs: the endpoint map.
+func (s DNATByService) Refs(chains, sets []string) ([]string, []string) {
+	return chains, append(sets, s.Map)
+}
 
 func (MatchCtStateNew) stmt() {}
 func (MatchAddr) stmt()       {}

@@ -5,23 +5,26 @@ package nftables
 // followed through the nft tracer.
 
 import (
-	"strings"
+	"context"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 // flowAdapter is nftables mode's flowtest.Adapter: a full sync of both
 // families on a fresh node, with the golden files' options (exampleOptions)
-// changed by the snapshot's configuration, loaded into one tracer ruleset.
+// changed by the snapshot's configuration, applied to nfttest's fake
+// nf_tables; the tracer walks the fake's state (no second kernel).
 func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	t.Helper()
-	var text strings.Builder
+	fake := nfttest.New()
 	for _, f := range flowtest.Families {
 		o := flowOptions(f, s.Config)
 		in := &Input{State: s.States[f], NodeName: s.Node.Name, Zone: s.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName]()}
@@ -29,9 +32,11 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 		if len(p.Conflicts) > 0 {
 			t.Fatalf("unexpected conflicts: %v", p.Conflicts)
 		}
-		text.WriteString(p.Tx.String())
+		if err := fake.Apply(context.Background(), p.Tx); err != nil {
+			t.Fatalf("full sync of %s refused: %v", f, err)
+		}
 	}
-	return parse(t, text.String())
+	return trace.Of(fake.State())
 }
 
 // flowOptions are exampleOptions with a flowtest configuration.

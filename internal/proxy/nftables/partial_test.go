@@ -7,6 +7,7 @@ package nftables
 // is at the top of fixtures_test.go.
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/example"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/trace"
 )
@@ -32,9 +34,11 @@ type syncer struct {
 	node    *model.Node
 	state   *model.State
 	applied *Applied
-	rs      *trace.Ruleset
-	texts   []string // every transaction applied, in order
-	now     time.Time
+	// fake is the kernel the syncs are applied to; rs traces its state.
+	fake  *nfttest.Fake
+	rs    *trace.Ruleset
+	texts []string // every transaction applied, in order
+	now   time.Time
 	// seen are all service ports ever synced, so that packets to removed
 	// services are traced too.
 	seen map[model.ServicePortName]*model.ServicePort
@@ -49,6 +53,7 @@ func newSyncer(t testing.TB, c *exampleCluster, f v1.IPFamily) *syncer {
 		node:    c.node,
 		state:   c.states[f].Clone(),
 		applied: NewApplied(),
+		fake:    nfttest.New(),
 		rs:      &trace.Ruleset{},
 		now:     epoch,
 		seen:    map[model.ServicePortName]*model.ServicePort{},
@@ -67,19 +72,20 @@ func (s *syncer) run(in *Input) *Plan {
 	s.t.Helper()
 	plan := Render(s.cfg, in, s.applied)
 	text := plan.Tx.String()
-	if err := s.rs.Apply(text); err != nil {
+	if err := s.fake.Apply(context.Background(), plan.Tx); err != nil {
 		s.t.Fatalf("transaction refused (full=%v) at %s: %v\n%s", in.Full, in.Now.Sub(epoch), err, text)
 	}
 	s.texts = append(s.texts, text)
 	plan.Commit(s.applied)
 	if plan.Cleanup != nil {
 		ct := plan.Cleanup.String()
-		if err := s.rs.Apply(ct); err != nil {
+		if err := s.fake.Apply(context.Background(), plan.Cleanup); err != nil {
 			s.t.Fatalf("clean-up transaction refused at %s: %v\n%s", in.Now.Sub(epoch), err, ct)
 		}
 		s.texts = append(s.texts, ct)
 		plan.CommitCleanup(s.applied)
 	}
+	s.rs = trace.Of(s.fake.State())
 	for n, sp := range s.state.Services {
 		s.seen[n] = sp
 	}

@@ -9,19 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // Fake is an in-memory nf_tables. The zero value is not usable; use New.
 type Fake struct {
 	mu      sync.Mutex
-	tables  map[tableKey]*table
+	state   *nftstate.State
 	applies []ApplyRecord
 
 	// BeforeApply, when set, is called at the start of every Apply; an
@@ -51,58 +51,13 @@ type ApplyRecord struct {
 }
 
 // New returns an empty fake.
-func New() *Fake { return &Fake{tables: map[tableKey]*table{}} }
+func New() *Fake { return &Fake{state: &nftstate.State{}} }
 
-type tableKey struct {
-	family nft.Family
-	name   string
-}
-
-type table struct {
-	comment string
-	chains  map[string]*chain
-	sets    map[string]*set
-}
-
-type chain struct {
-	def   nft.Chain
-	rules []*ruleEntry
-}
-
-type ruleEntry struct {
-	rule nft.Rule
-	op   int // index of the op that added it in the current Apply, else -1
-}
-
-type set struct {
-	def   nft.Set
-	elems map[string]*elemEntry
-}
-
-type elemEntry struct {
-	elem nft.Element
-	lo   netip.Addr // interval sets: the range the element covers
-	hi   netip.Addr
-}
-
-func (t *table) clone() *table {
-	c := &table{comment: t.comment, chains: make(map[string]*chain, len(t.chains)), sets: make(map[string]*set, len(t.sets))}
-	for n, ch := range t.chains {
-		rules := make([]*ruleEntry, len(ch.rules))
-		for i, r := range ch.rules {
-			rules[i] = &ruleEntry{rule: r.rule, op: -1}
-		}
-		c.chains[n] = &chain{def: ch.def, rules: rules}
-	}
-	for n, s := range t.sets {
-		elems := make(map[string]*elemEntry, len(s.elems))
-		for k, e := range s.elems {
-			elems[k] = e // entries are never modified in place
-		}
-		c.sets[n] = &set{def: s.def, elems: elems}
-	}
-	return c
-}
+type (
+	table = nftstate.Table
+	chain = nftstate.Chain
+	set   = nftstate.Set
+)
 
 // Applies returns the Apply calls so far.
 func (f *Fake) Applies() []ApplyRecord {
@@ -152,10 +107,10 @@ func (f *Fake) Check(ctx context.Context, tx *nft.Transaction) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Checks++
-	saved := f.tables
-	f.tables = maps.Clone(saved) // apply copies a table before changing it
+	saved := f.state
+	f.state = &nftstate.State{Tables: slices.Clone(saved.Tables)} // apply copies a table before changing it
 	err := f.apply(tx)
-	f.tables = saved
+	f.state = saved
 	if err != nil {
 		return fmt.Errorf("nft: check of a transaction of %d operations on %s: %w", tx.Len(), tx.Where(), err)
 	}
@@ -174,7 +129,7 @@ func (f *Fake) apply(tx *nft.Transaction) error {
 	if tx.Family != nft.IPv4 && tx.Family != nft.IPv6 {
 		return &nft.OpError{Index: -1, Err: unix.EAFNOSUPPORT, Message: fmt.Sprintf("unsupported family %q", tx.Family)}
 	}
-	a := &applier{f: f, tx: tx, work: map[string]*table{}}
+	a := &applier{f: f, tx: tx, work: map[string]*table{}, added: map[*nftstate.Rule]int{}}
 	for i := range tx.Ops {
 		if err := a.op(i); err != nil {
 			var oe *nft.OpError
@@ -195,11 +150,10 @@ func (f *Fake) apply(tx *nft.Transaction) error {
 		}
 	}
 	for _, name := range names {
-		key := tableKey{tx.Family, name}
 		if t := a.work[name]; t != nil {
-			f.tables[key] = t
+			f.state.Put(t)
 		} else {
-			delete(f.tables, key)
+			f.state.Delete(tx.Family, name)
 		}
 	}
 	return nil
@@ -215,6 +169,17 @@ type applier struct {
 	work map[string]*table
 	cur  string
 	t    *table // work[cur]
+	// added maps the rules this transaction added to their operation.
+	added map[*nftstate.Rule]int
+}
+
+// opOf is the index of the operation that added r in this transaction,
+// or -1.
+func (a *applier) opOf(r *nftstate.Rule) int {
+	if i, ok := a.added[r]; ok {
+		return i
+	}
+	return -1
 }
 
 // use makes the table of an operation current, copying it on first use.
@@ -225,8 +190,8 @@ func (a *applier) use(name string) {
 	a.cur = name
 	t, ok := a.work[name]
 	if !ok {
-		if old, exists := a.f.tables[tableKey{a.tx.Family, name}]; exists {
-			t = old.clone()
+		if old := a.f.state.Table(a.tx.Family, name); old != nil {
+			t = old.Clone()
 		}
 		a.work[name] = t
 	}
@@ -281,15 +246,16 @@ func (a *applier) tableOp(op *nft.Op) error {
 		}
 		// Re-adding a table keeps its comment, as the kernel does.
 		if a.t == nil {
-			a.t = &table{comment: op.Table.Comment, chains: map[string]*chain{}, sets: map[string]*set{}}
+			a.t = nftstate.NewTable(a.tx.Family, a.cur)
+			a.t.Comment = op.Table.Comment
 		}
 	case nft.OpFlush:
 		if a.t == nil {
 			return kerr(unix.ENOENT, "table does not exist")
 		}
 		// "flush table" removes every rule; sets keep their elements.
-		for _, c := range a.t.chains {
-			c.rules = nil
+		for _, c := range a.t.Chains {
+			c.Rules = nil
 		}
 	case nft.OpDelete:
 		if a.t == nil {
@@ -308,7 +274,7 @@ func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
 	if c.Name == "" {
 		return kerr(unix.EINVAL, "chain without a name")
 	}
-	old := a.t.chains[c.Name]
+	old := a.t.Chains[c.Name]
 	switch kind {
 	case nft.OpAdd:
 		if err := nft.CheckComment(c.Comment); err != nil {
@@ -326,33 +292,33 @@ func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
 			}
 		}
 		if old == nil {
-			a.t.chains[c.Name] = &chain{def: *c}
+			a.t.AddChain(&chain{Def: *c})
 			return nil
 		}
 		switch {
 		case c.Hook == "":
 			// Adding a chain that exists is a no-op, also for a base chain.
-		case old.def.Hook == "":
+		case old.Def.Hook == "":
 			return kerr(unix.EEXIST, "chain %s exists and is not a base chain", c.Name)
-		case old.def.Hook != c.Hook || old.def.Type != c.Type || old.def.Priority != c.Priority:
+		case old.Def.Hook != c.Hook || old.Def.Type != c.Type || old.Def.Priority != c.Priority:
 			return kerr(unix.EOPNOTSUPP, "base chain %s exists with a different type, hook or priority", c.Name)
 		}
 	case nft.OpFlush:
 		if old == nil {
 			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
 		}
-		old.rules = nil
+		old.Rules = nil
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
 		}
-		if len(old.rules) > 0 {
+		if len(old.Rules) > 0 {
 			return kerr(unix.EBUSY, "chain %s still has rules (flush it first)", c.Name)
 		}
 		if by := a.chainUser(c.Name); by != "" {
 			return kerr(unix.EBUSY, "chain %s is still used by %s", c.Name, by)
 		}
-		delete(a.t.chains, c.Name)
+		a.t.DeleteChain(c.Name)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -361,18 +327,18 @@ func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
 
 // chainUser names something that jumps to the chain, or "".
 func (a *applier) chainUser(name string) string {
-	for cn, c := range a.t.chains {
-		for _, r := range c.rules {
-			for _, t := range ruleTargets(r.rule) {
+	for cn, c := range a.t.Chains {
+		for _, r := range c.Rules {
+			for _, t := range ruleTargets(r.Rule) {
 				if t == name {
 					return "a rule in chain " + cn
 				}
 			}
 		}
 	}
-	for sn, s := range a.t.sets {
-		for _, e := range s.elems {
-			if v := e.elem.Verdict; v != nil && (v.Kind == nft.Jump || v.Kind == nft.Goto) && v.Chain == name {
+	for sn, s := range a.t.Sets {
+		for _, e := range s.Elems {
+			if v := e.Verdict; v != nil && (v.Kind == nft.Jump || v.Kind == nft.Goto) && v.Chain == name {
 				return "an element of map " + sn
 			}
 		}

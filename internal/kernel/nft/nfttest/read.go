@@ -10,14 +10,14 @@ import (
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // TableExists reports whether the table exists.
 func (f *Fake) TableExists(ctx context.Context, family nft.Family, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, ok := f.tables[tableKey{family, name}]
-	return ok, nil
+	return f.state.Table(family, name) != nil, nil
 }
 
 // ListTables returns the names of the family's tables, sorted.
@@ -25,9 +25,9 @@ func (f *Fake) ListTables(ctx context.Context, family nft.Family) ([]string, err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var names []string
-	for k := range f.tables {
-		if k.family == family {
-			names = append(names, k.name)
+	for _, t := range f.state.Tables {
+		if t.Family == family {
+			names = append(names, t.Name)
 		}
 	}
 	slices.Sort(names)
@@ -38,29 +38,29 @@ func (f *Fake) ListTables(ctx context.Context, family nft.Family) ([]string, err
 func (f *Fake) ListChains(ctx context.Context, family nft.Family, name string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t, ok := f.tables[tableKey{family, name}]
-	if !ok {
+	t := f.state.Table(family, name)
+	if t == nil {
 		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
 	}
-	return slices.Sorted(maps.Keys(t.chains)), nil
+	return slices.Sorted(maps.Keys(t.Chains)), nil
 }
 
 // ListSets returns the table's set and map names, sorted.
 func (f *Fake) ListSets(ctx context.Context, family nft.Family, name string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t, ok := f.tables[tableKey{family, name}]
-	if !ok {
+	t := f.state.Table(family, name)
+	if t == nil {
 		return nil, fmt.Errorf("nft: table %s %s: %w", family, name, nft.ErrNotFound)
 	}
-	return slices.Sorted(maps.Keys(t.sets)), nil
+	return slices.Sorted(maps.Keys(t.Sets)), nil
 }
 
 // DeleteTable removes a table; a missing table is not an error.
 func (f *Fake) DeleteTable(ctx context.Context, family nft.Family, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.tables, tableKey{family, name})
+	f.state.Delete(family, name)
 	return nil
 }
 
@@ -68,15 +68,15 @@ func (f *Fake) DeleteTable(ctx context.Context, family nft.Family, name string) 
 func (f *Fake) Chain(family nft.Family, tbl, name string) (*nft.Chain, []nft.Rule) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.tables[tableKey{family, tbl}]
-	if t == nil || t.chains[name] == nil {
+	t := f.state.Table(family, tbl)
+	if t == nil || t.Chains[name] == nil {
 		return nil, nil
 	}
-	c := t.chains[name]
-	def := c.def
-	rules := make([]nft.Rule, len(c.rules))
-	for i, r := range c.rules {
-		rules[i] = r.rule
+	c := t.Chains[name]
+	def := c.Def
+	rules := make([]nft.Rule, len(c.Rules))
+	for i, r := range c.Rules {
+		rules[i] = r.Rule
 	}
 	return &def, rules
 }
@@ -86,19 +86,19 @@ func (f *Fake) Chain(family nft.Family, tbl, name string) (*nft.Chain, []nft.Rul
 func (f *Fake) Set(family nft.Family, tbl, name string) (*nft.Set, []nft.Element) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.tables[tableKey{family, tbl}]
-	if t == nil || t.sets[name] == nil {
+	t := f.state.Table(family, tbl)
+	if t == nil || t.Sets[name] == nil {
 		return nil, nil
 	}
-	s := t.sets[name]
-	def := s.def
+	s := t.Sets[name]
+	def := s.Def
 	return &def, sortedElements(s)
 }
 
 func sortedElements(s *set) []nft.Element {
-	out := make([]nft.Element, 0, len(s.elems))
-	for _, e := range s.elems {
-		out = append(out, e.elem)
+	out := make([]nft.Element, 0, len(s.Elems))
+	for _, e := range s.Elems {
+		out = append(out, e.Element)
 	}
 	slices.SortFunc(out, func(a, b nft.Element) int {
 		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Index, b.Index))
@@ -142,16 +142,11 @@ func compareKeys(a, b []nft.Value) int {
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	keys := slices.SortedFunc(func(yield func(tableKey) bool) {
-		for k := range f.tables {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b tableKey) int { return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.name, b.name)) })
+	tables := slices.Clone(f.state.Tables)
+	slices.SortFunc(tables, func(a, b *table) int { return cmp.Or(cmp.Compare(a.Family, b.Family), cmp.Compare(a.Name, b.Name)) })
 	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(f.dumpTable(k).String())
+	for _, t := range tables {
+		b.WriteString(dumpTable(t).String())
 	}
 	return b.String()
 }
@@ -160,34 +155,34 @@ func (f *Fake) Dump() string {
 func (f *Fake) DumpTable(family nft.Family, name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.tables[tableKey{family, name}]; !ok {
+	t := f.state.Table(family, name)
+	if t == nil {
 		return ""
 	}
-	return f.dumpTable(tableKey{family, name}).String()
+	return dumpTable(t).String()
 }
 
-func (f *Fake) dumpTable(k tableKey) *nft.Transaction {
-	t := f.tables[k]
-	tx := nft.NewTransaction(k.family, k.name)
-	tx.Add(&nft.Table{Family: k.family, Name: k.name, Comment: t.comment})
-	chains := slices.Sorted(maps.Keys(t.chains))
+func dumpTable(t *table) *nft.Transaction {
+	tx := nft.NewTransaction(t.Family, t.Name)
+	tx.Add(&nft.Table{Family: t.Family, Name: t.Name, Comment: t.Comment})
+	chains := slices.Sorted(maps.Keys(t.Chains))
 	for _, n := range chains {
-		def := t.chains[n].def
+		def := t.Chains[n].Def
 		tx.Add(&def)
 	}
-	sets := slices.Sorted(maps.Keys(t.sets))
+	sets := slices.Sorted(maps.Keys(t.Sets))
 	for _, n := range sets {
-		def := t.sets[n].def
+		def := t.Sets[n].Def
 		tx.Add(&def)
 	}
 	for _, n := range chains {
-		for _, r := range t.chains[n].rules {
-			rule := r.rule
+		for _, r := range t.Chains[n].Rules {
+			rule := r.Rule
 			tx.Add(&rule)
 		}
 	}
 	for _, n := range sets {
-		for _, e := range sortedElements(t.sets[n]) {
+		for _, e := range sortedElements(t.Sets[n]) {
 			tx.Add(&e)
 		}
 	}
@@ -207,4 +202,12 @@ func (f *Fake) Load(text string) error {
 		}
 	}
 	return nil
+}
+
+// State returns a copy of the fake's state, the tables of every family:
+// trace.Of(f.State()) traces packets through what the fake holds.
+func (f *Fake) State() *nftstate.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state.Clone()
 }

@@ -11,46 +11,19 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // ruleTargets lists the chains a rule jumps or goes to.
 func ruleTargets(r nft.Rule) []string {
-	var out []string
-	for _, s := range r.Stmts {
-		switch s := s.(type) {
-		case nft.Verdict:
-			if s.Kind == nft.Jump || s.Kind == nft.Goto {
-				out = append(out, s.Chain)
-			}
-		case nft.NumgenVmap:
-			out = append(out, s.Chains...)
-		}
-	}
-	return out
+	chains, _ := nft.Refs(r.Stmts)
+	return chains
 }
 
 // ruleSets lists the named sets a rule uses.
 func ruleSets(r nft.Rule) []string {
-	var out []string
-	for _, s := range r.Stmts {
-		switch s := s.(type) {
-		case nft.MatchAddr:
-			if s.Set != "" {
-				out = append(out, s.Set)
-			}
-		case nft.UpdateSaddr:
-			out = append(out, s.Set)
-		case nft.VmapLookup:
-			out = append(out, s.Map)
-		case nft.MatchInSet:
-			out = append(out, s.Set)
-		case nft.DNATMap:
-			out = append(out, s.Map)
-		case nft.DNATByService:
-			out = append(out, s.Map)
-		}
-	}
-	return out
+	_, sets := nft.Refs(r.Stmts)
+	return sets
 }
 
 func (a *applier) checkJump(v nft.Verdict) error {
@@ -58,11 +31,11 @@ func (a *applier) checkJump(v nft.Verdict) error {
 	case nft.Accept, nft.Drop, nft.Return:
 		return nil
 	case nft.Jump, nft.Goto:
-		c := a.t.chains[v.Chain]
+		c := a.t.Chains[v.Chain]
 		if c == nil {
 			return kerr(unix.ENOENT, "%s to chain %q, which does not exist", v.Kind, v.Chain)
 		}
-		if c.def.Hook != "" {
+		if c.Def.Hook != "" {
 			return kerr(unix.EOPNOTSUPP, "%s to base chain %s", v.Kind, v.Chain)
 		}
 		return nil
@@ -74,7 +47,7 @@ func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
 	if kind != nft.OpAdd && kind != nft.OpInsert {
 		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
 	}
-	c := a.t.chains[r.Chain]
+	c := a.t.Chains[r.Chain]
 	if c == nil {
 		return kerr(unix.ENOENT, "chain %s does not exist", r.Chain)
 	}
@@ -89,12 +62,7 @@ func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
 	}
 	nr := *r
 	nr.Stmts = slices.Clone(r.Stmts)
-	e := &ruleEntry{rule: nr, op: i}
-	if kind == nft.OpInsert {
-		c.rules = append([]*ruleEntry{e}, c.rules...)
-	} else {
-		c.rules = append(c.rules, e)
-	}
+	a.added[a.t.NewRule(nr, kind == nft.OpInsert, 0, 0)] = i
 	return nil
 }
 
@@ -108,16 +76,14 @@ func (a *applier) addrFamily(addr netip.Addr) error {
 func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 	addrType := nft.AddrType(a.tx.Family)
 	switch s := st.(type) {
-	case nft.MatchCtStateNew, nft.MatchFibLocal, nft.MatchMarkZero, nft.SetMarkOr, nft.SetMarkXor,
-		nft.Masquerade, nft.Reject, nft.Counter:
 	case nft.MatchAddr:
 		if s.Set != "" {
-			set := a.t.sets[s.Set]
+			set := a.t.Sets[s.Set]
 			if set == nil {
 				return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 			}
 			// A lookup in a map matches its keys, which the kernel allows.
-			if len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+			if len(set.Def.Key) != 1 || set.Def.Key[0] != addrType {
 				return kerr(unix.EINVAL, "set %s does not have %s keys", s.Set, addrType)
 			}
 			return nil
@@ -175,27 +141,27 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if s.Mod == 0 || s.Offset+s.Mod < s.Offset {
 			return kerr(unix.EINVAL, "numgen mod %d offset %d", s.Mod, s.Offset)
 		}
-		m := a.t.sets[s.Map]
+		m := a.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
-		if m.def.ByService {
+		if m.Def.ByService {
 			// The kernel refuses the lookup: numgen's 4 bytes are not
 			// the map's key length.
 			return kerr(unix.EINVAL, "%s is an endpoint map keyed by service", s.Map)
 		}
-		if m.def.Endpoints == "" {
+		if m.Def.Endpoints == "" {
 			// The kernel's lookup finds no data of the right kind
 			// in a verdict map.
-			if m.def.Data == nft.TypeVerdict {
+			if m.Def.Data == nft.TypeVerdict {
 				return kerr(unix.ENODATA, "%s is a verdict map, not an endpoint map", s.Map)
 			}
 			return kerr(unix.EINVAL, "%s is not an endpoint map", s.Map)
 		}
 		// nft refuses a rule whose protocol differs from the map's
 		// ("conflicting protocols specified").
-		if m.def.Endpoints != s.Proto {
-			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
+		if m.Def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.Def.Endpoints, s.Proto)
 		}
 		*l4 = p
 	case nft.DNATByService:
@@ -206,38 +172,38 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if s.Mod == 0 {
 			return kerr(unix.EINVAL, "numgen mod 0")
 		}
-		m := a.t.sets[s.Map]
+		m := a.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
 		// The kernel checks the key length of the concatenation, nft
 		// the types and the protocol.
-		if m.def.Endpoints == "" || !m.def.ByService {
+		if m.Def.Endpoints == "" || !m.Def.ByService {
 			return kerr(unix.EINVAL, "%s is not an endpoint map keyed by service", s.Map)
 		}
-		if m.def.Endpoints != s.Proto {
-			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.def.Endpoints, s.Proto)
+		if m.Def.Endpoints != s.Proto {
+			return kerr(unix.EINVAL, "map %s holds %s endpoints, the rule DNATs %s", s.Map, m.Def.Endpoints, s.Proto)
 		}
 		*l4 = p
 	case nft.UpdateSaddr:
-		set := a.t.sets[s.Set]
+		set := a.t.Sets[s.Set]
 		if set == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 		}
 		// The kernel accepts updates of a hash set without the dynamic
 		// flag, but interval sets cannot be updated from the packet path.
-		if set.def.Interval {
+		if set.Def.Interval {
 			return kerr(unix.EOPNOTSUPP, "interval set %s cannot be updated from the packet path", s.Set)
 		}
-		if set.def.IsMap() || len(set.def.Key) != 1 || set.def.Key[0] != addrType {
+		if set.Def.IsMap() || len(set.Def.Key) != 1 || set.Def.Key[0] != addrType {
 			return kerr(unix.EINVAL, "set %s is not a set of %s", s.Set, addrType)
 		}
 	case nft.MatchInSet:
-		m := a.t.sets[s.Set]
+		m := a.t.Sets[s.Set]
 		if m == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 		}
-		if m.def.IsMap() {
+		if m.Def.IsMap() {
 			return kerr(unix.EINVAL, "%s is a map, not a set", s.Set)
 		}
 		var want []nft.DataType
@@ -253,15 +219,15 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 				return kerr(unix.EINVAL, "unknown field %q", f)
 			}
 		}
-		if !slices.Equal(want, m.def.Key) {
-			return kerr(unix.EINVAL, "set %s has key %v, the lookup gives %v", s.Set, m.def.Key, want)
+		if !slices.Equal(want, m.Def.Key) {
+			return kerr(unix.EINVAL, "set %s has key %v, the lookup gives %v", s.Set, m.Def.Key, want)
 		}
 	case nft.VmapLookup:
-		m := a.t.sets[s.Map]
+		m := a.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
-		if m.def.Data != nft.TypeVerdict {
+		if m.Def.Data != nft.TypeVerdict {
 			return kerr(unix.EINVAL, "%s is not a verdict map", s.Map)
 		}
 		var want []nft.DataType
@@ -283,11 +249,11 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		// The kernel refuses to read registers no expression wrote
 		// (ENODATA); it does not check the types, the fake does.
-		if loaded < keyLen(m.def.Key) {
-			return kerr(unix.ENODATA, "lookup in %s reads %d bytes of registers, only %d were loaded", s.Map, keyLen(m.def.Key), loaded)
+		if loaded < keyLen(m.Def.Key) {
+			return kerr(unix.ENODATA, "lookup in %s reads %d bytes of registers, only %d were loaded", s.Map, keyLen(m.Def.Key), loaded)
 		}
-		if !slices.Equal(want, m.def.Key) {
-			return kerr(unix.EINVAL, "map %s has key %v, the lookup gives %v", s.Map, m.def.Key, want)
+		if !slices.Equal(want, m.Def.Key) {
+			return kerr(unix.EINVAL, "map %s has key %v, the lookup gives %v", s.Map, m.Def.Key, want)
 		}
 	case nft.NumgenVmap:
 		if len(s.Chains) == 0 {
@@ -307,7 +273,20 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 	case nft.Verdict:
 		return a.checkJump(s)
 	default:
-		return kerr(unix.EOPNOTSUPP, "unsupported statement %T", st)
+		// Statements without checks of their own (ct state, fib, mark,
+		// masquerade, reject, counter, and any new one): what the kernel
+		// looks up when loading them is what they name.
+		chains, sets := nft.Refs([]nft.Stmt{st})
+		for _, c := range chains {
+			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+				return err
+			}
+		}
+		for _, n := range sets {
+			if a.t.Sets[n] == nil {
+				return kerr(unix.ENOENT, "set %s does not exist", n)
+			}
+		}
 	}
 	return nil
 }
@@ -327,10 +306,10 @@ var stmtHooks = map[string]map[string]bool{
 // does when it commits: loops, too deep nesting, and statements not
 // allowed at the base chain's hook fail the transaction.
 func (a *applier) validate() error {
-	names := slices.Sorted(maps.Keys(a.t.chains))
+	names := slices.Sorted(maps.Keys(a.t.Chains))
 	for _, n := range names {
-		base := a.t.chains[n]
-		if base.def.Hook == "" {
+		base := a.t.Chains[n]
+		if base.Def.Hook == "" {
 			continue
 		}
 		if err := a.walk(base, base, nil); err != nil {
@@ -342,15 +321,15 @@ func (a *applier) validate() error {
 
 func (a *applier) walk(base, c *chain, stack []string) error {
 	// The kernel finds loops by the nesting limit: EMLINK.
-	if slices.Contains(stack, c.def.Name) {
-		return &nft.OpError{Index: -1, Message: fmt.Sprintf("chain loop: %s -> %s", strings.Join(stack, " -> "), c.def.Name), Err: unix.EMLINK}
+	if slices.Contains(stack, c.Def.Name) {
+		return &nft.OpError{Index: -1, Message: fmt.Sprintf("chain loop: %s -> %s", strings.Join(stack, " -> "), c.Def.Name), Err: unix.EMLINK}
 	}
-	stack = append(stack, c.def.Name)
+	stack = append(stack, c.Def.Name)
 	if len(stack) > maxJumpDepth {
 		return &nft.OpError{Index: -1, Message: "chains nested too deep: " + strings.Join(stack, " -> "), Err: unix.EMLINK}
 	}
-	for _, r := range c.rules {
-		for _, st := range r.rule.Stmts {
+	for _, r := range c.Rules {
+		for _, st := range r.Rule.Stmts {
 			what := ""
 			switch st.(type) {
 			case nft.Masquerade:
@@ -363,37 +342,40 @@ func (a *applier) walk(base, c *chain, stack []string) error {
 			if what == "" {
 				continue
 			}
-			ok := stmtHooks[what][base.def.Hook]
-			if what != "reject" && base.def.Type != nft.TypeNAT {
+			ok := stmtHooks[what][base.Def.Hook]
+			if what != "reject" && base.Def.Type != nft.TypeNAT {
 				ok = false
 			}
 			if !ok {
-				oe := &nft.OpError{Index: r.op, Err: unix.EOPNOTSUPP,
-					Message: fmt.Sprintf("%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.def.Name, base.def.Name, base.def.Type, base.def.Hook)}
-				if r.op >= 0 {
-					oe.Op = a.tx.OpText(r.op)
+				op := a.opOf(r)
+				oe := &nft.OpError{Index: op, Err: unix.EOPNOTSUPP,
+					Message: fmt.Sprintf("%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.Def.Name, base.Def.Name, base.Def.Type, base.Def.Hook)}
+				if op >= 0 {
+					oe.Op = a.tx.OpText(op)
 				}
 				return oe
 			}
 		}
-		for _, t := range ruleTargets(r.rule) {
-			if next := a.t.chains[t]; next != nil {
+		for _, t := range ruleTargets(r.Rule) {
+			if next := a.t.Chains[t]; next != nil {
 				if err := a.walk(base, next, stack); err != nil {
 					return err
 				}
 			}
 		}
-		for _, sn := range ruleSets(r.rule) {
-			s := a.t.sets[sn]
-			if s == nil || !s.def.IsMap() {
+		for _, sn := range ruleSets(r.Rule) {
+			s := a.t.Sets[sn]
+			if s == nil || !s.Def.IsMap() {
 				continue
 			}
-			for _, k := range slices.Sorted(maps.Keys(s.elems)) {
-				v := s.elems[k].elem.Verdict
+			elems := slices.Clone(s.Elems)
+			slices.SortFunc(elems, func(x, y *nftstate.Element) int { return strings.Compare(x.ID(), y.ID()) })
+			for _, e := range elems {
+				v := e.Verdict
 				if v == nil || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
 					continue
 				}
-				if next := a.t.chains[v.Chain]; next != nil {
+				if next := a.t.Chains[v.Chain]; next != nil {
 					if err := a.walk(base, next, stack); err != nil {
 						return err
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 func addrLen(t nft.DataType) int {
@@ -53,7 +54,7 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 	if s.Name == "" {
 		return kerr(unix.EINVAL, "set without a name")
 	}
-	old := a.t.sets[s.Name]
+	old := a.t.Sets[s.Name]
 	switch kind {
 	case nft.OpAdd:
 		if err := nft.CheckComment(s.Comment); err != nil {
@@ -67,8 +68,8 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 				return kerr(unix.EOPNOTSUPP, "endpoint map %s: comments are not supported", s.Name)
 			}
 			if old == nil {
-				a.t.sets[s.Name] = &set{def: *s, elems: map[string]*elemEntry{}}
-			} else if !sameSetFlags(&old.def, s) {
+				a.t.AddSet(nftstate.NewSet(*s, a.tx.Family))
+			} else if !sameSetFlags(&old.Def, s) {
 				return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
 			}
 			return nil
@@ -91,38 +92,38 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 			return kerr(unix.EOPNOTSUPP, "set %s: only address interval sets are supported", s.Name)
 		}
 		if old == nil {
-			a.t.sets[s.Name] = &set{def: *s, elems: map[string]*elemEntry{}}
+			a.t.AddSet(nftstate.NewSet(*s, a.tx.Family))
 			return nil
 		}
 		// The kernel refuses to redefine a set but updates its timeout;
 		// the comment of the existing one stays.
-		if !sameSetFlags(&old.def, s) {
+		if !sameSetFlags(&old.Def, s) {
 			return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
 		}
 		if s.Timeout > 0 {
-			old.def.Timeout = s.Timeout
+			old.Def.Timeout = s.Timeout
 		}
 	case nft.OpFlush:
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
 		}
 		// nft looks up "flush set" among sets and "flush map" among maps.
-		if old.def.IsMap() != s.IsMap() {
-			return kerr(unix.ENOENT, "%s is a %s; flush it as one", s.Name, kindName(&old.def))
+		if old.Def.IsMap() != s.IsMap() {
+			return kerr(unix.ENOENT, "%s is a %s; flush it as one", s.Name, kindName(&old.Def))
 		}
-		old.elems = map[string]*elemEntry{}
+		old.Flush()
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
 		}
-		for cn, c := range a.t.chains {
-			for _, r := range c.rules {
-				if slices.Contains(ruleSets(r.rule), s.Name) {
+		for cn, c := range a.t.Chains {
+			for _, r := range c.Rules {
+				if slices.Contains(ruleSets(r.Rule), s.Name) {
 					return kerr(unix.EBUSY, "set %s is still used by a rule in chain %s", s.Name, cn)
 				}
 			}
 		}
-		delete(a.t.sets, s.Name)
+		a.t.DeleteSet(s.Name)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -209,37 +210,38 @@ func sameVerdict(a, b *nft.Verdict) bool {
 }
 
 func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
-	s := a.t.sets[e.Set]
+	s := a.t.Sets[e.Set]
 	if s == nil {
 		return kerr(unix.ENOENT, "set %s does not exist", e.Set)
 	}
 	if kind == nft.OpFlush {
 		return kerr(unix.EINVAL, "elements cannot be flushed")
 	}
-	if s.def.Endpoints != "" || e.IsEndpoint() {
+	if s.Def.Endpoints != "" || e.IsEndpoint() {
 		return a.endpointElementOp(kind, s, e)
 	}
-	if len(e.Key) != len(s.def.Key) {
-		return kerr(unix.EINVAL, "key has %d components, set %s has %d", len(e.Key), e.Set, len(s.def.Key))
+	if len(e.Key) != len(s.Def.Key) {
+		return kerr(unix.EINVAL, "key has %d components, set %s has %d", len(e.Key), e.Set, len(s.Def.Key))
 	}
-	for i, t := range s.def.Key {
-		if err := checkValue(t, e.Key[i], s.def.Interval); err != nil {
+	for i, t := range s.Def.Key {
+		if err := checkValue(t, e.Key[i], s.Def.Interval); err != nil {
 			return err
 		}
 	}
-	k := elemKey(e.Key)
+	// The identity of an interval element is its range: a /32 prefix
+	// and its address are one element, as in the kernel.
+	k := nftstate.KeyID(e.Key)
 	var lo, hi netip.Addr
-	if s.def.Interval {
+	if s.Def.Interval {
 		lo, hi = valueRange(e.Key[0])
-		k = lo.String() + "-" + hi.String()
 	}
-	old := s.elems[k]
+	old := s.Get(k)
 	switch kind {
 	case nft.OpAdd:
 		if err := nft.CheckComment(e.Comment); err != nil {
 			return err
 		}
-		if s.def.IsMap() {
+		if s.Def.IsMap() {
 			if e.Verdict == nil {
 				return kerr(unix.EINVAL, "map element without a verdict")
 			}
@@ -253,15 +255,16 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 			// Adding an element that exists is fine if it maps to the
 			// same verdict (its comment stays); else the kernel says
 			// EEXIST.
-			if !sameVerdict(old.elem.Verdict, e.Verdict) {
+			if !sameVerdict(old.Verdict, e.Verdict) {
 				return kerr(unix.EEXIST, "element %s exists with a different verdict", elemKey(e.Key))
 			}
 			return nil
 		}
-		if s.def.Interval {
-			for _, o := range s.elems {
-				if lo.Compare(o.hi) <= 0 && o.lo.Compare(hi) <= 0 {
-					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(o.elem.Key))
+		if s.Def.Interval {
+			for _, o := range s.Elems {
+				olo, ohi := valueRange(o.Key[0])
+				if lo.Compare(ohi) <= 0 && olo.Compare(hi) <= 0 {
+					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(o.Key))
 				}
 			}
 		}
@@ -276,12 +279,12 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 			v := *e.Verdict
 			ne.Verdict = &v
 		}
-		s.elems[k] = &elemEntry{elem: ne, lo: lo, hi: hi}
+		s.Add(&nftstate.Element{Element: ne})
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
 		}
-		delete(s.elems, k)
+		s.Remove(k)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -291,8 +294,8 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 // endpointElementOp adds or deletes "INDEX : ADDR . PORT" in an endpoint
 // map, keyed by INDEX.
 func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) error {
-	if s.def.Endpoints == "" || !e.IsEndpoint() || e.Verdict != nil || (len(e.Key) > 0) != s.def.ByService {
-		if s.def.ByService {
+	if s.Def.Endpoints == "" || !e.IsEndpoint() || e.Verdict != nil || (len(e.Key) > 0) != s.Def.ByService {
+		if s.Def.ByService {
 			return kerr(unix.EINVAL, "an endpoint map keyed by service holds exactly the elements ADDR . PORT . INDEX : ADDR . PORT (set %s)", e.Set)
 		}
 		return kerr(unix.EINVAL, "an endpoint map holds exactly the elements INDEX : ADDR . PORT (set %s)", e.Set)
@@ -301,7 +304,7 @@ func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) err
 		return err
 	}
 	k := strconv.FormatUint(uint64(e.Index), 10)
-	if s.def.ByService {
+	if s.Def.ByService {
 		if len(e.Key) != 2 || !e.Key[0].Addr.IsValid() || e.Key[1].Addr.IsValid() || e.Key[1].Prefix.IsValid() || e.Key[1].Proto != "" {
 			return kerr(unix.EINVAL, "an endpoint map key is ADDR . PORT . INDEX (set %s)", e.Set)
 		}
@@ -310,24 +313,25 @@ func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) err
 		}
 		k = elemKey(e.Key) + " . " + k
 	}
-	old := s.elems[k]
+	id := nftstate.EndpointID(e.Key, e.Index)
+	old := s.Get(id)
 	switch kind {
 	case nft.OpAdd:
 		if err := nft.CheckComment(e.Comment); err != nil {
 			return err
 		}
 		if old != nil {
-			if old.elem.To != e.To {
+			if old.To != e.To {
 				return kerr(unix.EEXIST, "element %s exists with different data", k)
 			}
 			return nil
 		}
-		s.elems[k] = &elemEntry{elem: *e}
+		s.Add(&nftstate.Element{Element: *e})
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
 		}
-		delete(s.elems, k)
+		s.Remove(id)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}

@@ -1,4 +1,4 @@
-package trace
+package nft
 
 import (
 	"errors"
@@ -7,11 +7,12 @@ import (
 	"strings"
 )
 
-// ParseError is a problem in the ruleset text, or an operation the kernel
-// would refuse (a rule in a missing chain, deleting a referenced chain...).
+// ParseError is a problem in nft text, or (from Read) an operation its
+// caller refused (the tracer: a rule in a missing chain, deleting a
+// referenced chain...).
 type ParseError struct {
-	// Line is the 1-based line number in the text given to ParseNFT or
-	// Apply; 0 when the problem lies in what an earlier Apply added.
+	// Line is the 1-based line number in the text; 0 when the problem
+	// lies in what an earlier text added.
 	Line int
 	Text string // that line, trimmed
 	Err  error
@@ -79,6 +80,16 @@ func tokenize(line string) ([]token, error) {
 type cursor struct {
 	toks []token
 	pos  int
+	// lossy names the first thing read that the objects do not keep
+	// (see Parsed.Lossy).
+	lossy string
+}
+
+// drop notes that what was just read is not kept in the objects.
+func (c *cursor) drop(what string) {
+	if c.lossy == "" {
+		c.lossy = what
+	}
 }
 
 func (c *cursor) done() bool { return c.pos >= len(c.toks) }

@@ -1,4 +1,4 @@
-package trace
+package nft
 
 import (
 	"errors"
@@ -8,15 +8,13 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
 
 // parseRule reads the statements of a rule and its trailing comment: every
 // shape text.go prints, plus the small variations `nft list` prints for
 // them ("counter packets N bytes M", "== 0x00000000", "reject with ...").
-func parseRule(c *cursor, f nft.Family) ([]nft.Stmt, string, error) {
-	var stmts []nft.Stmt
+func parseRule(c *cursor, f Family) ([]Stmt, string, error) {
+	var stmts []Stmt
 	comment := ""
 	final := false // a verdict was seen: only a comment may follow
 	for !c.done() {
@@ -44,7 +42,7 @@ func parseRule(c *cursor, f nft.Family) ([]nft.Stmt, string, error) {
 			return nil, "", err
 		}
 		switch s.(type) {
-		case nft.Verdict, nft.NumgenVmap, nft.Reject:
+		case Verdict, NumgenVmap, Reject:
 			final = true
 		}
 		stmts = append(stmts, s)
@@ -55,14 +53,7 @@ func parseRule(c *cursor, f nft.Family) ([]nft.Stmt, string, error) {
 	return stmts, comment, nil
 }
 
-func addrKeyword(f nft.Family) string {
-	if f == nft.IPv6 {
-		return "ip6"
-	}
-	return "ip"
-}
-
-func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
+func parseStmt(c *cursor, f Family) (Stmt, error) {
 	w, _ := c.word("statement")
 	switch w {
 	case "ct":
@@ -72,7 +63,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 		if _, err := c.expect("new"); err != nil {
 			return nil, fmt.Errorf("only ct state new is supported: %w", err)
 		}
-		return nft.MatchCtStateNew{}, nil
+		return MatchCtStateNew{}, nil
 	case "ip", "ip6":
 		if w != addrKeyword(f) {
 			return nil, fmt.Errorf("%q match in a table of family %s", w, f)
@@ -81,14 +72,14 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 		if err != nil {
 			return nil, err
 		}
-		field := nft.FieldDaddr
+		field := FieldDaddr
 		if fl == "saddr" {
-			field = nft.FieldSaddr
+			field = FieldSaddr
 		}
 		if p := c.peek(); p == "." || p == "vmap" {
 			return parseVmap(c, f, field)
 		}
-		return parseAddrMatch(c, f, field == nft.FieldSaddr)
+		return parseAddrMatch(c, f, field == FieldSaddr)
 	case "meta":
 		k, err := c.expect("l4proto", "mark", "iifname")
 		if err != nil {
@@ -97,7 +88,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 		switch k {
 		case "l4proto":
 			if p := c.peek(); p == "." || p == "vmap" {
-				return parseVmap(c, f, nft.FieldL4Proto)
+				return parseVmap(c, f, FieldL4Proto)
 			}
 			pw, err := c.word("protocol")
 			if err != nil {
@@ -108,7 +99,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 				return nil, err
 			}
 			if !c.accept("dnat") {
-				return nft.MatchL4Proto{Proto: proto}, nil
+				return MatchL4Proto{Proto: proto}, nil
 			}
 			return parseDNAT(c, f, proto)
 		case "mark":
@@ -125,7 +116,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 		if p := c.peek(); p != "." && p != "vmap" {
 			return nil, errors.New("th dport is only supported as a map lookup key")
 		}
-		return parseVmap(c, f, nft.FieldDport)
+		return parseVmap(c, f, FieldDport)
 	case "tcp", "udp", "sctp":
 		if _, err := c.expect("dport"); err != nil {
 			return nil, err
@@ -139,7 +130,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 			return nil, err
 		}
 		proto, _ := parseProto(w)
-		return nft.MatchDport{Proto: proto, Port: port}, nil
+		return MatchDport{Proto: proto, Port: port}, nil
 	case "fib":
 		dir, err := c.expect("saddr", "daddr")
 		if err != nil {
@@ -151,7 +142,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 		if _, err := c.expect("local"); err != nil {
 			return nil, fmt.Errorf("only fib ... type local is supported: %w", err)
 		}
-		return nft.MatchFibLocal{Source: dir == "saddr"}, nil
+		return MatchFibLocal{Source: dir == "saddr"}, nil
 	case "dnat":
 		// nft lists "meta l4proto tcp dnat ip to ip daddr . th dport .
 		// numgen ..." as "dnat ip to ip daddr . tcp dport . numgen ...":
@@ -160,14 +151,17 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 	case "masquerade":
 		// text.go always writes fully-random; a bare masquerade has the
 		// same effect on where the packet goes.
-		c.accept("fully-random")
-		return nft.Masquerade{}, nil
+		if !c.accept("fully-random") {
+			c.drop("masquerade without fully-random")
+		}
+		return Masquerade{}, nil
 	case "update":
 		return parseUpdate(c, f)
 	case "numgen":
 		return parseNumgen(c)
 	case "reject":
 		if c.accept("with") {
+			c.drop("reject with ...")
 			// "with tcp reset", "with icmp [type] port-unreachable",
 			// "with icmpv6 ...", "with icmpx ...": all reject the packet.
 			kind, err := c.expect("tcp", "icmp", "icmpv6", "icmpx")
@@ -185,9 +179,10 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 				}
 			}
 		}
-		return nft.Reject{}, nil
+		return Reject{}, nil
 	case "counter":
 		if c.accept("packets") {
+			c.drop("counter values")
 			for i, what := range []string{"packet count", "bytes", "byte count"} {
 				x, err := c.word(what)
 				if err != nil {
@@ -202,7 +197,7 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 				}
 			}
 		}
-		return nft.Counter{}, nil
+		return Counter{}, nil
 	case "accept", "drop", "return", "jump", "goto":
 		c.pos--
 		return parseVerdict(c)
@@ -212,31 +207,31 @@ func parseStmt(c *cursor, f nft.Family) (nft.Stmt, error) {
 
 // parseVmap reads the rest of "FIELD [. FIELD]... vmap @MAP", the first
 // field already consumed.
-func parseVmap(c *cursor, f nft.Family, first nft.Field) (nft.Stmt, error) {
-	fields := []nft.Field{first}
+func parseVmap(c *cursor, f Family, first Field) (Stmt, error) {
+	fields := []Field{first}
 	for c.accept(".") {
 		w, err := c.word("lookup field")
 		if err != nil {
 			return nil, err
 		}
-		var fl nft.Field
+		var fl Field
 		switch w {
 		case addrKeyword(f):
 			x, err := c.expect("saddr", "daddr")
 			if err != nil {
 				return nil, err
 			}
-			fl = nft.Field(x)
+			fl = Field(x)
 		case "meta":
 			if _, err := c.expect("l4proto"); err != nil {
 				return nil, err
 			}
-			fl = nft.FieldL4Proto
+			fl = FieldL4Proto
 		case "th":
 			if _, err := c.expect("dport"); err != nil {
 				return nil, err
 			}
-			fl = nft.FieldDport
+			fl = FieldDport
 		default:
 			return nil, fmt.Errorf("unsupported lookup field %q", w)
 		}
@@ -245,7 +240,7 @@ func parseVmap(c *cursor, f nft.Family, first nft.Field) (nft.Stmt, error) {
 	if p := c.peek(); len(fields) > 1 && strings.HasPrefix(p, "@") && len(p) > 1 {
 		// "FIELD . FIELD @set": membership of the concatenation.
 		c.word("@set")
-		return nft.MatchInSet{Fields: fields, Set: p[1:]}, nil
+		return MatchInSet{Fields: fields, Set: p[1:]}, nil
 	}
 	if _, err := c.expect("vmap"); err != nil {
 		return nil, err
@@ -257,12 +252,12 @@ func parseVmap(c *cursor, f nft.Family, first nft.Field) (nft.Stmt, error) {
 	if !strings.HasPrefix(m, "@") || len(m) == 1 {
 		return nil, fmt.Errorf("only named verdict maps (@name) are supported, found %q", m)
 	}
-	return nft.VmapLookup{Fields: fields, Map: m[1:]}, nil
+	return VmapLookup{Fields: fields, Map: m[1:]}, nil
 }
 
 // parseAddrMatch reads "[!=] ADDR|PREFIX|{ A, B/n }|@SET".
-func parseAddrMatch(c *cursor, f nft.Family, source bool) (nft.Stmt, error) {
-	m := nft.MatchAddr{Source: source}
+func parseAddrMatch(c *cursor, f Family, source bool) (Stmt, error) {
+	m := MatchAddr{Source: source}
 	if c.accept("!=") {
 		m.Negate = true
 	} else {
@@ -307,12 +302,12 @@ func parseAddrMatch(c *cursor, f nft.Family, source bool) (nft.Stmt, error) {
 	return m, nil
 }
 
-func familyPrefix(f nft.Family, w string) (netip.Prefix, error) {
+func familyPrefix(f Family, w string) (netip.Prefix, error) {
 	p, err := parsePrefix(w)
 	if err != nil {
 		return p, err
 	}
-	if p.Addr().Is4() != (f == nft.IPv4) {
+	if p.Addr().Is4() != (f == IPv4) {
 		return p, fmt.Errorf("address %s in a table of family %s", w, f)
 	}
 	return p, nil
@@ -320,7 +315,7 @@ func familyPrefix(f nft.Family, w string) (netip.Prefix, error) {
 
 // parseMark reads the rest of "meta mark & MASK == 0" or "meta mark set meta
 // mark |/^ MASK".
-func parseMark(c *cursor) (nft.Stmt, error) {
+func parseMark(c *cursor) (Stmt, error) {
 	op, err := c.expect("&", "set")
 	if err != nil {
 		return nil, err
@@ -340,7 +335,7 @@ func parseMark(c *cursor) (nft.Stmt, error) {
 		if v != 0 {
 			return nil, errors.New("only meta mark & MASK == 0 is supported")
 		}
-		return nft.MatchMarkZero{Mask: mask}, nil
+		return MatchMarkZero{Mask: mask}, nil
 	}
 	if _, err := c.expect("meta"); err != nil {
 		return nil, err
@@ -357,9 +352,9 @@ func parseMark(c *cursor) (nft.Stmt, error) {
 		return nil, err
 	}
 	if bop == "|" || bop == "or" {
-		return nft.SetMarkOr{Mask: mask}, nil
+		return SetMarkOr{Mask: mask}, nil
 	}
-	return nft.SetMarkXor{Mask: mask}, nil
+	return SetMarkXor{Mask: mask}, nil
 }
 
 func parseMask(c *cursor) (uint32, error) {
@@ -374,8 +369,8 @@ func parseMask(c *cursor) (uint32, error) {
 	return uint32(n), nil
 }
 
-func parseIifname(c *cursor) (nft.Stmt, error) {
-	m := nft.MatchIifname{}
+func parseIifname(c *cursor) (Stmt, error) {
+	m := MatchIifname{}
 	if c.accept("!=") {
 		m.Negate = true
 	}
@@ -397,7 +392,7 @@ func parseIifname(c *cursor) (nft.Stmt, error) {
 }
 
 // parseDNAT reads the rest of "meta l4proto P dnat [ip|ip6] to ADDR:PORT".
-func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
+func parseDNAT(c *cursor, f Family, proto v1.Protocol) (Stmt, error) {
 	if p := c.peek(); p == "ip" || p == "ip6" {
 		if p != addrKeyword(f) {
 			return nil, fmt.Errorf("dnat %s in a table of family %s", p, f)
@@ -421,15 +416,15 @@ func parseDNAT(c *cursor, f nft.Family, proto v1.Protocol) (nft.Stmt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid dnat destination %q (want addr:port or [addr6]:port)", w)
 	}
-	if ap.Addr().Is4() != (f == nft.IPv4) || ap.Addr().Zone() != "" {
+	if ap.Addr().Is4() != (f == IPv4) || ap.Addr().Zone() != "" {
 		return nil, fmt.Errorf("dnat destination %s in a table of family %s", w, f)
 	}
-	return nft.DNAT{Proto: proto, To: ap}, nil
+	return DNAT{Proto: proto, To: ap}, nil
 }
 
 // parseDNATMap reads the rest of "dnat ip to numgen random mod N offset
 // O map @MAP" after numgen.
-func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+func parseDNATMap(c *cursor, proto v1.Protocol) (Stmt, error) {
 	var nums [2]uint64
 	for i, kw := range []string{"mod", "offset"} {
 		if i == 0 {
@@ -461,7 +456,7 @@ func parseDNATMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nft.DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m}, nil
+	return DNATMap{Proto: proto, Mod: uint32(nums[0]), Offset: uint32(nums[1]), Map: m}, nil
 }
 
 // parseMapRef reads "map @MAP" and returns MAP.
@@ -481,7 +476,7 @@ func parseMapRef(c *cursor) (string, error) {
 
 // parseDNATByService reads the rest of "dnat ip to ip daddr . th dport .
 // numgen random mod N map @MAP" after the second "ip".
-func parseDNATByService(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+func parseDNATByService(c *cursor, proto v1.Protocol) (Stmt, error) {
 	for _, w := range []string{"daddr", ".", "th", "dport", ".", "numgen", "random", "mod"} {
 		if _, err := c.expect(w); err != nil {
 			return nil, err
@@ -492,7 +487,7 @@ func parseDNATByService(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 
 // parseModMap reads "N map @MAP" after "numgen random mod" of a dnat to
 // an endpoint map keyed by service.
-func parseModMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
+func parseModMap(c *cursor, proto v1.Protocol) (Stmt, error) {
 	w, err := c.word("mod")
 	if err != nil {
 		return nil, err
@@ -505,12 +500,12 @@ func parseModMap(c *cursor, proto v1.Protocol) (nft.Stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nft.DNATByService{Proto: proto, Mod: uint32(mod), Map: m}, nil
+	return DNATByService{Proto: proto, Mod: uint32(mod), Map: m}, nil
 }
 
 // parseListedDNATByService reads the rest of "dnat ip to ip daddr . tcp
 // dport . numgen random mod N map @MAP", nft's listing of DNATByService.
-func parseListedDNATByService(c *cursor, f nft.Family) (nft.Stmt, error) {
+func parseListedDNATByService(c *cursor, f Family) (Stmt, error) {
 	for _, w := range []string{addrKeyword(f), "to", addrKeyword(f), "daddr", "."} {
 		if _, err := c.expect(w); err != nil {
 			return nil, fmt.Errorf("only dnat to an endpoint map keyed by service is supported here: %w", err)
@@ -533,7 +528,7 @@ func parseListedDNATByService(c *cursor, f nft.Family) (nft.Stmt, error) {
 }
 
 // parseUpdate reads the rest of "update @SET { ip saddr }".
-func parseUpdate(c *cursor, f nft.Family) (nft.Stmt, error) {
+func parseUpdate(c *cursor, f Family) (Stmt, error) {
 	w, err := c.word("@set")
 	if err != nil {
 		return nil, err
@@ -551,11 +546,11 @@ func parseUpdate(c *cursor, f nft.Family) (nft.Stmt, error) {
 	if _, err := c.expect("}"); err != nil {
 		return nil, err
 	}
-	return nft.UpdateSaddr{Set: w[1:]}, nil
+	return UpdateSaddr{Set: w[1:]}, nil
 }
 
 // parseNumgen reads the rest of "numgen random mod N vmap { 0 : goto C0, ... }".
-func parseNumgen(c *cursor) (nft.Stmt, error) {
+func parseNumgen(c *cursor) (Stmt, error) {
 	if _, err := c.expect("random"); err != nil {
 		return nil, err
 	}
@@ -579,7 +574,7 @@ func parseNumgen(c *cursor) (nft.Stmt, error) {
 		if err != nil || v < 0 || v >= n {
 			return nil, fmt.Errorf("numgen value %q out of 0..%d", vw, n-1)
 		}
-		return nft.MatchNumgen{Mod: uint32(n), Value: uint32(v)}, nil
+		return MatchNumgen{Mod: uint32(n), Value: uint32(v)}, nil
 	}
 	for _, want := range []string{"vmap", "{"} {
 		if _, err := c.expect(want); err != nil {
@@ -620,5 +615,5 @@ func parseNumgen(c *cursor) (nft.Stmt, error) {
 			return nil, fmt.Errorf("numgen index %d has no branch", i)
 		}
 	}
-	return nft.NumgenVmap{Chains: chains}, nil
+	return NumgenVmap{Chains: chains}, nil
 }
