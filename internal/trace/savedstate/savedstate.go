@@ -35,6 +35,7 @@ type Parts struct {
 func Split(text string) (Parts, error) {
 	var p Parts
 	var ipt, adm, set strings.Builder
+	created := map[string]bool{}
 	for n, line := range strings.Split(text, "\n") {
 		t := strings.TrimSpace(line)
 		f := strings.Fields(t)
@@ -49,7 +50,12 @@ func Split(text string) (Parts, error) {
 			}
 		case isIPVSAdmLine(f):
 			adm.WriteString(t + "\n")
-		case len(f) >= 2 && (f[0] == "create" || f[0] == "add"):
+		case len(f) >= 3 && f[0] == "create" && isSetType(f[2]):
+			created[f[1]] = true
+			set.WriteString(t + "\n")
+		case len(f) >= 3 && f[0] == "add" && created[f[1]]:
+			// nft text has "add table ...": a set's members follow
+			// its create line in ipset save.
 			set.WriteString(t + "\n")
 		default:
 			ipt.WriteString(line + "\n")
@@ -57,6 +63,10 @@ func Split(text string) (Parts, error) {
 	}
 	p.IPTables, p.IPVSAdm, p.IPSet = ipt.String(), adm.String(), set.String()
 	return p, nil
+}
+
+func isSetType(t string) bool {
+	return strings.HasPrefix(t, "hash:") || strings.HasPrefix(t, "bitmap:") || strings.HasPrefix(t, "list:")
 }
 
 var serviceOpts = map[string]v1.Protocol{
