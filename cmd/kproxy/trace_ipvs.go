@@ -86,6 +86,9 @@ func readRules(paths []string) (string, error) {
 type ipvsState struct {
 	rules *iptrace.Ruleset
 	host  trace.Host
+	// nodeAddrs are the node's own addresses (not the service addresses
+	// that are local too): a packet from the node leaves from one.
+	nodeAddrs []netip.Addr
 }
 
 // runTraceIPVS traces a packet through ipvs mode: iptables rules with
@@ -95,7 +98,7 @@ func runTraceIPVS(ctx context.Context, out, errOut io.Writer, o *config.Options,
 	if err != nil {
 		return err
 	}
-	src, err := traceSource(tf, p.Dst, nodeOnly(st.host.LocalAddrs, local))
+	src, err := traceSource(tf, p.Dst, st.nodeAddrs)
 	if err != nil {
 		return err
 	}
@@ -108,16 +111,6 @@ func runTraceIPVS(ctx context.Context, out, errOut io.Writer, o *config.Options,
 	return err
 }
 
-// nodeOnly: the addresses given by --local-address, else the host's
-// without the service addresses (a packet from the node itself leaves
-// from a node address).
-func nodeOnly(host, given []netip.Addr) []netip.Addr {
-	if len(given) > 0 {
-		return given
-	}
-	return host
-}
-
 // ipvsTraceState builds the state of the destination's family: from this
 // node's kernel, saved files, or a snapshot rendered as a fresh node's
 // first sync.
@@ -126,7 +119,7 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 	var iptText string
 	var services []trace.IPVSService
 	sets := map[string]*trace.IPSet{}
-	var hostLocal []netip.Addr
+	var hostLocal, node []netip.Addr
 	switch {
 	case tf.live:
 		var err error
@@ -141,6 +134,9 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 		}
 		if len(local) == 0 {
 			if hostLocal, err = localAddrs(); err != nil {
+				return nil, err
+			}
+			if node, err = nodeAddrsWithoutDummy(); err != nil {
 				return nil, err
 			}
 		}
@@ -177,6 +173,7 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 		}
 		if len(local) == 0 {
 			hostLocal = nodeAddrs(snap.node)
+			node = hostLocal
 		}
 		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, fam, snap.nodeName), st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
 		if err != nil {
@@ -214,7 +211,7 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			}
 		}
 	}
-	return &ipvsState{rules: rs, host: h}, nil
+	return &ipvsState{rules: rs, host: h, nodeAddrs: append(slices.Clone(local), node...)}, nil
 }
 
 // familySection keeps the section of one family from kproxy render's
