@@ -49,6 +49,9 @@ func testIPVSTools(t *testing.T, m proxyMode) {
 				t.Errorf("trace --live --dst %s lacks %q:\n%s", dst, want, out)
 			}
 		}
+		if dst == "198.19.0.10:80" {
+			t.Logf("kproxy trace --live --dst %s on node-a:\n%s", dst, out)
+		}
 		if n := strings.Count(out, "\noutcome "); n != 2 {
 			t.Errorf("trace --live --dst %s: %d outcomes, want the 2 web pods:\n%s", dst, n, out)
 		}
@@ -88,6 +91,7 @@ func testIPVSTools(t *testing.T, m proxyMode) {
 	// doctor on the live node.
 	doctor := append(slices.Clone(env), kproxyBin, "doctor", "--proxy-mode", "ipvs", "--metrics-url", "http://127.0.0.1:10249")
 	out, _ = node.Exec(60*time.Second, doctor...) // exit 1 when it finds an error: the report is what counts
+	t.Logf("kproxy doctor on node-a:\n%s", out)
 	dummy := regexp.MustCompile(`kube-ipvs0: present, (\d+) addresses`).FindStringSubmatch(out)
 	if dummy == nil {
 		t.Errorf("doctor does not report kube-ipvs0:\n%s", out)
