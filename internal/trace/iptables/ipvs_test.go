@@ -212,6 +212,7 @@ func TestSetMatch(t *testing.T) {
 		"-m set --match-set P dst,both -j DROP", // bad flag
 		"-m set --match-set P dst --return-nomatch -j DROP",
 		"-m physdev --physdev-in eth0 -j DROP",
+		"-m set --set P dst -j DROP", // the old alias: "--set" is recent's here
 	} {
 		if _, err := Parse([]byte("*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD " + bad + "\nCOMMIT\n")); err == nil {
 			t.Errorf("Parse(%q): want an error", bad)

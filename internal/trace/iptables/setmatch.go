@@ -63,7 +63,7 @@ func (m *setMatch) String() string {
 
 func (m *setMatch) option(p *ruleParser, opt string, negate bool) (bool, error) {
 	switch opt {
-	case "--match-set", "--set":
+	case "--match-set":
 		if m.name != "" {
 			return true, errors.New("set: --match-set given twice")
 		}
