@@ -276,19 +276,24 @@ func diagnose(f hostFacts) []finding {
 		add(levelError, "kube-proxy rules in BOTH iptables backends (legacy: %d chains, nft: %d): both run on every packet, legacy first; the stale ones misroute service traffic. Stop the proxy, run `kproxy --cleanup`, start one proxy with IPTABLES_MODE set", len(f.KubeChains[xtables.Legacy]), len(f.KubeChains[xtables.NFT]))
 	}
 	for _, b := range xtables.Backends {
-		if rules := f.ForeignRules[b]; len(rules) > 0 {
+		if rules := notIPVSModes(f, b); len(rules) > 0 {
 			add(levelError, "%d rules in kube-proxy's chains of the %s backend that kube-proxy does not write (another program's, or injected): they can redirect or open service traffic. First: %s. A full sync of the proxy rewrites these chains; find what writes them", len(rules), b, rules[0])
 		}
 	}
 	modes := 0
-	for _, on := range []bool{legacy || nftBackend, nftMode, ipvsLeft} {
+	iptablesMode := legacy || nftBackend
+	if ipvsRunning(f) {
+		// ipvs mode's own chains are kube-proxy chains of its backend.
+		iptablesMode = len(f.KubeChains[ipvsBackend(f).Other()]) > 0
+	}
+	for _, on := range []bool{iptablesMode, nftMode, ipvsLeft} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
 		var which []string
-		if legacy || nftBackend {
+		if iptablesMode {
 			which = append(which, "iptables")
 		}
 		if nftMode {

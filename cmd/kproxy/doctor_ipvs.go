@@ -14,6 +14,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	kipvs "github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 )
 
@@ -61,6 +62,7 @@ const (
 	modBuiltin   = "built in"
 	modAvailable = "available"
 	modMissing   = "missing"
+	modUnknown   = "unknown (no modules.dep for this kernel)"
 )
 
 // gatherIPVS reads ipvs mode's state; left are the IPVS leftovers doctor
@@ -147,6 +149,8 @@ func schedulerModules(root, release string) map[string]string {
 			out[s] = modBuiltin
 		case strings.Contains(dep, file):
 			out[s] = modAvailable
+		case dep == "":
+			out[s] = modUnknown
 		default:
 			out[s] = modMissing
 		}
@@ -171,8 +175,13 @@ func diagnoseIPVS(f hostFacts, mode string, add func(level, format string, args 
 		case modMissing:
 			add(levelError, "ipvs.scheduler %q: this kernel has no module ip_vs_%s (not loaded, not built in, not in modules.dep): ipvs mode refuses to start", v.Scheduler, v.Scheduler)
 		case "":
+		case modUnknown:
+			add(levelWarn, "ipvs.scheduler %q: module ip_vs_%s is not loaded and this kernel's module list cannot be read: cannot tell whether it loads", v.Scheduler, v.Scheduler)
 		default:
 			add(levelOK, "ipvs.scheduler %q: module ip_vs_%s %s", v.Scheduler, v.Scheduler, st)
+		}
+		if other := ipvsBackend(f).Other(); f.RunningMode == config.ModeIPVS && f.RunningBackend != "" && len(f.KubeChains[other]) > 0 {
+			add(levelError, "the running proxy (ipvs mode) uses the %s backend but the %s backend holds kube-proxy chains", f.RunningBackend, other)
 		}
 		if f.RunningMode == config.ModeIPVS && !v.Dummy {
 			add(levelWarn, "the running proxy is in ipvs mode but %s does not exist: service addresses are not local, ClusterIPs do not answer", ipvsmode.DummyDevice)
@@ -257,4 +266,44 @@ func printIPVS(p func(string, ...any), v ipvsFacts) {
 	if len(missing) > 0 {
 		p("IPVS schedulers without a module in this kernel: %s", strings.Join(missing, ", "))
 	}
+}
+
+// ipvsRunning: the node runs ipvs mode (a proxy says so, or, with none
+// answering, the configuration).
+func ipvsRunning(f hostFacts) bool {
+	if f.RunningMode != "" {
+		return f.RunningMode == config.ModeIPVS
+	}
+	return f.Mode == config.ModeIPVS
+}
+
+// ipvsBackend is the iptables backend of ipvs mode's chains: the running
+// proxy's, else the one iptables mode's choice would give.
+func ipvsBackend(f hostFacts) xtables.Backend {
+	if f.RunningBackend != "" {
+		return xtables.Backend(f.RunningBackend)
+	}
+	return f.Chosen
+}
+
+// notIPVSModes drops, on an ipvs mode node, the rules of ipvs mode itself
+// from the rules the foreign check (made for iptables mode's layout)
+// flags in the backend ipvs mode writes: its loopback RETURN and its
+// ipset-matching rules (uncommented, ACCEPT in nat KUBE-SERVICES). A rule
+// that rewrites addresses is never ipvs mode's and stays flagged.
+func notIPVSModes(f hostFacts, b xtables.Backend) []string {
+	rules := f.ForeignRules[b]
+	if !ipvsRunning(f) || b != ipvsBackend(f) {
+		return rules
+	}
+	var out []string
+	for _, r := range rules {
+		ours := strings.Contains(r, " -m set --match-set KUBE-") ||
+			strings.Contains(r, "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN ") || strings.Contains(r, "-A KUBE-SERVICES -s ::1/128 -j RETURN ")
+		if ours && !strings.Contains(r, "-j DNAT") && !strings.Contains(r, "-j SNAT") && !strings.Contains(r, "-j REDIRECT") {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -56,6 +56,23 @@ func TestDiagnoseIPVS(t *testing.T) {
 			want: []string{"warn: IPVS tcpTimeout is 7200s, the configuration says 900s"}},
 		{name: "vs/conntrack off", edit: func(f *hostFacts) { f.Sysctls["net/ipv4/vs/conntrack"] = "0" },
 			want: []string{"error: net.ipv4.vs.conntrack=0"}},
+		{name: "ipvs mode's own chains are neither iptables mode nor foreign", edit: func(f *hostFacts) {
+			f.KubeChains[xtables.NFT] = []string{"IPv4 nat/KUBE-SERVICES", "IPv4 filter/KUBE-IPVS-FILTER"}
+			f.ForeignRules = map[xtables.Backend][]string{xtables.NFT: {
+				"IPv4 nat: -A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN (no kube-proxy comment)",
+				"IPv4 nat: -A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT (no kube-proxy comment)",
+				"IPv6 nat: -A KUBE-SERVICES -s ::1/128 -j RETURN (no kube-proxy comment)",
+				"IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT --to-destination 198.18.1.99:8080 (rewrites addresses in a dispatch chain)",
+			}}
+		}, want: []string{"error: 1 rules in kube-proxy's chains of the nft backend that kube-proxy does not write (another program's, or injected): they can redirect or open service traffic. First: IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT"},
+			not: []string{"several proxy modes"}},
+		{name: "ipvs mode on nft, kube-proxy chains in legacy", edit: func(f *hostFacts) {
+			f.KubeChains[xtables.NFT] = []string{"IPv4 nat/KUBE-SERVICES"}
+			f.KubeChains[xtables.Legacy] = []string{"IPv4 nat/KUBE-SERVICES"}
+		}, want: []string{"error: the running proxy (ipvs mode) uses the nft backend but the legacy backend holds kube-proxy chains",
+			"warn: rules of several proxy modes at once (iptables, ipvs)"}},
+		{name: "scheduler module cannot be told", edit: func(f *hostFacts) { f.IPVSNode.Modules["rr"] = modUnknown },
+			want: []string{`warn: ipvs.scheduler "rr": module ip_vs_rr is not loaded and this kernel's module list cannot be read`}},
 		{name: "ipvs leftovers after a switch to nftables mode", edit: func(f *hostFacts) {
 			f.RunningMode, f.RunningBackend = "nftables", ""
 			f.NFTables = []string{"ip kube-proxy"}
@@ -124,6 +141,14 @@ func TestSchedulerModules(t *testing.T) {
 	for s, want := range map[string]string{"rr": modLoaded, "wrr": modBuiltin, "sh": modAvailable, "lc": modAvailable, "mh": modMissing, "wlc": modMissing} {
 		if got[s] != want {
 			t.Errorf("%s: %q, want %q", s, got[s], want)
+		}
+	}
+	// Without the kernel's module lists, what is not loaded is unknown,
+	// not missing.
+	got = schedulerModules(root, "6.99.0-other")
+	for s, want := range map[string]string{"rr": modLoaded, "wrr": modUnknown, "mh": modUnknown} {
+		if got[s] != want {
+			t.Errorf("without modules.dep, %s: %q, want %q", s, got[s], want)
 		}
 	}
 }

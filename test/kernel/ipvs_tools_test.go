@@ -113,6 +113,14 @@ func testIPVSTools(t *testing.T, m proxyMode) {
 		}
 	}
 
+	// ipvs mode's own chains are not taken for iptables mode's or for
+	// rules of another program.
+	for _, bad := range []string{"rules in kube-proxy's chains of the", "rules of several proxy modes"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("doctor on a healthy ipvs node reports %q:\n%s", bad, out)
+		}
+	}
+
 	// --cleanup with kproxy stopped.
 	if err := c.kproxy[nodeA].Stop(); err != nil {
 		t.Fatal(err)
