@@ -288,8 +288,9 @@ func ipvsBackend(f hostFacts) xtables.Backend {
 
 // notIPVSModes drops, on an ipvs mode node, the rules of ipvs mode itself
 // from the rules the foreign check (made for iptables mode's layout)
-// flags in the backend ipvs mode writes: its loopback RETURN and its
-// ipset-matching rules (uncommented, ACCEPT in nat KUBE-SERVICES). A rule
+// flags in the backend ipvs mode writes: its loopback RETURN, its jump to
+// KUBE-NODE-PORT and its ipset-matching rules (uncommented, or ACCEPT in
+// nat KUBE-SERVICES), as internal/proxy/ipvs/iptables.go writes them. A rule
 // that rewrites addresses is never ipvs mode's and stays flagged.
 func notIPVSModes(f hostFacts, b xtables.Backend) []string {
 	rules := f.ForeignRules[b]
@@ -299,7 +300,8 @@ func notIPVSModes(f hostFacts, b xtables.Backend) []string {
 	var out []string
 	for _, r := range rules {
 		ours := strings.Contains(r, " -m set --match-set KUBE-") ||
-			strings.Contains(r, "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN ") || strings.Contains(r, "-A KUBE-SERVICES -s ::1/128 -j RETURN ")
+			strings.Contains(r, "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN ") || strings.Contains(r, "-A KUBE-SERVICES -s ::1/128 -j RETURN ") ||
+			strings.Contains(r, "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT ")
 		if ours && !strings.Contains(r, "-j DNAT") && !strings.Contains(r, "-j SNAT") && !strings.Contains(r, "-j REDIRECT") {
 			continue
 		}

@@ -62,6 +62,7 @@ func TestDiagnoseIPVS(t *testing.T) {
 				"IPv4 nat: -A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN (no kube-proxy comment)",
 				"IPv4 nat: -A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT (no kube-proxy comment)",
 				"IPv6 nat: -A KUBE-SERVICES -s ::1/128 -j RETURN (no kube-proxy comment)",
+				"IPv4 nat: -A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT (no kube-proxy comment)",
 				"IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT --to-destination 198.18.1.99:8080 (rewrites addresses in a dispatch chain)",
 			}}
 		}, want: []string{"error: 1 rules in kube-proxy's chains of the nft backend that kube-proxy does not write (another program's, or injected): they can redirect or open service traffic. First: IPv4 nat: -A KUBE-SERVICES -d 198.19.0.10/32 -j DNAT"},

@@ -72,7 +72,7 @@ func schedulerNote(name string) string {
 // ipvs is IPVS's turn on the hook; done when the path ended.
 func (w *walker) ipvs(s *state, prio int) (bool, error) {
 	s.ti++
-	if len(w.h.IPVS) == 0 || s.ipvsDone || protoOf(s.proto) == "" {
+	if len(w.h.IPVS) == 0 || s.ipvs != nil || protoOf(s.proto) == "" {
 		return false, nil
 	}
 	vs := w.h.FindIPVS(protoOf(s.proto), netip.AddrPortFrom(s.dst, s.dport))
@@ -80,7 +80,7 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		s.step("ipvs %s (priority %d): no virtual server for %s %s", s.hook, prio, protoOf(s.proto), netip.AddrPortFrom(s.dst, s.dport))
 		return false, nil
 	}
-	s.ipvsDone = true
+	s.ipvs = vs
 	s.step("ipvs %s (priority %d): virtual server %s", s.hook, prio, vs)
 	if vs.Persistent {
 		s.step("ipvs: persistent %ds: this client's connections in that time go to the real server its first one went to", vs.Timeout)

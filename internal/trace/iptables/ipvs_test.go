@@ -219,3 +219,61 @@ func TestSetMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestIPVSMatch: "-m ipvs" matches packets IPVS handled, by their virtual
+// server: ipvs mode drops the node's own connections to a load balancer
+// IP whose source ranges leave the node out.
+func TestIPVSMatch(t *testing.T) {
+	rules := `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-IPVS-OUT-FILTER - [0:0]
+-A OUTPUT -j KUBE-IPVS-OUT-FILTER
+-A KUBE-IPVS-OUT-FILTER -s 198.19.200.1/32 -m ipvs --vproto tcp --vaddr 198.19.200.1 --vport 443 -j DROP
+COMMIT
+`
+	h := ipvsHost()
+	runTraceCases(t, []traceCase{
+		{name: "the node to the LB IP from the LB IP: handled by IPVS, dropped", rules: rules, host: h,
+			pkt:     pkt(tcp, "198.19.200.1", "198.19.200.1", 443, ""),
+			want:    []string{out("drop", "198.18.129.10:8080", false, 1)},
+			pathHas: []string{"ipvs OUTPUT (priority -99): virtual server TCP 198.19.200.1:443", "-m ipvs --vproto tcp --vaddr 198.19.200.1 --vport 443 -j DROP"}},
+		{name: "another virtual server: not matched", rules: rules, host: h,
+			pkt:  pkt(tcp, "198.19.200.1", "198.19.0.10", 80, ""),
+			want: []string{out("accept", "198.18.129.10:8080", false, 0.5), out("accept", "198.18.130.10:8080", false, 0.5)}},
+	})
+	for _, tc := range []struct {
+		match string
+		want  bool
+	}{
+		{"-m ipvs --ipvs", true},
+		{"-m ipvs ! --ipvs", false},
+		{"-m ipvs ! --vaddr 198.19.0.10", false},
+		{"-m ipvs --vaddr 198.19.0.0/16 --vport 80", true},
+		{"-m ipvs --vproto udp", false},
+	} {
+		r, err := Parse([]byte("*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT " + tc.match + " -j DROP\nCOMMIT\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.match, err)
+		}
+		res, err := r.Trace(pkt(tcp, "198.18.0.10", "198.19.0.10", 80, ""), *h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Outcomes[0].Verdict == trace.VerdictDrop; got != tc.want {
+			t.Errorf("%s after IPVS took the packet to 198.19.0.10:80: matched %v, want %v", tc.match, got, tc.want)
+		}
+		// Before IPVS (no virtual server), only "! --ipvs" can match.
+		res, err = r.Trace(pkt(tcp, "198.18.0.10", "192.0.2.1", 80, ""), *h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := res.Outcomes[0].Verdict == trace.VerdictDrop, tc.match == "-m ipvs ! --ipvs"; got != want {
+			t.Errorf("%s on a packet IPVS did not handle: matched %v, want %v", tc.match, got, want)
+		}
+	}
+	if _, err := Parse([]byte("*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -m ipvs --vdir ORIGINAL -j DROP\nCOMMIT\n")); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("--vdir: want ErrUnsupported, got %v", err)
+	}
+}

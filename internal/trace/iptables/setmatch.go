@@ -46,6 +46,8 @@ func newExtMatch(name string) extMatch {
 		return &setMatch{}
 	case "physdev":
 		return &physdevMatch{}
+	case "ipvs":
+		return &ipvsMatch{}
 	}
 	return nil
 }
