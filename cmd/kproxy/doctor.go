@@ -45,6 +45,8 @@ type hostFacts struct {
 	// IPVS leftovers (IPVSErr when they could not be read).
 	IPVS    ipvs.Leftovers
 	IPVSErr error
+	// IPVSNode is ipvs mode's kernel state (doctor_ipvs.go).
+	IPVSNode ipvsFacts
 	// Sysctls by path under /proc/sys ("" when unreadable).
 	Sysctls map[string]string
 	// Running: what a kproxy or kube-proxy on this node answers on
@@ -79,6 +81,7 @@ var doctorSysctls = []string{
 	"net/bridge/bridge-nf-call-iptables",
 	"net/netfilter/nf_conntrack_max",
 	"net/netfilter/nf_conntrack_tcp_be_liberal",
+	"net/ipv4/vs/conntrack",
 }
 
 func newDoctorCommand() *cobra.Command {
@@ -90,7 +93,9 @@ func newDoctorCommand() *cobra.Command {
 		Long: `doctor reads this host's kernel and tools (it changes nothing) and reports:
 which iptables backends are installed and which one kproxy's iptables mode
 would choose (IPTABLES_MODE, else detection) and why; kube-proxy rules in
-each backend; the nftables mode's tables; IPVS leftovers; the sysctls a
+each backend; the nftables mode's tables; IPVS: kube-ipvs0, every virtual
+server and whether it is kube-proxy's or another program's, the timeouts,
+schedulers without a kernel module; IPVS leftovers; the sysctls a
 proxy depends on; and what a running kproxy or kube-proxy says on
 /proxyMode; the other netfilter users it sees (nftables base chains of
 other tables with their hooks, priorities and policies; non-KUBE chains
@@ -99,7 +104,9 @@ backends). Then it lists what is wrong: rules of two modes or two
 iptables backends at once (they all run, and stale ones misroute
 traffic), chains of others that drop service traffic (a forward-hook
 chain with policy drop), IPTABLES_MODE set in nftables mode (no effect),
-missing binaries, IP forwarding off. Run it as root on the node.
+missing binaries, IP forwarding off, in ipvs mode a scheduler without
+its module, and ipvs mode's leftovers after a switch to another mode.
+Run it as root on the node.
 Exit status 1 when it found an error.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -110,6 +117,7 @@ Exit status 1 when it found an error.`,
 			}
 			facts := gatherFacts(cmd.Context(), o.IPTablesMode, metricsURL)
 			facts.Mode, facts.IPTablesModeEnv = config.EffectiveMode(o.Config), o.IPTablesMode
+			facts.IPVSNode = gatherIPVS(o.Config, facts.IPVS)
 			findings := diagnose(facts)
 			printFacts(cmd.OutOrStdout(), facts, findings)
 			for _, f := range findings {
@@ -268,19 +276,24 @@ func diagnose(f hostFacts) []finding {
 		add(levelError, "kube-proxy rules in BOTH iptables backends (legacy: %d chains, nft: %d): both run on every packet, legacy first; the stale ones misroute service traffic. Stop the proxy, run `kproxy --cleanup`, start one proxy with IPTABLES_MODE set", len(f.KubeChains[xtables.Legacy]), len(f.KubeChains[xtables.NFT]))
 	}
 	for _, b := range xtables.Backends {
-		if rules := f.ForeignRules[b]; len(rules) > 0 {
+		if rules := notIPVSModes(f, b); len(rules) > 0 {
 			add(levelError, "%d rules in kube-proxy's chains of the %s backend that kube-proxy does not write (another program's, or injected): they can redirect or open service traffic. First: %s. A full sync of the proxy rewrites these chains; find what writes them", len(rules), b, rules[0])
 		}
 	}
 	modes := 0
-	for _, on := range []bool{legacy || nftBackend, nftMode, ipvsLeft} {
+	iptablesMode := legacy || nftBackend
+	if ipvsRunning(f) {
+		// ipvs mode's own chains are kube-proxy chains of its backend.
+		iptablesMode = len(f.KubeChains[ipvsBackend(f).Other()]) > 0
+	}
+	for _, on := range []bool{iptablesMode, nftMode, ipvsLeft} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
 		var which []string
-		if legacy || nftBackend {
+		if iptablesMode {
 			which = append(which, "iptables")
 		}
 		if nftMode {
@@ -339,6 +352,7 @@ func diagnose(f hostFacts) []finding {
 		}
 	}
 	diagnoseForeign(f.Foreign, mode, backend, f.IPTablesModeEnv, add)
+	diagnoseIPVS(f, mode, add)
 	if v, ok := f.Sysctls["net/ipv4/ip_forward"]; ok && v != "1" {
 		add(levelError, "net.ipv4.ip_forward=%s: the node does not forward, so traffic to pods on other nodes and from outside dies (the CNI or kubelet normally sets it)", v)
 	}
@@ -366,6 +380,7 @@ func printFacts(w io.Writer, f hostFacts, findings []finding) {
 	default:
 		p("IPVS leftovers: interface %q, %d ipsets, %d virtual servers", f.IPVS.Link, len(f.IPVS.IPSets), len(f.IPVS.VirtualServers))
 	}
+	printIPVS(p, f.IPVSNode)
 	keys := make([]string, 0, len(f.Sysctls))
 	for k := range f.Sysctls {
 		keys = append(keys, k)

@@ -22,7 +22,8 @@ import (
 )
 
 type traceFlags struct {
-	file, rules     string
+	file            string
+	rules           []string
 	live            bool
 	src, dst, proto string
 	iif             string
@@ -74,7 +75,7 @@ uplink); without it the packet is sent by the node itself.`,
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
 	fs.StringVarP(&tf.file, "filename", "f", "", "Cluster snapshot to render rules from (default: the built-in example).")
-	fs.StringVar(&tf.rules, "rules", "", "File with rules: 'nft list ruleset', 'iptables-save' or 'kproxy render --proxy-mode ...' output.")
+	fs.StringArrayVar(&tf.rules, "rules", nil, "File with rules: 'nft list ruleset', 'iptables-save' or 'kproxy render --proxy-mode ...' output; for ipvs mode also 'ipvsadm -S -n' (or -Ln) and 'ipset save' output (repeat --rules, or one file with all).")
 	fs.BoolVar(&tf.live, "live", false, "Read the rules of this node's kernel (needs root, and nft or iptables).")
 	fs.StringVar(&tf.src, "src", "", "Source address (default: the node's own address, or an outside address with --iif).")
 	fs.StringVar(&tf.dst, "dst", "", "Destination IP:PORT (required).")
@@ -102,6 +103,12 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		local = append(local, a)
 	}
 
+	if ipvsMode, err := traceIPVSMode(ctx, o, tf); err != nil {
+		return err
+	} else if ipvsMode {
+		p := trace.Packet{Dst: dst.Addr(), Proto: proto, DstPort: dst.Port(), IIF: tf.iif}
+		return runTraceIPVS(ctx, out, errOut, o, tf, p, local)
+	}
 	iptablesRules, err := traceIPTables(ctx, o, tf)
 	if err != nil {
 		return err
@@ -115,8 +122,8 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		if text, err = liveRules(ctx, execer.OS{}, nftables.DefaultTableName); err != nil {
 			return err
 		}
-	case tf.rules != "":
-		b, err := readFile(tf.rules)
+	case len(tf.rules) > 0:
+		b, err := readRules(tf.rules)
 		if err != nil {
 			return err
 		}

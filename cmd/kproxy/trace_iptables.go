@@ -11,10 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/config"
-	"github.com/kproxy/kproxy/internal/kernel/execer"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
-	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -33,11 +31,11 @@ func traceIPTables(ctx context.Context, o *config.Options, tf traceFlags) (bool,
 		return false, nil
 	case "":
 	default:
-		return false, usageError{fmt.Errorf("trace follows nftables or iptables rules, not --proxy-mode %s", o.Config.Mode)}
+		return false, usageError{fmt.Errorf("trace follows nftables, iptables or ipvs mode, not --proxy-mode %s", o.Config.Mode)}
 	}
 	switch {
-	case tf.rules != "":
-		b, err := readFile(tf.rules)
+	case len(tf.rules) > 0:
+		b, err := readRules(tf.rules)
 		if err != nil {
 			return false, err
 		}
@@ -73,22 +71,13 @@ func iptablesRuleset(ctx context.Context, errOut io.Writer, o *config.Options, t
 	var data string
 	switch {
 	case tf.live:
-		b, reason, err := xtables.Select(ctx, o.IPTablesMode)
+		out, err := liveIPTablesSave(ctx, errOut, o, fam)
 		if err != nil {
-			return nil, nil, fmt.Errorf("choosing the iptables backend to read: %w", err)
-		}
-		bin := "iptables-" + string(b) + "-save"
-		if fam == model.IPv6 {
-			bin = "ip6tables-" + string(b) + "-save"
-		}
-		_, _ = fmt.Fprintf(errOut, "Reading %s (%s)\n", bin, reason)
-		out, err := execer.OS{}.Run(ctx, []string{bin}, "")
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading the live rules: %w", err)
+			return nil, nil, err
 		}
 		data = out
-	case tf.rules != "":
-		b, err := readFile(tf.rules)
+	case len(tf.rules) > 0:
+		b, err := readRules(tf.rules)
 		if err != nil {
 			return nil, nil, err
 		}

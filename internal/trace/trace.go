@@ -77,6 +77,12 @@ type Host struct {
 	// them, and a packet routed to one of them goes to the input hook.
 	// Loopback addresses are always local.
 	LocalAddrs []netip.Addr
+	// IPSets are the kernel's ipsets by name, for iptables rules with
+	// "-m set --match-set" (ipvs mode); nil: the host has none.
+	IPSets map[string]*IPSet
+	// IPVS is the kernel's IPVS table (ipvs mode); nil: the host has no
+	// virtual servers, IPVS does not touch the packet.
+	IPVS []IPVSService
 }
 
 // IsLocal reports whether a is one of the node's addresses or loopback.

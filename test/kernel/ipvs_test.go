@@ -143,6 +143,7 @@ func TestIPVS(t *testing.T) {
 			t.Run("traffic", func(t *testing.T) { testIPVSTraffic(t, m) })
 			t.Run("foreign", func(t *testing.T) { testIPVSForeign(t, m) })
 			t.Run("graceful", func(t *testing.T) { testIPVSGraceful(t, m) })
+			t.Run("tools", func(t *testing.T) { testIPVSTools(t, m) })
 		})
 	}
 }

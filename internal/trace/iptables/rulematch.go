@@ -29,7 +29,9 @@ func (p *ruleParser) addMatch(name string) error {
 	case "nfacct":
 		m = &nfacctMatch{}
 	default:
-		return unsupported("match %q", name)
+		if m = newExtMatch(name); m == nil {
+			return unsupported("match %q", name)
+		}
 	}
 	p.r.matches = append(p.r.matches, m)
 	return nil
@@ -45,6 +47,8 @@ func (p *ruleParser) matchOption(m match, opt string, negate bool) (ok bool, err
 		return nil
 	}
 	switch m := m.(type) {
+	case extMatch:
+		return m.option(p, opt, negate)
 	case *l4Match:
 		switch opt {
 		case "--dport", "--destination-port", "--sport", "--source-port":

@@ -314,6 +314,10 @@ func (p *ruleParser) finish() error {
 	}
 	for _, m := range r.matches {
 		switch m := m.(type) {
+		case extMatch:
+			if err := m.check(); err != nil {
+				return err
+			}
 		case *l4Match:
 			// The kernel: "tcp match: only valid for protocol 6".
 			if tcpish() != m.proto {
