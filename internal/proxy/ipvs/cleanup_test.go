@@ -42,7 +42,7 @@ func TestCleanupRemovesOnlyIPVSMode(t *testing.T) {
 		if f == model.IPv6 {
 			xf = xtables.IPv6
 		}
-		p := NewProxier(ProxierOptions{Family: f}, render, Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
+		p := NewProxier(ProxierOptions{Family: f}, NewIncremental(exampleConfig(f)), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
 			IPTables: xtablestest.NewFake(xtables.Legacy, xf), Conntrack: &conntrack.Fake{}, LocalAddrs: local})
 		if _, err := p.Sync(context.Background(), &proxy.Request{State: s.States[f], Node: s.Node, Full: true}); err != nil {
 			t.Fatalf("%s sync: %v", f, err)
