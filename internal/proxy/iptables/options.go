@@ -1,12 +1,12 @@
 package iptables
 
 import (
-	"fmt"
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
@@ -85,19 +85,13 @@ type Options struct {
 	CompactLayout bool
 }
 
-// MasqueradeMark is the mark value as upstream writes it ("%#08x" of
-// 1<<bit, "0x00004000" for bit 14).
-func (o *Options) MasqueradeMark() string {
-	return fmt.Sprintf("%#08x", 1<<uint(o.MasqueradeBit))
-}
-
 // RenderConfig derives the render Config. It is pure: the node object and
 // the host's local addresses are passed in.
 func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
 	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{
 		Family:                o.Family,
-		MasqueradeMark:        o.MasqueradeMark(),
+		MasqueradeMark:        proxy.MasqueradeMark(o.MasqueradeBit),
 		MasqueradeAll:         o.MasqueradeAll,
 		RandomFully:           !o.NoRandomFully,
 		ConntrackTCPBeLiberal: o.ConntrackTCPBeLiberal,

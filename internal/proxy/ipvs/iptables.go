@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/proxy"
 )
 
 // Tables and chains of ipvs mode, with upstream's names
@@ -114,7 +116,7 @@ func comment(set string) string {
 // any order). present are the built-in chains' rules (nil: a fresh node).
 func (r *renderer) iptables(empty func(set string) bool, noNodeAccess []lbEntry, present map[string]sets.Set[string]) []byte {
 	cfg := r.cfg
-	mark := cfg.MasqueradeMark()
+	mark := proxy.MasqueradeMark(cfg.MasqueradeBit)
 	var nat, filter rules
 
 	lo := "127.0.0.0/8"

@@ -71,12 +71,6 @@ type Host struct {
 	Rules map[string]sets.Set[string]
 }
 
-// MasqueradeMark is the mark value as upstream writes it ("%#08x" of
-// 1<<bit, "0x00004000" for bit 14).
-func (c *RenderConfig) MasqueradeMark() string {
-	return fmt.Sprintf("%#08x", 1<<uint(c.MasqueradeBit))
-}
-
 // Validate refuses settings Render cannot work with.
 func (c *RenderConfig) Validate() error {
 	if c.Family != model.IPv4 && c.Family != model.IPv6 {
