@@ -46,10 +46,9 @@ type Options struct {
 	// nodePortAddresses leaves loopback out, as upstream.
 	LocalhostNodePorts bool
 
-	DetectLocalMode     string
-	ClusterCIDRs        []netip.Prefix // of this family; the first is used, as upstream
-	BridgeInterface     string
-	InterfaceNamePrefix string
+	// LocalDetect is detectLocalMode with its inputs (Family is filled
+	// in from Family); the first cluster CIDR is used, as upstream.
+	LocalDetect localdetect.Config
 
 	// NodePortAddresses as configured (keywords and CIDRs, see package
 	// nodeports); empty means every local address, iptables mode's
@@ -127,11 +126,7 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 // as upstream's LocalTrafficDetector (package localdetect, shared with
 // ipvs mode).
 func (o *Options) localDetector(node *model.Node) LocalDetector {
-	return localdetect.NewIPTables(localdetect.Config{
-		Mode:                o.DetectLocalMode,
-		Family:              o.Family,
-		ClusterCIDRs:        o.ClusterCIDRs,
-		BridgeInterface:     o.BridgeInterface,
-		InterfaceNamePrefix: o.InterfaceNamePrefix,
-	}, node)
+	ld := o.LocalDetect
+	ld.Family = o.Family
+	return localdetect.NewIPTables(ld, node)
 }

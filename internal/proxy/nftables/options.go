@@ -27,10 +27,9 @@ type Options struct {
 	MasqueradeBit int
 	MasqueradeAll bool
 
-	DetectLocalMode     string
-	ClusterCIDRs        []netip.Prefix // of this family
-	BridgeInterface     string
-	InterfaceNamePrefix string
+	// LocalDetect is detectLocalMode with its inputs (Family is filled
+	// in from Family); every cluster CIDR of the family is matched.
+	LocalDetect localdetect.Config
 
 	// NodePortAddresses as configured (keywords and CIDRs, see package
 	// nodeports); empty means "primary", nftables mode's default.
@@ -86,13 +85,9 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 // localdetect, shared with the other modes) as nft statements: every
 // cluster CIDR of the family, or the interface name or prefix.
 func (o *Options) localDetector(node *model.Node) LocalDetector {
-	m := localdetect.Resolve(localdetect.Config{
-		Mode:                o.DetectLocalMode,
-		Family:              o.Family,
-		ClusterCIDRs:        o.ClusterCIDRs,
-		BridgeInterface:     o.BridgeInterface,
-		InterfaceNamePrefix: o.InterfaceNamePrefix,
-	}, node)
+	ld := o.LocalDetect
+	ld.Family = o.Family
+	m := localdetect.Resolve(ld, node)
 	switch {
 	case len(m.CIDRs) > 0:
 		return LocalDetector{
