@@ -6,8 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
-	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
@@ -90,7 +90,7 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{
 		Family:                o.Family,
-		MasqueradeMark:        proxy.MasqueradeMark(o.MasqueradeBit),
+		MasqueradeMark:        masquerade.Mark(o.MasqueradeBit),
 		MasqueradeAll:         o.MasqueradeAll,
 		RandomFully:           !o.NoRandomFully,
 		ConntrackTCPBeLiberal: o.ConntrackTCPBeLiberal,
