@@ -235,7 +235,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			return err
 		}
 	}
-	backends := map[v1.IPFamily]proxy.Backend{}
+	var backends map[v1.IPFamily]proxy.Backend
 	backendName := ""
 	// after removes the previous mode's rules once kproxy's are in place.
 	var after *afterFirstSync
