@@ -23,7 +23,6 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/ipvs"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 )
 
 // ipvsDeprecation is upstream's start-up message for ipvs mode, verbatim
@@ -157,18 +156,12 @@ func (s *ipvsSetup) logLine() string {
 // ipvsRenderConfig derives one family's Render configuration.
 func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.RenderConfig {
 	rc := &ipvs.RenderConfig{
-		Family:        f,
-		NodeName:      node,
-		Scheduler:     c.IPVS.Scheduler,
-		MasqueradeBit: int(config.MasqueradeBit(c)),
-		MasqueradeAll: config.MasqueradeAll(c),
-		LocalDetect: localdetect.Config{
-			Mode:                string(c.DetectLocalMode),
-			Family:              f,
-			ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-			BridgeInterface:     c.DetectLocal.BridgeInterface,
-			InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-		},
+		Family:            f,
+		NodeName:          node,
+		Scheduler:         c.IPVS.Scheduler,
+		MasqueradeBit:     int(config.MasqueradeBit(c)),
+		MasqueradeAll:     config.MasqueradeAll(c),
+		LocalDetect:       localDetect(c, f),
 		NodePortAddresses: c.NodePortAddresses,
 	}
 	rc.NodeIPs = bindNodeIPs(c, f)

@@ -54,15 +54,12 @@ func (s *nftablesSetup) logLine() string {
 // nftablesOptions derives one family's nftables settings from the config.
 func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables.Options {
 	o := nftables.Options{
-		Family:              f,
-		TableName:           nftables.DefaultTableName,
-		MasqueradeBit:       int(config.MasqueradeBit(c)),
-		MasqueradeAll:       config.MasqueradeAll(c),
-		DetectLocalMode:     string(c.DetectLocalMode),
-		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-		BridgeInterface:     c.DetectLocal.BridgeInterface,
-		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-		NodePortAddresses:   c.NodePortAddresses,
+		Family:            f,
+		TableName:         nftables.DefaultTableName,
+		MasqueradeBit:     int(config.MasqueradeBit(c)),
+		MasqueradeAll:     config.MasqueradeAll(c),
+		LocalDetect:       localDetect(c, f),
+		NodePortAddresses: c.NodePortAddresses,
 	}
 	o.NodeIPs = bindNodeIPs(c, f)
 	return o

@@ -23,6 +23,7 @@ import (
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 	"github.com/kproxy/kproxy/internal/server"
@@ -88,6 +89,18 @@ func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// localDetect is detectLocalMode with its inputs for family f, as every
+// mode takes it (package localdetect).
+func localDetect(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) localdetect.Config {
+	return localdetect.Config{
+		Mode:                string(c.DetectLocalMode),
+		Family:              f,
+		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
+		BridgeInterface:     c.DetectLocal.BridgeInterface,
+		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
+	}
 }
 
 // bindNodeIPs is the node's primary IP of family f as bindAddress gives

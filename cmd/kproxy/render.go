@@ -240,16 +240,13 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 // hostname is the node's name.
 func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname string) iptables.Options {
 	o := iptables.Options{
-		Family:              f,
-		Hostname:            hostname,
-		MasqueradeBit:       int(config.MasqueradeBit(c)),
-		MasqueradeAll:       config.MasqueradeAll(c),
-		LocalhostNodePorts:  ptr.Deref(c.IPTables.LocalhostNodePorts, true),
-		DetectLocalMode:     string(c.DetectLocalMode),
-		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-		BridgeInterface:     c.DetectLocal.BridgeInterface,
-		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-		NodePortAddresses:   c.NodePortAddresses,
+		Family:             f,
+		Hostname:           hostname,
+		MasqueradeBit:      int(config.MasqueradeBit(c)),
+		MasqueradeAll:      config.MasqueradeAll(c),
+		LocalhostNodePorts: ptr.Deref(c.IPTables.LocalhostNodePorts, true),
+		LocalDetect:        localDetect(c, f),
+		NodePortAddresses:  c.NodePortAddresses,
 	}
 	o.NodeIPs = bindNodeIPs(c, f)
 	return o

@@ -12,6 +12,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
@@ -60,7 +61,7 @@ func BenchmarkNFTablesDataPlane(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = iface.Close() })
 	p := nftables.NewProxier(nftables.Options{Family: model.IPv4, MasqueradeBit: 14,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}, iface, nil, nil)
+		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}}, iface, nil, nil)
 	if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 		b.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 )
 
 var iptablesSizes = []int{1000, 10000}
@@ -95,8 +96,8 @@ func iptablesOptions(compact bool) iptables.Options {
 	return iptables.Options{
 		CompactLayout: compact,
 		Family:        model.IPv4, Hostname: "node-a", MasqueradeBit: 14, LocalhostNodePorts: true,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")},
-		NodeIPs:      []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
+		NodeIPs:     []netip.Addr{netip.MustParseAddr("198.17.0.10")},
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
 
@@ -99,8 +100,8 @@ func newProxier(b *testing.B, ns string) *nftables.Proxier {
 	b.Cleanup(func() { _ = iface.Close() })
 	opts := nftables.Options{
 		Family: model.IPv4, MasqueradeBit: 14,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")},
-		NodeIPs:      []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
+		NodeIPs:     []netip.Addr{netip.MustParseAddr("198.17.0.10")},
 	}
 	return nftables.NewProxier(opts, iface, nil, nil)
 }

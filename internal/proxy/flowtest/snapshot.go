@@ -26,6 +26,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -86,12 +87,12 @@ var (
 )
 
 // Detect-local modes (KubeProxyConfiguration.detectLocalMode); every
-// mode's options take the same strings.
+// mode's options take the same strings (package localdetect).
 const (
-	DetectClusterCIDR         = "ClusterCIDR"
-	DetectNodeCIDR            = "NodeCIDR"
-	DetectBridgeInterface     = "BridgeInterface"
-	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
+	DetectClusterCIDR         = localdetect.ClusterCIDR
+	DetectNodeCIDR            = localdetect.NodeCIDR
+	DetectBridgeInterface     = localdetect.BridgeInterface
+	DetectInterfaceNamePrefix = localdetect.InterfaceNamePrefix
 )
 
 // Config is the part of the KubeProxyConfiguration a scenario sets, in

@@ -4,10 +4,10 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
 // Applied is what the last successful sync left in the kernel. Render reads
@@ -15,11 +15,8 @@ import (
 type Applied struct {
 	synced   bool
 	services map[model.ServicePortName]*svcApplied
-	// healthChecked holds the service ports with a health check node
-	// port; noLocal counts Local policies without local endpoints.
-	healthChecked map[model.ServicePortName]ServiceStats
-	noLocalInt    int
-	noLocalExt    int
+	// tallies are the per-sync figures, kept up to date by Commit.
+	tallies tally.Tally
 	// Rules kproxy owns per table: the fixed ones of the last full sync
 	// plus every service port's.
 	fixedNAT, fixedFilter int
@@ -34,7 +31,7 @@ func (a *Applied) Rules() (nat, filter int) {
 
 // NewApplied returns the state of a kernel kproxy has not written yet.
 func NewApplied() *Applied {
-	return &Applied{services: map[model.ServicePortName]*svcApplied{}, healthChecked: map[model.ServicePortName]ServiceStats{}}
+	return &Applied{services: map[model.ServicePortName]*svcApplied{}}
 }
 
 type svcApplied struct {
@@ -47,7 +44,7 @@ type svcApplied struct {
 	shared []sharedRule
 	// reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
-	stats     ServiceStats
+	stats     tally.Port
 	// natRules and filterRules count its rules in each table.
 	natRules, filterRules int
 }
@@ -107,8 +104,7 @@ func (p *Plan) Text() string {
 func (p *Plan) Commit(a *Applied) {
 	if p.Full {
 		a.services = make(map[model.ServicePortName]*svcApplied, len(p.services))
-		a.healthChecked = map[model.ServicePortName]ServiceStats{}
-		a.noLocalInt, a.noLocalExt = 0, 0
+		a.tallies = tally.Tally{}
 		a.natRules, a.filterRules = 0, 0
 		a.fixedNAT, a.fixedFilter = p.fixedNAT, p.fixedFilter
 	}
@@ -127,37 +123,13 @@ func (p *Plan) Commit(a *Applied) {
 }
 
 func (a *Applied) count(n model.ServicePortName, s *svcApplied, sign int) {
-	st := s.stats
 	a.natRules += sign * s.natRules
 	a.filterRules += sign * s.filterRules
-	if st.NoLocalInternal {
-		a.noLocalInt += sign
+	if sign > 0 {
+		a.tallies.Add(n, s.stats)
+	} else {
+		a.tallies.Remove(n, s.stats)
 	}
-	if st.NoLocalExternal {
-		a.noLocalExt += sign
-	}
-	if st.HealthCheckNodePort != 0 {
-		if sign > 0 {
-			a.healthChecked[n] = st
-		} else {
-			delete(a.healthChecked, n)
-		}
-	}
-}
-
-// NoLocal returns how many service ports with internal / external traffic
-// policy Local have no local endpoint.
-func (a *Applied) NoLocal() (internal, external int) { return a.noLocalInt, a.noLocalExt }
-
-// HealthChecks returns, per service with a health check node port, the port
-// and the number of local endpoints (summed over the service's ports).
-func (a *Applied) HealthChecks() (ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
-	ports, local = map[types.NamespacedName]uint16{}, map[types.NamespacedName]int{}
-	for n, st := range a.healthChecked {
-		ports[n.NamespacedName] = uint16(st.HealthCheckNodePort)
-		local[n.NamespacedName] += st.LocalEndpoints
-	}
-	return ports, local
 }
 
 // chains returns the names of every own chain of every service port.

@@ -25,6 +25,7 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 )
 
 const masqueradeBit = 14
@@ -61,11 +62,11 @@ func loadExample(t testing.TB, nodeName string) *exampleCluster {
 // the example, masquerade bit 14, localhost node ports on (the default),
 // nodePortAddresses left at iptables mode's default (all local IPs).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, DetectLocalMode: DetectClusterCIDR, LocalhostNodePorts: true}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, LocalhostNodePorts: true}
 	for _, s := range example.ClusterCIDRs {
 		p := netip.MustParsePrefix(s)
 		if model.FamilyOf(p.Addr()) == f {
-			o.ClusterCIDRs = append(o.ClusterCIDRs, p)
+			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
 		}
 	}
 	return o

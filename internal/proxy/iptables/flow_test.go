@@ -15,6 +15,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
@@ -66,15 +67,12 @@ func flowAdapter(compact bool) flowtest.Adapter {
 func flowOptions(f v1.IPFamily, c flowtest.Config) Options {
 	o := exampleOptions(f)
 	o.MasqueradeAll = c.MasqueradeAll
-	o.DetectLocalMode = c.DetectLocalMode
-	o.ClusterCIDRs = nil
+	o.LocalDetect = localdetect.Config{Mode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix}
 	for _, p := range c.ClusterCIDRs {
 		if model.FamilyOf(p.Addr()) == f {
-			o.ClusterCIDRs = append(o.ClusterCIDRs, p)
+			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
 		}
 	}
-	o.BridgeInterface = c.BridgeInterface
-	o.InterfaceNamePrefix = c.InterfaceNamePrefix
 	o.NodePortAddresses = c.NodePortAddresses
 	o.LocalhostNodePorts = !c.NoLocalhostNodePorts
 	// c.ServiceCIDRs: iptables mode does not use them, as upstream.

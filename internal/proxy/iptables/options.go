@@ -1,13 +1,13 @@
 package iptables
 
 import (
-	"fmt"
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
@@ -46,10 +46,9 @@ type Options struct {
 	// nodePortAddresses leaves loopback out, as upstream.
 	LocalhostNodePorts bool
 
-	DetectLocalMode     string
-	ClusterCIDRs        []netip.Prefix // of this family; the first is used, as upstream
-	BridgeInterface     string
-	InterfaceNamePrefix string
+	// LocalDetect is detectLocalMode with its inputs (Family is filled
+	// in from Family); the first cluster CIDR is used, as upstream.
+	LocalDetect localdetect.Config
 
 	// NodePortAddresses as configured (keywords and CIDRs, see package
 	// nodeports); empty means every local address, iptables mode's
@@ -85,19 +84,13 @@ type Options struct {
 	CompactLayout bool
 }
 
-// MasqueradeMark is the mark value as upstream writes it ("%#08x" of
-// 1<<bit, "0x00004000" for bit 14).
-func (o *Options) MasqueradeMark() string {
-	return fmt.Sprintf("%#08x", 1<<uint(o.MasqueradeBit))
-}
-
 // RenderConfig derives the render Config. It is pure: the node object and
 // the host's local addresses are passed in.
 func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
 	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{
 		Family:                o.Family,
-		MasqueradeMark:        o.MasqueradeMark(),
+		MasqueradeMark:        masquerade.Mark(o.MasqueradeBit),
 		MasqueradeAll:         o.MasqueradeAll,
 		RandomFully:           !o.NoRandomFully,
 		ConntrackTCPBeLiberal: o.ConntrackTCPBeLiberal,
@@ -133,11 +126,7 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 // as upstream's LocalTrafficDetector (package localdetect, shared with
 // ipvs mode).
 func (o *Options) localDetector(node *model.Node) LocalDetector {
-	return localdetect.NewIPTables(localdetect.Config{
-		Mode:                o.DetectLocalMode,
-		Family:              o.Family,
-		ClusterCIDRs:        o.ClusterCIDRs,
-		BridgeInterface:     o.BridgeInterface,
-		InterfaceNamePrefix: o.InterfaceNamePrefix,
-	}, node)
+	ld := o.LocalDetect
+	ld.Family = o.Family
+	return localdetect.NewIPTables(ld, node)
 }

@@ -239,13 +239,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 			debug.FreeOSMemory()
 		}
 	}
-	internal, external := p.applied.NoLocal()
-	ports, local := p.applied.HealthChecks()
-	return &proxy.Result{
-		HealthCheckPorts: ports,
-		LocalEndpoints:   local,
-		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
-	}, nil
+	res := p.applied.tallies.Result()
+	return &res, nil
 }
 
 // lineOf returns line n (1-based) of a restore input, for error messages.

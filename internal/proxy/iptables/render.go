@@ -83,15 +83,6 @@ type Existing struct {
 	Rules map[string]sets.Set[string]
 }
 
-// ServiceStats are per-service-port figures consumers need after a sync.
-type ServiceStats struct {
-	LocalEndpoints      int
-	HealthCheckNodePort int32
-	// NoLocalInternal/External: traffic policy Local with no local
-	// endpoint (sync_proxy_rules_no_local_endpoints_total).
-	NoLocalInternal, NoLocalExternal bool
-}
-
 // StaleUDP is a service port (as it was rendered) and endpoints it lost.
 type StaleUDP = udpflows.Stale
 

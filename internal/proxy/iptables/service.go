@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
 // rule builds one rule's text from arguments; quoting is the caller's
@@ -34,7 +35,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	port := strconv.Itoa(int(sp.Port))
 
 	s := &svcApplied{sp: sp, reachable: sel.AllReachable}
-	s.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
+	s.stats = tally.Of(sp, sel)
 
 	hasEndpoints := sel.HasAny
 	usesCluster := len(sel.Cluster) > 0 && sp.UsesClusterEndpoints()
@@ -72,12 +73,10 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		if !hasInternal {
 			internalTarget = "DROP"
 			internalComment = commentArg(name + " has no local endpoints")
-			s.stats.NoLocalInternal = true
 		}
 		if !hasExternal {
 			externalTarget = "DROP"
 			externalComment = commentArg(name + " has no local endpoints")
-			s.stats.NoLocalExternal = sp.ExternallyAccessible()
 		}
 	}
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
@@ -48,18 +49,13 @@ func (r *renderer) renderFull() {
 		o.filterHead = append(o.filterHead, `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\n"...)
 		o.filterN++
 	}
-	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -m mark ! --mark "+mark+"/"+mark+" -j RETURN\n"...)
-	// Clear the mark so that a packet re-entering the stack (a tunnel)
-	// is not masqueraded twice.
-	o.natHead = append(o.natHead, "-A KUBE-POSTROUTING -j MARK --xor-mark "+mark+"\n"...)
-	masq := `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
-	if cfg.RandomFully {
-		masq += " --random-fully"
+	masq := masquerade.NewRules(mark, cfg.RandomFully)
+	for _, rule := range masq.Postrouting {
+		o.natHead = append(o.natHead, rule+"\n"...)
 	}
-	o.natHead = append(o.natHead, masq+"\n"...)
-	markRule := "-A KUBE-MARK-MASQ -j MARK --or-mark " + mark + "\n"
+	markRule := masq.MarkMasq + "\n"
 	o.natHead = append(o.natHead, markRule...)
-	o.natN += 4
+	o.natN += len(masq.Postrouting) + 1
 	o.prelude = []byte("*nat\n:" + chainMarkMasq + " - [0:0]\n" + markRule + "COMMIT\n")
 
 	// Fixed rules (jump inserts are in built-in chains, not ours).

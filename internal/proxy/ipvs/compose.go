@@ -6,12 +6,12 @@ import (
 	"net/netip"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
 // composer counts every service port's share into what the family
@@ -32,9 +32,8 @@ type composer struct {
 	entries map[string]map[string]int
 	bind    map[netip.Addr]int
 	lb      map[lbEntry]int
-	// healthChecks and noLocal are the sync's report (health.go).
-	healthChecks map[types.NamespacedName]*healthCheck
-	noLocal      map[string]int
+	// health sums the shares' figures: the sync's report to the loop.
+	health tally.Tally
 }
 
 // newComposer renders every service port of state.
@@ -57,9 +56,6 @@ func newComposer(cfg *RenderConfig, state *model.State, node *model.Node, host H
 		entries:  make(map[string]map[string]int, len(setInfo)),
 		bind:     make(map[netip.Addr]int, len(state.Services)),
 		lb:       map[lbEntry]int{},
-
-		healthChecks: map[types.NamespacedName]*healthCheck{},
-		noLocal:      map[string]int{"internal": 0, "external": 0},
 	}
 	for _, s := range setInfo {
 		c.entries[s.name] = map[string]int{}
@@ -87,7 +83,11 @@ type touched struct {
 // count adds (n = 1) or removes (n = -1) the share of service port
 // name; t, when not nil, records what it touched.
 func (c *composer) count(name model.ServicePortName, sh *share, n int, t *touched) {
-	c.countHealth(name, sh.health, n)
+	if n > 0 {
+		c.health.Add(name, sh.health)
+	} else {
+		c.health.Remove(name, sh.health)
+	}
 	for _, vs := range sh.services {
 		k := vs.VirtualServer
 		if t != nil {
@@ -210,7 +210,7 @@ func (c *composer) desired(present map[string]sets.Set[string]) *Desired {
 		d.Sets[SetName(s.name, c.r.ipv6)].Entries = e
 	}
 	d.IPTables = c.r.iptables(c.empty, c.noNodeAccess(), present)
-	d.Health = c.result()
+	d.Health = c.health.Result()
 	return d
 }
 
@@ -291,7 +291,7 @@ func (c *composer) update(state *model.State, names sets.Set[model.ServicePortNa
 	if flipped {
 		d.IPTables = c.r.iptables(c.empty, c.noNodeAccess(), present)
 	}
-	d.Health = c.result()
+	d.Health = c.health.Result()
 	return d
 }
 

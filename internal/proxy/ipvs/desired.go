@@ -27,7 +27,7 @@ type Desired struct {
 	// IPTables is the iptables-restore input for the nat and filter
 	// tables (upstream's ipvs mode chains), written with --noflush.
 	IPTables []byte
-	// Health is what a sync reports to the loop (health.go): the health
+	// Health is what a sync reports to the loop (package tally): the health
 	// check node ports with their local endpoint counts, and the Local
 	// policies without a local endpoint.
 	Health proxy.Result

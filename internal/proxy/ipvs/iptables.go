@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 )
 
 // Tables and chains of ipvs mode, with upstream's names
@@ -114,7 +116,7 @@ func comment(set string) string {
 // any order). present are the built-in chains' rules (nil: a fresh node).
 func (r *renderer) iptables(empty func(set string) bool, noNodeAccess []lbEntry, present map[string]sets.Set[string]) []byte {
 	cfg := r.cfg
-	mark := cfg.MasqueradeMark()
+	mark := masquerade.Mark(cfg.MasqueradeBit)
 	var nat, filter rules
 
 	lo := "127.0.0.0/8"
@@ -212,12 +214,11 @@ func (r *renderer) iptables(empty func(set string) bool, noNodeAccess []lbEntry,
 	}
 	filter.add("-A", ChainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", r.setName(SetIPVSIPs), "dst", "-j", "REJECT")
 
-	nat.add("-A", ChainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
-	// Clear the mark so that a packet re-entering the stack (a tunnel)
-	// is not masqueraded twice.
-	nat.add("-A", ChainPostrouting, "-j", "MARK", "--xor-mark", mark)
-	nat.add("-A", ChainPostrouting, "-m", "comment", "--comment", `"kubernetes service traffic requiring SNAT"`, "-j", "MASQUERADE", "--random-fully")
-	nat.add("-A", ChainMarkMasq, "-j", "MARK", "--or-mark", mark)
+	masq := masquerade.NewRules(mark, true)
+	for _, rule := range masq.Postrouting {
+		nat.add(rule)
+	}
+	nat.add(masq.MarkMasq)
 
 	var b strings.Builder
 	for _, table := range []struct {

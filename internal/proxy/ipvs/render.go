@@ -16,6 +16,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
 // DummyDevice is the interface that holds the service addresses.
@@ -70,12 +71,6 @@ type Host struct {
 	Rules map[string]sets.Set[string]
 }
 
-// MasqueradeMark is the mark value as upstream writes it ("%#08x" of
-// 1<<bit, "0x00004000" for bit 14).
-func (c *RenderConfig) MasqueradeMark() string {
-	return fmt.Sprintf("%#08x", 1<<uint(c.MasqueradeBit))
-}
-
 // Validate refuses settings Render cannot work with.
 func (c *RenderConfig) Validate() error {
 	if c.Family != model.IPv4 && c.Family != model.IPv6 {
@@ -127,19 +122,8 @@ type share struct {
 	// lbNoNodeAccess are the LB IP, protocol and port triples the node
 	// itself may not reach (source ranges that leave the node out).
 	lbNoNodeAccess []lbEntry
-	health         shareHealth
-}
-
-// shareHealth is what one service port adds to a sync's report to the
-// loop (health.go).
-type shareHealth struct {
-	// port is the service's health check node port (0: none), local its
-	// local endpoints (summed over the service's ports).
-	port  uint16
-	local int
-	// noLocalInternal, noLocalExternal: a Local policy with usable
-	// endpoints elsewhere but none here.
-	noLocalInternal, noLocalExternal bool
+	// health is what it adds to the sync's report to the loop.
+	health tally.Port
 }
 
 type setEntry struct{ set, member string }
@@ -271,7 +255,7 @@ func (r *renderer) servicePort(state *model.State, sp *model.ServicePort) *share
 	proto := strings.ToLower(string(sp.Protocol))
 	eps := state.Endpoints[sp.Name]
 	sel := model.SelectEndpoints(sp, eps, r.cfg.NodeName, r.zone)
-	sh.health = healthOf(sp, sel)
+	sh.health = tally.Of(sp, sel)
 
 	// Hairpin: a local endpoint reaching itself through the service is
 	// masqueraded. Every local endpoint, as upstream (not only the

@@ -1,6 +1,7 @@
-// Package localdetect is detectLocalMode for the modes that write
-// iptables rules (iptables, and ipvs's few chains): upstream's
-// LocalTrafficDetector as iptables match arguments.
+// Package localdetect is detectLocalMode, upstream's LocalTrafficDetector:
+// Resolve says what a mode matches on, for every mode; NewIPTables writes
+// it as iptables match arguments (iptables, and ipvs's few chains), the
+// nftables backend as nft statements.
 package localdetect
 
 import (
@@ -40,34 +41,55 @@ type IPTables struct {
 // Implemented reports whether local traffic can be recognised.
 func (d IPTables) Implemented() bool { return len(d.IfNotLocal) > 0 }
 
-// NewIPTables returns the detector of c: one CIDR per family ("-s CIDR"),
-// or the interface ("-i NAME", "-i PREFIX+"). node gives the pod CIDRs of
-// NodeCIDR (nil: none known).
-func NewIPTables(c Config, node *model.Node) IPTables {
-	cidr := func(p []netip.Prefix) IPTables {
-		if len(p) == 0 {
-			return IPTables{}
-		}
-		s := p[0].Masked().String()
-		return IPTables{IfLocal: []string{"-s", s}, IfNotLocal: []string{"!", "-s", s}}
-	}
-	iif := func(name string) IPTables {
-		if name == "" || name == "+" {
-			return IPTables{}
-		}
-		return IPTables{IfLocal: []string{"-i", name}, IfNotLocal: []string{"!", "-i", name}}
-	}
+// Match is what detectLocalMode matches on for one family, whatever the
+// rule syntax: source prefixes, or the input interface (Prefix: a name
+// prefix). The zero value matches nothing.
+type Match struct {
+	CIDRs     []netip.Prefix
+	Interface string
+	Prefix    bool
+}
+
+// Resolve returns what c matches on: the cluster CIDRs of the family
+// (ClusterCIDR, the default), the node's first pod CIDR of the family
+// (NodeCIDR; node nil: none known), the bridge interface or the interface
+// name prefix.
+func Resolve(c Config, node *model.Node) Match {
 	switch c.Mode {
 	case NodeCIDR:
-		return cidr(node.PodCIDRsOf(c.Family))
-	case BridgeInterface:
-		return iif(c.BridgeInterface)
-	case InterfaceNamePrefix:
-		if c.InterfaceNamePrefix == "" {
-			return IPTables{}
+		cidrs := node.PodCIDRsOf(c.Family)
+		if len(cidrs) > 1 {
+			cidrs = cidrs[:1]
 		}
-		return iif(c.InterfaceNamePrefix + "+")
+		return Match{CIDRs: cidrs}
+	case BridgeInterface:
+		return Match{Interface: c.BridgeInterface}
+	case InterfaceNamePrefix:
+		return Match{Interface: c.InterfaceNamePrefix, Prefix: true}
 	default:
-		return cidr(c.ClusterCIDRs)
+		return Match{CIDRs: c.ClusterCIDRs}
+	}
+}
+
+// NewIPTables returns the detector of c: one CIDR per family ("-s CIDR",
+// the first, as upstream), or the interface ("-i NAME", "-i PREFIX+").
+// node gives the pod CIDRs of NodeCIDR (nil: none known).
+func NewIPTables(c Config, node *model.Node) IPTables {
+	iif := func(name string) IPTables {
+		return IPTables{IfLocal: []string{"-i", name}, IfNotLocal: []string{"!", "-i", name}}
+	}
+	switch m := Resolve(c, node); {
+	case len(m.CIDRs) > 0:
+		s := m.CIDRs[0].Masked().String()
+		return IPTables{IfLocal: []string{"-s", s}, IfNotLocal: []string{"!", "-s", s}}
+	case m.Interface == "":
+		return IPTables{}
+	case m.Prefix:
+		return iif(m.Interface + "+")
+	case m.Interface == "+":
+		// A bridge named "+" would match every interface.
+		return IPTables{}
+	default:
+		return iif(m.Interface)
 	}
 }

@@ -43,3 +43,30 @@ func TestNewIPTables(t *testing.T) {
 		})
 	}
 }
+
+// Resolve is what every mode's detector is written from: the nftables
+// backend matches every CIDR it returns, iptables the first.
+func TestResolve(t *testing.T) {
+	node := &model.Node{Name: "node-a", PodCIDRs: []netip.Prefix{
+		netip.MustParsePrefix("198.18.129.0/24"), netip.MustParsePrefix("198.18.130.0/24"), netip.MustParsePrefix("fd00:18:1:a::/64")}}
+	cidrs := []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17"), netip.MustParsePrefix("198.18.0.0/17")}
+	for _, tc := range []struct {
+		name string
+		c    Config
+		node *model.Node
+		want Match
+	}{
+		{"cluster CIDRs, all of them", Config{Mode: ClusterCIDR, Family: model.IPv4, ClusterCIDRs: cidrs}, node, Match{CIDRs: cidrs}},
+		{"empty mode is ClusterCIDR", Config{Family: model.IPv4, ClusterCIDRs: cidrs}, nil, Match{CIDRs: cidrs}},
+		{"node CIDR: the first of the family", Config{Mode: NodeCIDR, Family: model.IPv4}, node, Match{CIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.129.0/24")}}},
+		{"node CIDR, IPv6", Config{Mode: NodeCIDR, Family: model.IPv6}, node, Match{CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:18:1:a::/64")}}},
+		{"node CIDR, node unknown", Config{Mode: NodeCIDR, Family: model.IPv4}, nil, Match{}},
+		{"bridge", Config{Mode: BridgeInterface, BridgeInterface: "cbr0"}, nil, Match{Interface: "cbr0"}},
+		{"prefix", Config{Mode: InterfaceNamePrefix, InterfaceNamePrefix: "veth"}, nil, Match{Interface: "veth", Prefix: true}},
+	} {
+		got := Resolve(tc.c, tc.node)
+		if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+			t.Errorf("%s: (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

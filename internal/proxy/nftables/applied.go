@@ -4,11 +4,11 @@ import (
 	"net/netip"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
 // Applied is what the last successful sync left in the kernel. Render reads
@@ -37,33 +37,9 @@ type Applied struct {
 	hairpin    hairpinState
 	epMaps     endpointMapState
 	plainPorts plainPortState
-	tallies    tallies
-}
-
-// tallies are per-sync figures kept up to date by Commit so that reading
-// them costs nothing per unchanged service: healthChecked holds the
-// service ports with a health check node port; noLocal counts Local
-// policies without local endpoints.
-type tallies struct {
-	healthChecked map[model.ServicePortName]ServiceStats
-	noLocalInt    int
-	noLocalExt    int
-}
-
-func (t *tallies) count(n model.ServicePortName, st ServiceStats, sign int) {
-	if st.NoLocalInternal {
-		t.noLocalInt += sign
-	}
-	if st.NoLocalExternal {
-		t.noLocalExt += sign
-	}
-	if st.HealthCheckNodePort != 0 {
-		if sign > 0 {
-			t.healthChecked[n] = st
-		} else {
-			delete(t.healthChecked, n)
-		}
-	}
+	// tallies are the per-sync figures, kept up to date by Commit so
+	// that reading them costs nothing per unchanged service.
+	tallies tally.Tally
 }
 
 type svcApplied struct {
@@ -80,21 +56,12 @@ type svcApplied struct {
 	reachable []*model.Endpoint
 	// eps are the key ranges the policy chains use in endpoint maps.
 	eps   []epRange
-	stats ServiceStats
+	stats tally.Port
 	// plain is what the shared maps hold for a plain service port (nil:
 	// the service port has chains of its own).
 	plain *plainApplied
 	// keyText holds the keys of elems (each key is a part of it).
 	keyText string
-}
-
-// ServiceStats are per-service-port figures consumers need after a sync.
-type ServiceStats struct {
-	LocalEndpoints      int
-	HealthCheckNodePort int32
-	// NoLocalInternal/External: traffic policy Local with no local
-	// endpoint (counted in sync_proxy_rules_no_local_endpoints_total).
-	NoLocalInternal, NoLocalExternal bool
 }
 
 // NewApplied returns the state of a kernel kproxy has not written yet.
@@ -107,7 +74,6 @@ func NewApplied() *Applied {
 		hairpin:    newHairpinState(0),
 		epMaps:     newEndpointMapState(),
 		plainPorts: newPlainPortState(),
-		tallies:    tallies{healthChecked: map[model.ServicePortName]ServiceStats{}},
 	}
 }
 
@@ -197,17 +163,17 @@ func (p *Plan) Commit(a *Applied) {
 		a.hairpin = newHairpinState(len(p.hairpin.counts))
 		a.epMaps = newEndpointMapState()
 		a.plainPorts = newPlainPortState()
-		a.tallies = tallies{healthChecked: map[model.ServicePortName]ServiceStats{}}
+		a.tallies = tally.Tally{}
 	}
 	for n, s := range p.services {
 		if old, ok := a.services[n]; ok {
-			a.tallies.count(n, old.stats, -1)
+			a.tallies.Remove(n, old.stats)
 		}
 		if s == nil {
 			delete(a.services, n)
 		} else {
 			a.services[n] = s
-			a.tallies.count(n, s.stats, 1)
+			a.tallies.Add(n, s.stats)
 		}
 	}
 	for k, o := range p.owners {
@@ -228,28 +194,15 @@ func (p *Plan) Commit(a *Applied) {
 	p.stale.commit(&a.stale)
 }
 
-// NoLocal returns how many service ports with internal / external traffic
-// policy Local have no local endpoint.
-func (a *Applied) NoLocal() (internal, external int) {
-	return a.tallies.noLocalInt, a.tallies.noLocalExt
-}
-
 // Stats returns the figures of one service port as last applied.
-func (a *Applied) Stats(n model.ServicePortName) (ServiceStats, bool) {
+func (a *Applied) Stats(n model.ServicePortName) (tally.Port, bool) {
 	s, ok := a.services[n]
 	if !ok {
-		return ServiceStats{}, false
+		return tally.Port{}, false
 	}
 	return s.stats, true
 }
 
-// HealthChecks returns, per service with a health check node port, the port
-// and the number of local endpoints (summed over the service's ports).
-func (a *Applied) HealthChecks() (ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) {
-	ports, local = map[types.NamespacedName]uint16{}, map[types.NamespacedName]int{}
-	for n, st := range a.tallies.healthChecked {
-		ports[n.NamespacedName] = uint16(st.HealthCheckNodePort)
-		local[n.NamespacedName] += st.LocalEndpoints
-	}
-	return ports, local
-}
+// NoLocal returns how many service ports with internal / external traffic
+// policy Local have no local endpoint.
+func (a *Applied) NoLocal() (internal, external int) { return a.tallies.NoLocal() }

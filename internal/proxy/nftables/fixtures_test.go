@@ -30,6 +30,7 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -86,11 +87,11 @@ func loadExample(t testing.TB, nodeName string) *exampleCluster {
 // example's 14 IPv4 service ports spread over 4 shard tables (its 2 IPv6
 // ones fit in one).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, DetectLocalMode: DetectClusterCIDR, ServicesPerShard: 4}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, ServicesPerShard: 4}
 	for _, s := range example.ClusterCIDRs {
 		p := netip.MustParsePrefix(s)
 		if model.FamilyOf(p.Addr()) == f {
-			o.ClusterCIDRs = append(o.ClusterCIDRs, p)
+			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
 		}
 	}
 	return o

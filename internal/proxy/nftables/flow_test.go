@@ -15,6 +15,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -43,15 +44,12 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 func flowOptions(f v1.IPFamily, c flowtest.Config) Options {
 	o := exampleOptions(f)
 	o.MasqueradeAll = c.MasqueradeAll
-	o.DetectLocalMode = c.DetectLocalMode
-	o.ClusterCIDRs = nil
+	o.LocalDetect = localdetect.Config{Mode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix}
 	for _, p := range c.ClusterCIDRs {
 		if model.FamilyOf(p.Addr()) == f {
-			o.ClusterCIDRs = append(o.ClusterCIDRs, p)
+			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
 		}
 	}
-	o.BridgeInterface = c.BridgeInterface
-	o.InterfaceNamePrefix = c.InterfaceNamePrefix
 	o.NodePortAddresses = c.NodePortAddresses
 	for _, p := range c.ServiceCIDRs {
 		if model.FamilyOf(p.Addr()) == f {

@@ -7,15 +7,16 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // Detect-local modes (KubeProxyConfiguration.detectLocalMode).
 const (
-	DetectClusterCIDR         = "ClusterCIDR"
-	DetectNodeCIDR            = "NodeCIDR"
-	DetectBridgeInterface     = "BridgeInterface"
-	DetectInterfaceNamePrefix = "InterfaceNamePrefix"
+	DetectClusterCIDR         = localdetect.ClusterCIDR
+	DetectNodeCIDR            = localdetect.NodeCIDR
+	DetectBridgeInterface     = localdetect.BridgeInterface
+	DetectInterfaceNamePrefix = localdetect.InterfaceNamePrefix
 )
 
 // Options are the settings of one family's nftables proxier, taken from the
@@ -26,10 +27,9 @@ type Options struct {
 	MasqueradeBit int
 	MasqueradeAll bool
 
-	DetectLocalMode     string
-	ClusterCIDRs        []netip.Prefix // of this family
-	BridgeInterface     string
-	InterfaceNamePrefix string
+	// LocalDetect is detectLocalMode with its inputs (Family is filled
+	// in from Family); every cluster CIDR of the family is matched.
+	LocalDetect localdetect.Config
 
 	// NodePortAddresses as configured (keywords and CIDRs, see package
 	// nodeports); empty means "primary", nftables mode's default.
@@ -81,37 +81,25 @@ func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Confi
 	return c
 }
 
+// localDetector writes what detectLocalMode matches on (package
+// localdetect, shared with the other modes) as nft statements: every
+// cluster CIDR of the family, or the interface name or prefix.
 func (o *Options) localDetector(node *model.Node) LocalDetector {
-	saddr := func(p []netip.Prefix) LocalDetector {
-		if len(p) == 0 {
-			return LocalDetector{}
-		}
+	ld := o.LocalDetect
+	ld.Family = o.Family
+	m := localdetect.Resolve(ld, node)
+	switch {
+	case len(m.CIDRs) > 0:
 		return LocalDetector{
-			IfLocal:    []nft.Stmt{nft.MatchAddr{Source: true, Prefixes: p}},
-			IfNotLocal: []nft.Stmt{nft.MatchAddr{Source: true, Negate: true, Prefixes: p}},
+			IfLocal:    []nft.Stmt{nft.MatchAddr{Source: true, Prefixes: m.CIDRs}},
+			IfNotLocal: []nft.Stmt{nft.MatchAddr{Source: true, Negate: true, Prefixes: m.CIDRs}},
 		}
-	}
-	iif := func(name string, prefix bool) LocalDetector {
-		if name == "" {
-			return LocalDetector{}
-		}
+	case m.Interface != "":
 		return LocalDetector{
-			IfLocal:    []nft.Stmt{nft.MatchIifname{Name: name, Prefix: prefix}},
-			IfNotLocal: []nft.Stmt{nft.MatchIifname{Negate: true, Name: name, Prefix: prefix}},
+			IfLocal:    []nft.Stmt{nft.MatchIifname{Name: m.Interface, Prefix: m.Prefix}},
+			IfNotLocal: []nft.Stmt{nft.MatchIifname{Negate: true, Name: m.Interface, Prefix: m.Prefix}},
 		}
-	}
-	switch o.DetectLocalMode {
-	case DetectNodeCIDR:
-		cidrs := node.PodCIDRsOf(o.Family)
-		if len(cidrs) > 1 {
-			cidrs = cidrs[:1]
-		}
-		return saddr(cidrs)
-	case DetectBridgeInterface:
-		return iif(o.BridgeInterface, false)
-	case DetectInterfaceNamePrefix:
-		return iif(o.InterfaceNamePrefix, true)
 	default:
-		return saddr(o.ClusterCIDRs)
+		return LocalDetector{}
 	}
 }

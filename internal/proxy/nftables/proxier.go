@@ -159,18 +159,13 @@ func (p *Proxier) table() string {
 }
 
 func (p *Proxier) result() *proxy.Result {
-	ports, local := p.applied.HealthChecks()
-	internal, external := p.applied.NoLocal()
-	return &proxy.Result{
-		HealthCheckPorts: ports,
-		LocalEndpoints:   local,
-		NoLocalEndpoints: map[string]int{"internal": internal, "external": external},
-	}
+	res := p.applied.tallies.Result()
+	return &res
 }
 
 // HealthCheckKeys lists services with health check ports (for tests).
 func (p *Proxier) HealthCheckKeys() []types.NamespacedName {
-	ports, _ := p.applied.HealthChecks()
+	ports, _ := p.applied.tallies.HealthChecks()
 	var out []types.NamespacedName
 	for k := range ports {
 		out = append(out, k)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
@@ -64,7 +65,7 @@ func (c *Config) table() string {
 	return c.TableName
 }
 
-func (c *Config) markMask() uint32 { return 1 << uint(c.MasqueradeBit) }
+func (c *Config) markMask() uint32 { return masquerade.Value(c.MasqueradeBit) }
 
 func (c *Config) shardTable(i int) string { return ShardTable(c.table(), i) }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/tally"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
@@ -233,13 +234,7 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 			r.plan.epMaps.garbage = append(r.plan.epMaps.garbage, epGarbage{epRange: p, since: r.in.Now})
 		}
 	}
-	applied.stats = ServiceStats{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
-	if sp.InternalPolicyLocal && sel.HasAny && len(sel.Local) == 0 {
-		applied.stats.NoLocalInternal = true
-	}
-	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() && sel.HasAny && len(sel.Local) == 0 {
-		applied.stats.NoLocalExternal = true
-	}
+	applied.stats = tally.Of(sp, sel)
 
 	// Sets before chains (rules reference them), chains before rules
 	// (rules jump between them), rules, then elements (they goto chains).
