@@ -11,6 +11,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 )
 
 // Desired is everything one IP family of ipvs mode wants in the kernel.
@@ -26,6 +27,10 @@ type Desired struct {
 	// IPTables is the iptables-restore input for the nat and filter
 	// tables (upstream's ipvs mode chains), written with --noflush.
 	IPTables []byte
+	// Health is what a sync reports to the loop (health.go): the health
+	// check node ports with their local endpoint counts, and the Local
+	// policies without a local endpoint.
+	Health proxy.Result
 }
 
 // VirtualServer is one IPVS service with its real servers.

@@ -181,7 +181,8 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	// least every syncPeriod), as upstream's graceful termination
 	// manager checks them on its own period; CleanupPending would make
 	// the loop sync back to back while a long connection lasts.
-	return &proxy.Result{}, nil
+	res := d.Health
+	return &res, nil
 }
 
 // stats counts what one sync changed.

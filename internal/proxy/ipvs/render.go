@@ -158,7 +158,7 @@ func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) 
 		ipv6:    cfg.Family == model.IPv6,
 		state:   state,
 		zone:    node.Zone(),
-		d:       &Desired{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{}},
+		d:       &Desired{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{}, Health: newHealth()},
 		entries: map[string]sets.Set[string]{},
 		bind:    sets.New[netip.Addr](),
 		local:   sets.New[netip.Addr](),
@@ -258,6 +258,7 @@ func (r *renderer) servicePort(sp *model.ServicePort) {
 	proto := strings.ToLower(string(sp.Protocol))
 	eps := r.state.Endpoints[sp.Name]
 	sel := model.SelectEndpoints(sp, eps, r.cfg.NodeName, r.zone)
+	r.health(sp, sel)
 
 	// Hairpin: a local endpoint reaching itself through the service is
 	// masqueraded. Every local endpoint, as upstream (not only the
