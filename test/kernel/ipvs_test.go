@@ -250,8 +250,9 @@ func TestIPVS(t *testing.T) {
 			t.Log("the host kernel has no IPVS: running the ipvs mode tests in the test VM")
 			defer func(m []string) { vm.DefaultModules = m }(vm.DefaultModules)
 			vm.DefaultModules = append(append(slices.Clone(vm.DefaultModules), iptablesModules...), ipvsModules...)
-			// Both backends under emulation take ~16 minutes, two of them
-			// waiting out IPVS's 2 minute TIME_WAIT (graceful).
+			// Both backends under emulation took 11 minutes in the VM
+			// suite on a loaded host (graceful waits out IPVS's 2 minute
+			// TIME_WAIT beside the traffic tests).
 			defer func(d time.Duration) { vm.TestTimeout = d }(vm.TestTimeout)
 			vm.TestTimeout = max(vm.TestTimeout, 30*time.Minute)
 			// KPROXY_IPVS_RUN narrows the run to some subtests (development:
@@ -275,34 +276,56 @@ func TestIPVS(t *testing.T) {
 		}
 	}
 	// The feature tests the other modes run (testIPVSFeatures) take
-	// about 6 minutes under emulation: they run with the backends
+	// 5 to 7 minutes under emulation: they run with the backends
 	// KPROXY_IPVS_FULL names (default nft, the backend of current
-	// distributions, whose -m set goes through nft_compat); the other runs
-	// the traffic core (testIPVSTraffic: ClusterIP, NodePort, UDP, IPv6).
+	// distributions, whose -m set goes through nft_compat). The others
+	// run the traffic core (testIPVSTraffic: ClusterIP, NodePort, UDP,
+	// IPv6) and ipvs mode's own settings (testIPVSSettings: IPVS's, not
+	// the backend's; with the full set when every backend is full).
 	full := strings.Split(cmp.Or(os.Getenv("KPROXY_IPVS_FULL"), string(xtables.NFT)), ",")
-	// One after the other: the VM's CPUs are emulated.
+	allFull := !slices.ContainsFunc(backends, func(b xtables.Backend) bool { return !slices.Contains(full, string(b)) })
+	// One backend after the other: the VM's CPUs are emulated. graceful
+	// mostly waits out IPVS's TIME_WAIT (2 minutes): it runs beside the
+	// backend's traffic tests (the VM has 2 CPUs; -test.parallel is 2),
+	// each in its own namespaces.
 	for _, b := range backends {
 		m := ipvsMode(b)
 		t.Run(m.name, func(t *testing.T) {
 			for _, bin := range m.needs {
 				netns.Require(t, bin)
 			}
-			if slices.Contains(full, string(b)) {
-				// Its ClusterIP and ExternalTraffic hold testIPVSTraffic's probes.
-				t.Run("features", func(t *testing.T) { testIPVSFeatures(t, m) })
-			} else {
-				t.Run("traffic", func(t *testing.T) { testIPVSTraffic(t, m) })
-			}
 			t.Run("foreign", func(t *testing.T) { testIPVSForeign(t, m) })
-			t.Run("graceful", func(t *testing.T) { testIPVSGraceful(t, m) })
+			t.Run("graceful", func(t *testing.T) {
+				t.Parallel()
+				testIPVSGraceful(t, m)
+			})
+			isFull := slices.Contains(full, string(b))
+			if isFull {
+				// Its ClusterIP and ExternalTraffic hold testIPVSTraffic's probes.
+				t.Run("features", func(t *testing.T) {
+					t.Parallel()
+					testIPVSFeatures(t, m)
+				})
+			} else {
+				t.Run("traffic", func(t *testing.T) {
+					t.Parallel()
+					testIPVSTraffic(t, m)
+				})
+			}
+			if !isFull || allFull {
+				t.Run("settings", func(t *testing.T) {
+					t.Parallel()
+					testIPVSSettings(t, m)
+				})
+			}
 		})
 	}
 }
 
 // testIPVSFeatures runs the feature tests every mode runs (services,
 // external traffic, SCTP, conntrack: the same functions, with ipvs mode's
-// differences from upstream written out in their probes), then ipvs
-// mode's own settings, one after the other.
+// differences from upstream written out in their probes), one after the
+// other.
 func testIPVSFeatures(t *testing.T, m proxyMode) {
 	for _, f := range []struct {
 		name string
@@ -316,7 +339,6 @@ func testIPVSFeatures(t *testing.T, m proxyMode) {
 		{"DualStackExternal", testDualStackExternal},
 		{"SCTP", testSCTP},
 		{"StaleUDPConntrack", testStaleUDPConntrack},
-		{"Settings", testIPVSSettings},
 	} {
 		t.Run(f.name, func(t *testing.T) { f.fn(t, m) })
 	}
