@@ -121,7 +121,11 @@ type proxyMode struct {
 	// iptables is true for both iptables backends: what upstream's
 	// iptables mode does differently from nftables mode (node ports on
 	// every local address, no reject of undefined ClusterIP ports).
+	// ipvs mode has it too (its rules are iptables rules as well).
 	iptables bool
+	// ipvs is true in ipvs mode, where upstream differs from iptables
+	// mode (probe.ipvs says how).
+	ipvs bool
 	// dump returns the node's rules in the mode's own syntax.
 	dump func(n *netns.NS) (string, error)
 	// routesTo reports whether the rules in dump send traffic of the

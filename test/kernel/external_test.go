@@ -28,10 +28,13 @@ func testExternalTraffic(t *testing.T, m proxyMode) {
 		{from: testerB, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		// The node reaches its own NodePort; in nftables mode not on
 		// localhost (nothing listens there: refused). iptables mode
-		// serves node ports on 127.0.0.1 too (localhostNodePorts).
+		// serves node ports on 127.0.0.1 too (localhostNodePorts); ipvs
+		// mode does not (upstream's ipvs proxier skips loopback node
+		// IPs: no virtual server there, nothing listens: refused).
 		{from: nodeA, network: "tcp", dst: "198.18.0.10:30080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		{from: nodeA, network: "tcp", dst: "127.0.0.1:30080", outcome: netns.Refused, within: quick,
-			ipt: &probe{servers: web, every: true, peer: peerMasq, masqBy: nodeA}},
+			ipt:  &probe{servers: web, every: true, peer: peerMasq, masqBy: nodeA},
+			ipvs: &probe{outcome: netns.Refused, within: quick}},
 		// Only the node's primary IPs take NodePorts (nftables default):
 		// not node-a's pod gateway. Nothing listens there: refused.
 		// iptables mode's default is every local address.
@@ -62,7 +65,10 @@ func testExternalTraffic(t *testing.T, m proxyMode) {
 		{from: nodeA, network: "tcp", dst: "[fd00:19::c8:a]:8080", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		// An external IP is no ClusterIP: a port it does not define is not
 		// rejected by kproxy, the packet just leaves by the default route.
-		{from: client, network: "tcp", dst: "198.19.200.10:8081", outcome: netns.Timeout},
+		// ipvs mode: refused (upstream puts external IPs on kube-ipvs0
+		// too, and KUBE-IPVS-FILTER rejects what no virtual server takes).
+		{from: client, network: "tcp", dst: "198.19.200.10:8081", outcome: netns.Timeout,
+			ipvs: &probe{outcome: netns.Refused, within: quick}},
 	})
 }
 
@@ -124,11 +130,19 @@ func testExternalTrafficPolicyLocal(t *testing.T, m proxyMode) {
 		{from: client, network: "tcp", dst: "198.19.200.3:80", n: 10, servers: []string{shopA}, peer: peerOwn},
 		{from: client, source: clientAlt, network: "tcp", dst: "198.19.200.3:80", n: 3, servers: []string{shopA}, peer: peerOwn},
 		{from: client, network: "tcp", dst: "198.18.0.11:30081", n: 10, servers: []string{shopB}, peer: peerOwn},
-		// Pods short-circuit to the cluster-wide endpoints.
-		{from: testerA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerOwn},
+		// Pods short-circuit to the cluster-wide endpoints. Not in ipvs
+		// mode: upstream's virtual server of a policy Local address has
+		// the local endpoints only, for pods too.
+		{from: testerA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerOwn,
+			ipvs: &probe{n: 5, servers: []string{shopA}, peer: peerOwn}},
 		{from: testerA, network: "tcp", dst: "198.19.0.14:80", servers: shop, every: true, peer: peerOwn},
-		// The node itself: masqueraded, all endpoints.
-		{from: nodeA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerMasq, masqBy: nodeA},
+		// The node itself: masqueraded, all endpoints. ipvs mode: the
+		// local endpoint only (as for pods), and not masqueraded: the
+		// address is on kube-ipvs0, so the node's socket takes it as its
+		// source, and upstream's KUBE-LOAD-BALANCER-LOCAL returns before
+		// any masquerade.
+		{from: nodeA, network: "tcp", dst: "198.19.200.3:80", servers: shop, every: true, peer: peerMasq, masqBy: nodeA,
+			ipvs: &probe{n: 5, servers: []string{shopA}, peer: peerOwn}},
 	})
 
 	checkHealth := func(node string, wantCode, wantLocal int) (bool, string) {
@@ -203,8 +217,10 @@ func testDualStackExternal(t *testing.T, m proxyMode) {
 		{from: client, network: "tcp", dst: "[fd00:18::11]:30090", n: 10, servers: []string{dualB}, peer: peerOwn},
 		{from: client, network: "tcp", dst: "[fd00:19::c8:17]:80", n: 10, servers: []string{dualA}, peer: peerOwn},
 		{from: client, network: "tcp", dst: "198.19.200.17:80", n: 10, servers: []string{dualA}, peer: peerOwn},
-		// Pods short-circuit to every endpoint.
-		{from: testerA, network: "tcp", dst: "[fd00:19::c8:17]:80", servers: dual, every: true, peer: peerOwn},
+		// Pods short-circuit to every endpoint; in ipvs mode to the local
+		// one only (see testExternalTrafficPolicyLocal).
+		{from: testerA, network: "tcp", dst: "[fd00:19::c8:17]:80", servers: dual, every: true, peer: peerOwn,
+			ipvs: &probe{n: 5, servers: []string{dualA}, peer: peerOwn}},
 		// Policy Cluster over IPv6: any endpoint, masqueraded.
 		{from: client, network: "tcp", dst: "[fd00:18::10]:30088", servers: web, every: true, peer: peerMasq, masqBy: nodeA},
 		{from: client, network: "tcp", dst: "[fd00:18::11]:30088", servers: web, every: true, peer: peerMasq, masqBy: nodeB},

@@ -48,22 +48,32 @@ type probe struct {
 	// within bounds how long a refusal may take: a reject answers at
 	// once, a drop would wait for the timeout.
 	within time.Duration
-	// nftOnly: only nftables mode does this (rejecting undefined ports
-	// of a ClusterIP); upstream's iptables mode lets such packets route.
+	// nftOnly: not in iptables mode (rejecting undefined ports of a
+	// ClusterIP): upstream's iptables mode lets such packets route. ipvs
+	// mode rejects them as nftables mode does (upstream's
+	// KUBE-IPVS-FILTER rejects new connections to a kube-ipvs0 address
+	// that no virtual server takes).
 	nftOnly bool
 	// ipt is what to expect instead in iptables mode, where upstream
 	// differs (node ports on every local address and on 127.0.0.1, no
 	// reject of undefined ports): its from, network and dst default to
-	// this probe's.
+	// this probe's. ipvs mode takes it too, unless ipvs says otherwise.
 	ipt *probe
+	// ipvs is what to expect instead in ipvs mode, where upstream's ipvs
+	// mode differs from its iptables mode (the comment says how).
+	ipvs *probe
 }
 
 // forMode returns the probe to run in mode m.
 func (p probe) forMode(m proxyMode) probe {
-	if !m.iptables || p.ipt == nil {
+	alt := p.ipt
+	if m.ipvs && p.ipvs != nil {
+		alt = p.ipvs
+	}
+	if !m.iptables || alt == nil {
 		return p
 	}
-	q := *p.ipt
+	q := *alt
 	if q.from == "" {
 		q.from = p.from
 	}

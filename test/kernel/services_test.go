@@ -12,14 +12,14 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
-// runProbes runs each probe as a subtest. A probe of what only nftables
-// mode does (nftOnly: upstream's iptables mode does not reject undefined
+// runProbes runs each probe as a subtest. A probe of what iptables mode
+// does not do (nftOnly: upstream's iptables mode does not reject undefined
 // ports of a ClusterIP) is no subtest at all in the iptables modes, so that
 // a full run skips nothing by design.
 func runProbes(t *testing.T, c *kcluster, probes []probe) {
 	t.Helper()
 	for _, p := range probes {
-		if p.nftOnly && c.mode.iptables {
+		if p.nftOnly && c.mode.iptables && !c.mode.ipvs {
 			continue
 		}
 		p = p.forMode(c.mode)
@@ -106,9 +106,12 @@ func testClusterIP(t *testing.T, m proxyMode) {
 
 		// itp-local 198.19.0.15: internalTrafficPolicy Local, its only
 		// endpoint is on node-a. node-b has no local endpoint: dropped.
+		// ipvs mode: refused (upstream's virtual server there has no
+		// real server, and IPVS answers that with ICMP port unreachable).
 		{from: testerA, network: "tcp", dst: "198.19.0.15:80", n: 5, servers: []string{logger}, peer: peerOwn},
 		{from: nodeA, network: "tcp", dst: "198.19.0.15:80", n: 5, servers: []string{logger}, peer: peerMasq, masqBy: nodeA},
-		{from: testerB, network: "tcp", dst: "198.19.0.15:80", outcome: netns.Timeout},
+		{from: testerB, network: "tcp", dst: "198.19.0.15:80", outcome: netns.Timeout,
+			ipvs: &probe{outcome: netns.Refused, within: quick}},
 
 		// affinity 198.19.0.16: sessionAffinity ClientIP, so all
 		// connections of one client reach one pod.

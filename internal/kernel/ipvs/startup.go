@@ -15,9 +15,11 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 )
 
-// Schedulers are the IPVS schedulers ipvs mode takes (upstream's list;
-// the kernel module of each is ip_vs_<name>).
-var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh"}
+// Schedulers are the IPVS schedulers ipvs mode takes: the Linux kernel's
+// (the module of each is ip_vs_<name>), as config validation and Render
+// take them. Upstream passes any name to the kernel; whether the module
+// exists is the kernel's answer (twos is in Linux 6.2 and later only).
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "fo", "ovf", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq", "twos"}
 
 // DefaultScheduler is used when none is configured.
 const DefaultScheduler = "rr"

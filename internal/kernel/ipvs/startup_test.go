@@ -40,6 +40,13 @@ func TestCheckScheduler(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"mh"`) || !strings.Contains(err.Error(), "ip_vs_mh") {
 		t.Errorf("CheckScheduler(mh) without the module = %v", err)
 	}
+	// Every scheduler config validation takes is checked with the kernel
+	// (fo, ovf and twos were refused as unknown before the kernel was asked).
+	for _, s := range []string{"fo", "ovf", "twos"} {
+		if err := ipvs.CheckScheduler(f, s); err != nil {
+			t.Errorf("CheckScheduler(%s) = %v", s, err)
+		}
+	}
 	if err := ipvs.CheckScheduler(f, "fastest"); err == nil || !strings.Contains(err.Error(), `"fastest" is unknown`) {
 		t.Errorf("unknown scheduler = %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
@@ -391,7 +393,16 @@ func TestProxierExampleWithRender(t *testing.T) {
 		}
 	}
 	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(exampleConfig(model.IPv4)), h)
-	sync(true)
+	res, err := w.p.Sync(context.Background(), req)
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	// The health check node ports reach the loop (its server answers on
+	// them): etp-local's, with its one endpoint on node-a.
+	etp := types.NamespacedName{Namespace: "demo", Name: "etp-local"}
+	if res.HealthCheckPorts[etp] != 32081 || res.LocalEndpoints[etp] != 1 {
+		t.Errorf("sync result: health check ports %v, local endpoints %v; want demo/etp-local 32081 with 1", res.HealthCheckPorts, res.LocalEndpoints)
+	}
 	want, err := render(req, Host{Addrs: s.Node.Addresses})
 	if err != nil {
 		t.Fatal(err)

@@ -408,11 +408,21 @@ func TestExternalPolicyLocal(t *testing.T) {
 		t.Errorf("filter KUBE-NODE-PORT lacks the health check ACCEPT:\n%s", d.IPTables)
 	}
 
+	// What the health check node port server is told (upstream's
+	// SyncServices and SyncEndpoints): the port, one local endpoint.
+	etp := sp.Name.NamespacedName
+	if p, n := d.Health.HealthCheckPorts[etp], d.Health.LocalEndpoints[etp]; p != 32081 || n != 1 || d.Health.NoLocalEndpoints["external"] != 0 {
+		t.Errorf("health: port %d, %d local endpoints, %v without local endpoints; want 32081, 1, none", p, n, d.Health.NoLocalEndpoints)
+	}
+
 	// No local endpoint: upstream falls back to every endpoint (traffic
 	// from local pods keeps working), for external destinations only.
 	d = render(t, testConfig(model.IPv4), svcEps{sp, eps[1:]})
 	if diff := cmp.Diff([]string{"198.18.130.20:8080"}, services(d)["-t 198.18.0.10:30081"]); diff != "" {
 		t.Errorf("node port without local endpoints (-want +got):\n%s", diff)
+	}
+	if p, n := d.Health.HealthCheckPorts[etp], d.Health.LocalEndpoints[etp]; p != 32081 || n != 0 || d.Health.NoLocalEndpoints["external"] != 1 {
+		t.Errorf("health without local endpoints: port %d, %d local endpoints, %v without local endpoints; want 32081, 0, 1 external", p, n, d.Health.NoLocalEndpoints)
 	}
 }
 
