@@ -118,7 +118,7 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 	fam := model.FamilyOf(dst)
 	var iptText string
 	var services []trace.IPVSService
-	sets := map[string]*trace.IPSet{}
+	var sets map[string]*trace.IPSet
 	var hostLocal, node []netip.Addr
 	switch {
 	case tf.live:
@@ -180,10 +180,8 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			return nil, err
 		}
 		iptText = string(d.IPTables)
-		services = desiredServices(d)
-		for _, s := range d.SortedSets() {
-			sets[s.Name] = &trace.IPSet{Name: s.Name, Type: s.Type, IPv6: s.IPv6, Entries: s.Entries}
-		}
+		services = d.TraceServices()
+		sets = d.TraceSets()
 		hostLocal = append(hostLocal, d.Addresses...)
 	}
 	rs, err := iptrace.Parse([]byte(iptText))
@@ -233,44 +231,6 @@ func familySection(text string, fam v1.IPFamily) string {
 	return b.String()
 }
 
-// desiredServices converts rendered virtual servers for the tracer.
-func desiredServices(d *ipvsmode.Desired) []trace.IPVSService {
-	var out []trace.IPVSService
-	for _, vs := range d.Sorted() {
-		out = append(out, traceService(vs.Service, vs.Reals))
-	}
-	return out
-}
-
-func traceService(s kipvs.Service, reals []kipvs.Destination) trace.IPVSService {
-	ts := trace.IPVSService{
-		Proto:      protocolName(s.Protocol),
-		Addr:       netip.AddrPortFrom(s.Addr.Unmap(), s.Port),
-		Scheduler:  s.Scheduler,
-		Persistent: s.Flags&kipvs.FlagPersistent != 0,
-		Timeout:    s.Timeout,
-	}
-	if s.Flags&ipvsmode.FlagSourceHash != 0 {
-		ts.Flags = append(ts.Flags, "sh-port")
-	}
-	for _, r := range reals {
-		ts.Reals = append(ts.Reals, trace.IPVSReal{Addr: netip.AddrPortFrom(r.Addr.Unmap(), r.Port), Weight: r.Weight, Method: "masq"})
-	}
-	return ts
-}
-
-func protocolName(p uint16) v1.Protocol {
-	switch p {
-	case 6:
-		return v1.ProtocolTCP
-	case 17:
-		return v1.ProtocolUDP
-	case 132:
-		return v1.ProtocolSCTP
-	}
-	return v1.Protocol(fmt.Sprint(p))
-}
-
 // liveIPTablesSave reads the family's rules from the iptables backend
 // kproxy would choose.
 func liveIPTablesSave(ctx context.Context, errOut io.Writer, o *config.Options, fam v1.IPFamily) (string, error) {
@@ -310,7 +270,7 @@ func liveIPVS() ([]trace.IPVSService, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing the real servers of %s: %w", s.VirtualServer, err)
 		}
-		out = append(out, traceService(s, ds))
+		out = append(out, ipvsmode.TraceService(s, ds))
 	}
 	return out, nil
 }

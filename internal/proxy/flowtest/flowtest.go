@@ -30,7 +30,7 @@ import (
 // Mode names a proxy mode, the key of Case.Except.
 type Mode string
 
-// The modes with an adapter (ipvs: planned).
+// The modes, each with an adapter in its package (flow_test.go).
 const (
 	NFTables Mode = "nftables"
 	IPTables Mode = "iptables"

@@ -53,12 +53,25 @@ const (
 	// The nftables tracer does not model routing; iptables mode sets
 	// route_localnet for localhost node ports and therefore needs
 	// KUBE-FIREWALL's guard (CVE-2020-8558).
-	whyNFTablesMartian = "nftables mode never sets route_localnet, so the kernel's routing drops a packet from another host to 127.0.0.0/8 before any rule; the rules themselves let it through"
+	// ipvs mode as upstream's (pkg/proxy/ipvs), where it differs from
+	// the other two.
+	whyIPVSVIPPort            = "ipvs mode binds external and LB IPs to kube-ipvs0, so they are local, and KUBE-IPVS-FILTER rejects a new connection to a kube-ipvs0 address on a port no service defines, as upstream's ipvs mode"
+	whyIPVSETPLocal           = "ipvs mode, as upstream's, has one virtual server per external address whose real servers are the local endpoints for every client (no short-circuit to the cluster's endpoints for pods or the node), and the *-LOCAL sets return before KUBE-MARK-MASQ"
+	whyIPVSNoRealServer       = "ipvs mode, as upstream's, has no drop rule for internalTrafficPolicy Local without local endpoints: the virtual server has no real server and IPVS answers ICMP port unreachable (ip_vs_leave)"
+	whyIPVSETPNoLocal         = "upstream's ipvs mode gives a Local external policy without local endpoints the cluster's endpoints (syncEndpoint, kubernetes#97081), for every client, unmasqueraded (the *-LOCAL sets return before KUBE-MARK-MASQ): an external client's reply is lost"
+	whyIPVSServiceCIDRs       = "only nftables mode knows the ServiceCIDRs and drops traffic to unallocated cluster IPs, as upstream; ipvs mode routes it as usual"
+	whyIPVSNodePortDefault    = "ipvs mode's default nodePortAddresses is every local address, as upstream's (only nftables mode defaults to the node's primary IPs)"
+	whyIPVSSourceRangesOutput = "ipvs mode's source-range firewall (KUBE-PROXY-FIREWALL) hangs off filter INPUT and FORWARD only, as upstream's: a local process's connection to the LB VIP is not filtered"
+	whyNFTablesMartian        = "nftables mode never sets route_localnet, so the kernel's routing drops a packet from another host to 127.0.0.0/8 before any rule; the rules themselves let it through"
 )
 
 var (
 	iptablesUndefinedPort   = map[Mode]Exception{IPTables: {Output: "ACCEPT", Why: whyIPTablesUndefinedPort}}
-	iptablesUnallocated     = map[Mode]Exception{IPTables: {Output: "ACCEPT", Why: whyIPTablesServiceCIDRs}}
+	routedUnallocated       = map[Mode]Exception{IPTables: {Output: "ACCEPT", Why: whyIPTablesServiceCIDRs}, IPVS: {Output: "ACCEPT", Why: whyIPVSServiceCIDRs}}
+	ipvsVIPPort             = map[Mode]Exception{IPVS: {Output: "REJECT", Why: whyIPVSVIPPort}}
+	ipvsETPLocal            = map[Mode]Exception{IPVS: {Output: EtpLocalEp, Why: whyIPVSETPLocal}}
+	ipvsNoRealServer        = map[Mode]Exception{IPVS: {Output: "REJECT", Why: whyIPVSNoRealServer}}
+	ipvsETPNoLocal          = map[Mode]Exception{IPVS: {Output: EtpRemoteEp, Why: whyIPVSETPNoLocal}}
 	iptablesLocalhostWebEps = map[Mode]Exception{IPTables: {Output: WebEps, Masq: true, Why: whyIPTablesLocalhostNodePorts}}
 )
 
@@ -94,7 +107,7 @@ var Scenarios = []Scenario{{
 		{Name: "nodePort on localhost", Src: "127.0.0.1", Dst: "127.0.0.1:30080", Output: "ACCEPT", Except: iptablesLocalhostWebEps},
 		{Name: "IPv6 nodePort never on ::1", Src: "::1", Dst: "[::1]:30080", Output: "ACCEPT"},
 		{Name: "nodePort not on another node's IP", Src: Outside, IIF: LanIIF, Dst: "198.18.0.11:30080", Output: "ACCEPT"},
-		{Name: "nodePort not on an LB VIP", Src: Outside, IIF: LanIIF, Dst: "198.19.200.1:30080", Output: "ACCEPT"},
+		{Name: "nodePort not on an LB VIP", Src: Outside, IIF: LanIIF, Dst: "198.19.200.1:30080", Output: "ACCEPT", Except: ipvsVIPPort},
 		{Name: "nodePort not on the clusterIP", Src: Outside, IIF: LanIIF, Dst: "198.19.0.10:30080", Output: "REJECT", Except: iptablesUndefinedPort},
 		// A packet from another host to 127.0.0.0/8 that no node port
 		// DNATed must not reach a local service.
@@ -110,7 +123,7 @@ var Scenarios = []Scenario{{
 		{Name: "LB VIP looping back with the VIP as source", Src: "198.19.200.1", Dst: "198.19.200.1:443", Output: WebEps, Masq: true},
 		{Name: "LB nodePort ignores source ranges", Src: OutsideDenied, IIF: LanIIF, Dst: "198.18.0.10:30443", Output: WebEps, Masq: true},
 		{Name: "LB clusterIP ignores source ranges", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.12:443", Output: WebEps},
-		{Name: "LB VIP other port", Src: Outside, IIF: LanIIF, Dst: "198.19.200.1:80", Output: "ACCEPT"},
+		{Name: "LB VIP other port", Src: Outside, IIF: LanIIF, Dst: "198.19.200.1:80", Output: "ACCEPT", Except: ipvsVIPPort},
 		// ipMode Proxy: the node leaves the IP to the real load balancer.
 		{Name: "LB ipMode Proxy IP from pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.2:443", Output: "ACCEPT"},
 		{Name: "LB ipMode Proxy IP from outside", Src: OutsideDenied, IIF: LanIIF, Dst: "198.19.200.2:443", Output: "ACCEPT"},
@@ -120,7 +133,7 @@ var Scenarios = []Scenario{{
 		{Name: "externalIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.10:8080", Output: WebEps, Masq: true},
 		{Name: "externalIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.10:8080", Output: WebEps, Masq: true},
 		{Name: "externalIP from this node", Src: ThisNode, Dst: "198.19.200.10:8080", Output: WebEps, Masq: true},
-		{Name: "externalIP other port", Src: Outside, IIF: LanIIF, Dst: "198.19.200.10:80", Output: "ACCEPT"},
+		{Name: "externalIP other port", Src: Outside, IIF: LanIIF, Dst: "198.19.200.10:80", Output: "ACCEPT", Except: ipvsVIPPort},
 		{Name: "externalIP IPv6 from outside", Src: Outside6, IIF: LanIIF, Dst: "[fd00:19::c8:a]:8080", Output: WebEps6, Masq: true},
 		{Name: "clusterIP IPv6 of ext-ip from local pod", Src: LocalPod6, IIF: PodIIF, Dst: "[fd00:19::13]:8080", Output: WebEps6},
 
@@ -130,12 +143,12 @@ var Scenarios = []Scenario{{
 		{Name: "ETP Local LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
 		{Name: "ETP Local nodePort from outside", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30081", Output: EtpLocalEp},
 		{Name: "ETP Local nodePort from other node", Src: OtherNode, IIF: LanIIF, Dst: "198.18.0.10:30081", Output: EtpLocalEp},
-		{Name: "ETP Local LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps},
-		{Name: "ETP Local nodePort from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.18.0.10:30081", Output: EtpEps},
+		{Name: "ETP Local LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
+		{Name: "ETP Local nodePort from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.18.0.10:30081", Output: EtpEps, Except: ipvsETPLocal},
 		// A pod of node-b is inside the cluster CIDR: short-circuited too.
-		{Name: "ETP Local LB VIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpEps},
-		{Name: "ETP Local LB VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpEps, Masq: true},
-		{Name: "ETP Local nodePort from this node", Src: ThisNode, Dst: "198.18.0.10:30081", Output: EtpEps, Masq: true},
+		{Name: "ETP Local LB VIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
+		{Name: "ETP Local LB VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpEps, Masq: true, Except: ipvsETPLocal},
+		{Name: "ETP Local nodePort from this node", Src: ThisNode, Dst: "198.18.0.10:30081", Output: EtpEps, Masq: true, Except: ipvsETPLocal},
 		{Name: "ETP Local clusterIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.14:80", Output: EtpEps},
 		{Name: "ETP Local clusterIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.0.14:80", Output: EtpEps, Masq: true},
 
@@ -188,9 +201,9 @@ var Scenarios = []Scenario{{
 	Name:     "node-b",
 	Snapshot: exampleOf(example.NodeB, nil),
 	Cases: []Case{
-		{Name: "ITP Local without local endpoints drops pod traffic", Src: "198.18.130.5", IIF: PodIIF, Dst: "198.19.0.15:80", Output: "DROP"},
-		{Name: "ITP Local without local endpoints drops node traffic", Src: "198.18.0.11", Dst: "198.19.0.15:80", Output: "DROP"},
-		{Name: "ITP Local without local endpoints drops outside traffic", Src: Outside, IIF: LanIIF, Dst: "198.19.0.15:80", Output: "DROP"},
+		{Name: "ITP Local without local endpoints drops pod traffic", Src: "198.18.130.5", IIF: PodIIF, Dst: "198.19.0.15:80", Output: "DROP", Except: ipvsNoRealServer},
+		{Name: "ITP Local without local endpoints drops node traffic", Src: "198.18.0.11", Dst: "198.19.0.15:80", Output: "DROP", Except: ipvsNoRealServer},
+		{Name: "ITP Local without local endpoints drops outside traffic", Src: Outside, IIF: LanIIF, Dst: "198.19.0.15:80", Output: "DROP", Except: ipvsNoRealServer},
 		{Name: "ETP Local LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpRemoteEp},
 		{Name: "ETP Local nodePort on node-b", Src: Outside, IIF: LanIIF, Dst: "198.18.0.11:30081", Output: EtpRemoteEp},
 		{Name: "nodePort of node-a is not node-b's", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30081", Output: "ACCEPT"},
@@ -205,8 +218,8 @@ var Scenarios = []Scenario{{
 		OnlyRemoteEndpoints(t, s, SPName("etp-local", "http", model.TCP), 1)
 	}),
 	Cases: []Case{
-		{Name: "LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: "DROP"},
-		{Name: "nodePort from outside", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30081", Output: "DROP"},
+		{Name: "LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: "DROP", Except: ipvsETPNoLocal},
+		{Name: "nodePort from outside", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30081", Output: "DROP", Except: ipvsETPNoLocal},
 		{Name: "LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpRemoteEp},
 		// Upstream (PR #132456, in 1.34 and 1.33.5) moved the endpoint
 		// checks of filter-input/forward/output to priority 0, after
@@ -215,8 +228,8 @@ var Scenarios = []Scenario{{
 		// endpoints entry of the VIP. kproxy's nftables mode still checks
 		// on the output hook at dstnat-10, before nat-output has
 		// short-circuited it.
-		{Name: "LB VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpRemoteEp, Masq: true},
-		{Name: "nodePort from this node", Src: ThisNode, Dst: "198.18.0.10:30081", Output: EtpRemoteEp, Masq: true},
+		{Name: "LB VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpRemoteEp, Masq: true, Except: ipvsETPNoLocal},
+		{Name: "nodePort from this node", Src: ThisNode, Dst: "198.18.0.10:30081", Output: EtpRemoteEp, Masq: true, Except: ipvsETPNoLocal},
 		{Name: "clusterIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.14:80", Output: EtpRemoteEp},
 		{Name: "clusterIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.0.14:80", Output: EtpRemoteEp, Masq: true},
 	},
@@ -232,7 +245,7 @@ var Scenarios = []Scenario{{
 		{Name: "ITP Local from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.15:80", Output: ItpLocalEp, Masq: true},
 		{Name: "IPv6 clusterIP from local pod", Src: LocalPod6, IIF: PodIIF, Dst: "[fd00:19::17]:80", Output: DualEps6, Masq: true},
 		{Name: "ETP Local LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
-		{Name: "ETP Local LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps},
+		{Name: "ETP Local LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
 		{Name: "no endpoints still rejected", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.20:80", Output: "REJECT"},
 	},
 },
@@ -249,7 +262,7 @@ var Scenarios = []Scenario{{
 			{Name: "clusterIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
 			{Name: "IPv6 clusterIP from local pod", Src: LocalPod6, IIF: PodIIF, Dst: "[fd00:19::17]:80", Output: DualEps6},
 			{Name: "IPv6 clusterIP from pod on other node", Src: RemotePod6, IIF: LanIIF, Dst: "[fd00:19::17]:80", Output: DualEps6, Masq: true},
-			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps},
+			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
 			{Name: "ETP Local VIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
 		},
 	}, {
@@ -263,7 +276,7 @@ var Scenarios = []Scenario{{
 			{Name: "clusterIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
 			{Name: "clusterIP from this node", Src: ThisNode, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
 			{Name: "IPv6 clusterIP from local pod", Src: LocalPod6, IIF: BridgeIIF, Dst: "[fd00:19::17]:80", Output: DualEps6},
-			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: BridgeIIF, Dst: "198.19.200.3:80", Output: EtpEps},
+			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: BridgeIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
 			{Name: "ETP Local VIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
 		},
 	}, {
@@ -276,7 +289,7 @@ var Scenarios = []Scenario{{
 			{Name: "clusterIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
 			{Name: "clusterIP from this node", Src: ThisNode, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
 			{Name: "clusterIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.0.10:80", Output: WebEps, Masq: true},
-			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps},
+			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpEps, Except: ipvsETPLocal},
 			{Name: "ETP Local VIP from pod on other node", Src: RemotePod, IIF: LanIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
 		},
 	}, {
@@ -289,7 +302,7 @@ var Scenarios = []Scenario{{
 			{Name: "clusterIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.0.10:80", Output: WebEps},
 			{Name: "nodePort still masqueraded", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30080", Output: WebEps, Masq: true},
 			{Name: "ETP Local VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.3:80", Output: EtpLocalEp},
-			{Name: "ETP Local VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpEps, Masq: true},
+			{Name: "ETP Local VIP from this node", Src: ThisNode, Dst: "198.19.200.3:80", Output: EtpEps, Masq: true, Except: ipvsETPLocal},
 		},
 	}, {
 		Name:     "localhostNodePorts off",
@@ -309,9 +322,9 @@ var Scenarios = []Scenario{{
 			}
 		}),
 		Cases: []Case{
-			{Name: "unallocated from pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.99:80", Output: "DROP", Except: iptablesUnallocated},
-			{Name: "unallocated from this node", Src: ThisNode, Dst: "198.19.0.99:80", Output: "DROP", Except: iptablesUnallocated},
-			{Name: "unallocated IPv6", Src: LocalPod6, IIF: PodIIF, Dst: "[fd00:19::99]:80", Output: "DROP", Except: iptablesUnallocated},
+			{Name: "unallocated from pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.99:80", Output: "DROP", Except: routedUnallocated},
+			{Name: "unallocated from this node", Src: ThisNode, Dst: "198.19.0.99:80", Output: "DROP", Except: routedUnallocated},
+			{Name: "unallocated IPv6", Src: LocalPod6, IIF: PodIIF, Dst: "[fd00:19::99]:80", Output: "DROP", Except: routedUnallocated},
 			{Name: "undefined port still rejected", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.10:81", Output: "REJECT", Except: iptablesUndefinedPort},
 			{Name: "allocated still served", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.10:80", Output: WebEps},
 			{Name: "outside the service CIDR", Src: LocalPod, IIF: PodIIF, Dst: "198.20.0.1:80", Output: "ACCEPT"},
@@ -325,7 +338,9 @@ var Scenarios = []Scenario{{
 		Cases: []Case{
 			{Name: "node IP", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30080", Output: WebEps, Masq: true},
 			{Name: "second local address", Src: Outside, IIF: LanIIF, Dst: "192.168.122.1:30080", Output: "ACCEPT",
-				Except: map[Mode]Exception{IPTables: {Output: WebEps, Masq: true, Why: whyIPTablesNodePortDefault}}},
+				Except: map[Mode]Exception{
+					IPTables: {Output: WebEps, Masq: true, Why: whyIPTablesNodePortDefault},
+					IPVS:     {Output: WebEps, Masq: true, Why: whyIPVSNodePortDefault}}},
 		},
 	}, {
 		Name:     "nodePortAddresses primary",
@@ -416,7 +431,7 @@ var Scenarios = []Scenario{{
 			{Name: "LB VIP from denied outside source", Src: OutsideDenied, IIF: LanIIF, Dst: "198.19.200.1:443", Output: "DROP"},
 			{Name: "LB VIP from other node", Src: OtherNode, IIF: LanIIF, Dst: "198.19.200.1:443", Output: "DROP"},
 			{Name: "LB VIP from local pod", Src: LocalPod, IIF: PodIIF, Dst: "198.19.200.1:443", Output: "DROP"},
-			{Name: "LB VIP from this node", Src: ThisNode, Dst: "198.19.200.1:443", Output: "DROP"},
+			{Name: "LB VIP from this node", Src: ThisNode, Dst: "198.19.200.1:443", Output: "DROP", Except: map[Mode]Exception{IPVS: {Output: WebEps, Masq: true, Why: whyIPVSSourceRangesOutput}}},
 			{Name: "LB nodePort still open", Src: Outside, IIF: LanIIF, Dst: "198.18.0.10:30443", Output: WebEps, Masq: true},
 			{Name: "LB clusterIP still open", Src: LocalPod, IIF: PodIIF, Dst: "198.19.0.12:443", Output: WebEps},
 		},

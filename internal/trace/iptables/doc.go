@@ -81,6 +81,10 @@
 // ("echo +10.0.0.5 > /proc/net/xt_recent/KUBE-SEP-..."); Remember (or
 // AddRecent) puts it into the ruleset so that the next trace from that
 // source matches "--rcheck" and sticks.
+// A persistent IPVS virtual server (ipvs mode's ClientIP affinity) reports
+// the persistence template its connection creates the same way; Remember
+// keeps it, and the client's next connections to that virtual server go to
+// that real server while it takes connections (no timeout either).
 //
 // Walks are bounded (Limits: rule evaluations per path, jump depth,
 // outcomes); exceeding a bound is an error wrapping trace.ErrLimit.

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -102,6 +103,14 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		s.step("ipvs: no real server takes new connections: ICMP port unreachable, dropped")
 		return true, w.finish(s, trace.VerdictReject)
 	}
+	if vs.Persistent {
+		if to, ok := w.r.persist[persistKey{vs.Proto, vs.Addr, s.src}]; ok {
+			if i := slices.IndexFunc(live, func(r trace.IPVSReal) bool { return r.Addr == to }); i >= 0 {
+				s.step("ipvs: persistence template of client %s: real server %s", s.src, to)
+				live, total = live[i:i+1], live[i].Weight
+			}
+		}
+	}
 	if len(w.pending)+len(w.res.Outcomes)+len(live) > w.lim.MaxOutcomes {
 		return true, fmt.Errorf("%w: more than %d outcomes", trace.ErrLimit, w.lim.MaxOutcomes)
 	}
@@ -121,6 +130,9 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		b.prob *= p
 		b.step("ipvs: scheduler %s picks real server %s (weight %d, p=%s; %s)", vs.Scheduler, r.Addr, r.Weight, fmtProb(p), schedulerNote(vs.Scheduler))
 		to := r.Addr
+		if vs.Persistent {
+			b.updates = append(b.updates, persistUpdate(vs, b.src, to))
+		}
 		b.dnat = &to
 		b.dst, b.dport = to.Addr(), to.Port()
 		// ip_vs_nat_send_or_cont: out through LOCAL_OUT from its start.
@@ -129,4 +141,38 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		b.step("ipvs: masq to %s, sent out: hook %s", to, hookOutput)
 	}
 	return false, nil
+}
+
+// persistKey is an IPVS persistence template: a client of a persistent
+// virtual server (netmask /32 or /128, as kube-proxy sets it).
+type persistKey struct {
+	proto  v1.Protocol
+	vs     netip.AddrPort
+	client netip.Addr
+}
+
+// persistPrefix starts the affinity update of a persistent virtual server:
+// the template the kernel creates with the connection.
+const persistPrefix = "ipvs persistence template: "
+
+// persistUpdate is how an outcome reports the persistence template its
+// connection creates; Remember reads it back.
+func persistUpdate(vs *trace.IPVSService, client netip.Addr, to netip.AddrPort) string {
+	return fmt.Sprintf("%s%s %s client %s -> %s", persistPrefix, vs.Proto, vs.Addr, client, to)
+}
+
+// parsePersistUpdate reads persistUpdate's text.
+func parsePersistUpdate(u string) (persistKey, netip.AddrPort, error) {
+	f := strings.Fields(strings.TrimPrefix(u, persistPrefix))
+	bad := fmt.Errorf("not an IPVS persistence update: %q", u)
+	if len(f) != 6 || f[2] != "client" || f[4] != "->" {
+		return persistKey{}, netip.AddrPort{}, bad
+	}
+	vs, err1 := netip.ParseAddrPort(f[1])
+	client, err2 := netip.ParseAddr(f[3])
+	to, err3 := netip.ParseAddrPort(f[5])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return persistKey{}, netip.AddrPort{}, bad
+	}
+	return persistKey{v1.Protocol(f[0]), vs, client}, to, nil
 }

@@ -277,3 +277,56 @@ COMMIT
 		t.Errorf("--vdir: want ErrUnsupported, got %v", err)
 	}
 }
+
+// TestTraceIPVSPersistence: a persistent virtual server's outcomes report
+// the persistence template their connection creates; once remembered, the
+// client's next connections go to that real server only, other clients
+// still to every one, and a template of a real server that no longer takes
+// connections is not followed.
+func TestTraceIPVSPersistence(t *testing.T) {
+	rs, err := Parse([]byte(ipvsRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := *ipvsHost()
+	p := pkt(tcp, "198.18.129.5", "198.19.0.11", 80, "veth1")
+	res, err := rs.Trace(p, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 2 {
+		t.Fatalf("want 2 outcomes:\n%s", res)
+	}
+	chosen := res.Outcomes[1]
+	want := "ipvs persistence template: TCP 198.19.0.11:80 client 198.18.129.5 -> 198.18.130.21:8080"
+	if len(chosen.AffinityUpdates) != 1 || chosen.AffinityUpdates[0] != want {
+		t.Fatalf("affinity updates %q, want [%q]", chosen.AffinityUpdates, want)
+	}
+	if err := rs.Remember(chosen); err != nil {
+		t.Fatal(err)
+	}
+	p.SrcPort++
+	res, err = rs.Trace(p, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 1 || res.Outcomes[0].DNAT == nil || *res.Outcomes[0].DNAT != *chosen.DNAT || res.Outcomes[0].Probability != 1 {
+		t.Errorf("the same client's next connection: want only %s, got:\n%s", chosen.DNAT, res)
+	}
+	other := pkt(tcp, "198.18.129.6", "198.19.0.11", 80, "veth1")
+	if res, err := rs.Trace(other, h); err != nil || len(res.Outcomes) != 2 {
+		t.Errorf("another client: want 2 outcomes, got %v:\n%s", err, res)
+	}
+	// The remembered real server drains (weight 0): scheduled anew.
+	h.IPVS = append([]trace.IPVSService(nil), h.IPVS...)
+	h.IPVS[1].Reals = append([]trace.IPVSReal(nil), h.IPVS[1].Reals...)
+	h.IPVS[1].Reals[2].Weight = 0
+	if res, err := rs.Trace(p, h); err != nil || len(res.Outcomes) != 1 || res.Outcomes[0].DNAT.String() != "198.18.129.21:8080" {
+		t.Errorf("remembered real server draining: want 198.18.129.21:8080, got %v:\n%s", err, res)
+	}
+	for _, bad := range []string{"ipvs persistence template: TCP 198.19.0.11:80", "ipvs persistence template: TCP x client 1.2.3.4 -> 1.2.3.5:80"} {
+		if err := rs.Remember(trace.Outcome{AffinityUpdates: []string{bad}}); err == nil {
+			t.Errorf("Remember(%q) took it", bad)
+		}
+	}
+}

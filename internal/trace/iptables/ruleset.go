@@ -34,6 +34,9 @@ type Ruleset struct {
 	// recent holds the xt_recent lists (by --name) with their addresses,
 	// already masked.
 	recent map[string]map[netip.Addr]bool
+	// persist holds the IPVS persistence templates Remember recorded
+	// (ipvs.go): a client's real server per persistent virtual server.
+	persist map[persistKey]netip.AddrPort
 }
 
 // Limits bound one trace. The kernel refuses rulesets whose chains loop, so
@@ -114,11 +117,23 @@ func (r *Ruleset) AddRecent(list string, a netip.Addr) {
 }
 
 // Remember applies an outcome's affinity updates (its "-m recent --set"
-// operations) to the ruleset, so that a following trace from the same
+// operations, and the IPVS persistence templates of ipvs mode) to the
+// ruleset, so that a following trace from the same
 // source sticks to the same endpoint, as the kernel's recent lists make it
 // (until --seconds pass, which the tracer does not model).
 func (r *Ruleset) Remember(o trace.Outcome) error {
 	for _, u := range o.AffinityUpdates {
+		if strings.HasPrefix(u, persistPrefix) {
+			k, to, err := parsePersistUpdate(u)
+			if err != nil {
+				return err
+			}
+			if r.persist == nil {
+				r.persist = map[persistKey]netip.AddrPort{}
+			}
+			r.persist[k] = to
+			continue
+		}
 		rest, ok := strings.CutPrefix(u, "echo +")
 		addr, list, ok2 := strings.Cut(rest, " > /proc/net/xt_recent/")
 		a, err := netip.ParseAddr(addr)

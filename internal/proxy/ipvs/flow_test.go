@@ -1,0 +1,108 @@
+package ipvs
+
+// Packet-flow tests: the shared table of package flowtest (the address
+// plan is at the top of its snapshot.go), rendered by this package and
+// followed through the iptables tracer, which walks ipvs mode: the
+// iptables rules with their ipset matches, then the IPVS table.
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/trace"
+	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
+)
+
+// flowFamily is one family's rendered state loaded for the tracer: the
+// iptables rules, and what ipvs mode adds to the host (ipsets, virtual
+// servers, kube-ipvs0's addresses).
+type flowFamily struct {
+	rules *iptrace.Ruleset
+	host  trace.Host
+}
+
+// flowTracer is ipvs mode's flowtest.Tracer: one family each.
+type flowTracer map[v1.IPFamily]*flowFamily
+
+// Trace adds the family's ipsets, IPVS table and kube-ipvs0 addresses to
+// the node flowtest describes.
+func (ft flowTracer) Trace(p trace.Packet, h trace.Host) (*trace.Result, error) {
+	f := ft[model.FamilyOf(p.Dst)]
+	h.LocalAddrs = append(slices.Clone(h.LocalAddrs), f.host.LocalAddrs...)
+	h.IPSets = f.host.IPSets
+	h.IPVS = f.host.IPVS
+	return f.rules.Trace(p, h)
+}
+
+func (ft flowTracer) Remember(o trace.Outcome) error {
+	if o.DNAT == nil {
+		return errors.New("an outcome without DNAT records no affinity")
+	}
+	return ft[model.FamilyOf(o.DNAT.Addr())].rules.Remember(o)
+}
+
+// flowAdapter is ipvs mode's flowtest.Adapter: Render of both families
+// for a fresh node with the snapshot's configuration, the iptables part
+// restored into a fresh tracer ruleset (--noflush, as the proxier loads
+// it), the ipsets and virtual servers handed to the tracer as the host's.
+func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
+	t.Helper()
+	out := flowTracer{}
+	for _, f := range flowtest.Families {
+		d, err := Render(flowRenderConfig(f, s), s.States[f], s.Node, Host{Addrs: s.LocalAddrs})
+		if err != nil {
+			t.Fatalf("%s render: %v", f, err)
+		}
+		rs := &iptrace.Ruleset{}
+		if err := rs.Apply(d.IPTables, true); err != nil {
+			t.Fatalf("%s rules do not load: %v\n%s", f, err, d.IPTables)
+		}
+		ff := &flowFamily{rules: rs, host: trace.Host{IPSets: d.TraceSets(), IPVS: d.TraceServices()}}
+		// kube-ipvs0's addresses are local; so is every virtual server's
+		// (a node address for a NodePort, already in the snapshot's).
+		ff.host.LocalAddrs = append(ff.host.LocalAddrs, d.Addresses...)
+		for _, vs := range ff.host.IPVS {
+			ff.host.LocalAddrs = append(ff.host.LocalAddrs, vs.Addr.Addr())
+		}
+		out[f] = ff
+	}
+	return out
+}
+
+// flowRenderConfig is the configuration cmd/kproxy builds (ipvsRenderConfig)
+// from upstream's defaults changed by a flowtest configuration.
+func flowRenderConfig(f v1.IPFamily, s *flowtest.Snapshot) *RenderConfig {
+	c := s.Config
+	rc := &RenderConfig{
+		Family:        f,
+		NodeName:      s.Node.Name,
+		MasqueradeBit: 14,
+		MasqueradeAll: c.MasqueradeAll,
+		LocalDetect: localdetect.Config{
+			Mode:                c.DetectLocalMode,
+			Family:              f,
+			BridgeInterface:     c.BridgeInterface,
+			InterfaceNamePrefix: c.InterfaceNamePrefix,
+		},
+		NodePortAddresses: c.NodePortAddresses,
+	}
+	for _, p := range c.ClusterCIDRs {
+		if model.FamilyOf(p.Addr()) == f {
+			rc.LocalDetect.ClusterCIDRs = append(rc.LocalDetect.ClusterCIDRs, p)
+		}
+	}
+	// c.ServiceCIDRs: ipvs mode does not use them, as upstream.
+	// c.NoLocalhostNodePorts: ipvs mode never serves node ports on
+	// loopback, as upstream.
+	return rc
+}
+
+func TestPacketFlow(t *testing.T) {
+	flowtest.Run(t, flowtest.IPVS, flowAdapter)
+}
