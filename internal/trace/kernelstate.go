@@ -74,3 +74,17 @@ func (h Host) FindIPVS(proto v1.Protocol, dst netip.AddrPort) *IPVSService {
 	}
 	return nil
 }
+
+// ProtocolOf is the protocol of an IP protocol number (IPVS's, the
+// packet's): TCP, UDP or SCTP; "" for any other.
+func ProtocolOf(n uint16) v1.Protocol {
+	switch n {
+	case 6:
+		return v1.ProtocolTCP
+	case 17:
+		return v1.ProtocolUDP
+	case 132:
+		return v1.ProtocolSCTP
+	}
+	return ""
+}

@@ -49,14 +49,12 @@ func TraceService(s ipvs.Service, reals []ipvs.Destination) trace.IPVSService {
 	return ts
 }
 
+
+// protocolName is the virtual server's protocol, its number when not one
+// of Kubernetes' (a foreign virtual server's).
 func protocolName(p uint16) v1.Protocol {
-	switch p {
-	case 6:
-		return v1.ProtocolTCP
-	case 17:
-		return v1.ProtocolUDP
-	case 132:
-		return v1.ProtocolSCTP
+	if name := trace.ProtocolOf(p); name != "" {
+		return name
 	}
 	return v1.Protocol(fmt.Sprint(p))
 }

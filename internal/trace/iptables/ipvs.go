@@ -43,18 +43,6 @@ const (
 	priIPVSOut = -99
 )
 
-func protoOf(n uint8) v1.Protocol {
-	switch n {
-	case 6:
-		return v1.ProtocolTCP
-	case 17:
-		return v1.ProtocolUDP
-	case 132:
-		return v1.ProtocolSCTP
-	}
-	return ""
-}
-
 // schedulerNote says how a scheduler picks, for the trace's report.
 func schedulerNote(name string) string {
 	switch name {
@@ -73,12 +61,12 @@ func schedulerNote(name string) string {
 // ipvs is IPVS's turn on the hook; done when the path ended.
 func (w *walker) ipvs(s *state, prio int) (bool, error) {
 	s.ti++
-	if len(w.h.IPVS) == 0 || s.ipvs != nil || protoOf(s.proto) == "" {
+	if len(w.h.IPVS) == 0 || s.ipvs != nil || trace.ProtocolOf(uint16(s.proto)) == "" {
 		return false, nil
 	}
-	vs := w.h.FindIPVS(protoOf(s.proto), netip.AddrPortFrom(s.dst, s.dport))
+	vs := w.h.FindIPVS(trace.ProtocolOf(uint16(s.proto)), netip.AddrPortFrom(s.dst, s.dport))
 	if vs == nil {
-		s.step("ipvs %s (priority %d): no virtual server for %s %s", s.hook, prio, protoOf(s.proto), netip.AddrPortFrom(s.dst, s.dport))
+		s.step("ipvs %s (priority %d): no virtual server for %s %s", s.hook, prio, trace.ProtocolOf(uint16(s.proto)), netip.AddrPortFrom(s.dst, s.dport))
 		return false, nil
 	}
 	s.ipvs = vs
