@@ -49,7 +49,6 @@ func TraceService(s ipvs.Service, reals []ipvs.Destination) trace.IPVSService {
 	return ts
 }
 
-
 // protocolName is the virtual server's protocol, its number when not one
 // of Kubernetes' (a foreign virtual server's).
 func protocolName(p uint16) v1.Protocol {
