@@ -182,7 +182,7 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, gap 
 	}
 	started := time.Now()
 	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
-	fs := waitFirstSync(tb, ns, proc, started, 15*time.Minute)
+	fs := waitFirstSync(tb, ns, proc, started, 15*time.Minute, 0)
 	res.TimeToFirstSync, res.FirstSyncSeconds, res.CPUToFirstSync = fs.TimeTo, fs.Seconds, fs.CPU
 	time.Sleep(wait(5 * time.Second))
 	res.RSSSteadyMiB = procStatusMiB(proc.Pid(), "VmRSS")

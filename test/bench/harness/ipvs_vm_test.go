@@ -27,7 +27,8 @@ var ipvsBenchModules = []string{
 // changes of the file-source run, at the service counts of
 // KPROXY_IPVS_BENCH (e.g. "1000,10000"; skipped without it: a
 // measurement, not part of the suite), plain ClusterIP services × 10
-// endpoints, KPROXY_IPVS_BENCH_REPS repetitions (default 3). The VM's CPU
+// endpoints, KPROXY_IPVS_BENCH_REPS repetitions (default 3),
+// KPROXY_IPVS_BENCH_CHANGES of each kind of change. The VM's CPU
 // is emulated (TCG): its figures compare with each other, not with the
 // host's. The report (markdown, then report.json's content) is in the
 // test's log: the guest cannot write to the host.
@@ -51,7 +52,7 @@ func TestIPVSBench(t *testing.T) {
 		defer func(d time.Duration) { vm.TestTimeout = d }(vm.TestTimeout)
 		vm.TestTimeout = 80 * time.Minute
 		env := []string{"KPROXY_IPVS_BENCH=" + spec, "KPROXY_IPVS_BENCH_KPROXY=" + kproxy}
-		for _, k := range []string{"KPROXY_IPVS_BENCH_REPS", "KPROXY_IPVS_BENCH_MODES"} {
+		for _, k := range []string{"KPROXY_IPVS_BENCH_REPS", "KPROXY_IPVS_BENCH_MODES", "KPROXY_IPVS_BENCH_CHANGES"} {
 			if v := os.Getenv(k); v != "" {
 				env = append(env, k+"="+v)
 			}
@@ -59,6 +60,8 @@ func TestIPVSBench(t *testing.T) {
 		vm.RunTestInVM(t, "^TestIPVSBench$", env...)
 		return
 	}
+	// Under emulation 10k services take minutes to read and program.
+	firstSyncLimit = 40 * time.Minute
 	cfg := Config{Mix: cluster.Plain, Seed: 1, Reps: 3, Modes: []string{"ipvs-legacy"}, FileSource: true,
 		Proxies: []Proxy{{Name: "kproxy", Bin: os.Getenv("KPROXY_IPVS_BENCH_KPROXY")}}}
 	for _, s := range strings.Split(spec, ",") {
@@ -70,6 +73,9 @@ func TestIPVSBench(t *testing.T) {
 	}
 	if r, err := strconv.Atoi(os.Getenv("KPROXY_IPVS_BENCH_REPS")); err == nil {
 		cfg.Reps = r
+	}
+	if n, err := strconv.Atoi(os.Getenv("KPROXY_IPVS_BENCH_CHANGES")); err == nil {
+		cfg.FileChanges = n // of each kind (default 5 flips, 3 of the others)
 	}
 	if m := os.Getenv("KPROXY_IPVS_BENCH_MODES"); m != "" {
 		cfg.Modes = strings.Split(m, ",")

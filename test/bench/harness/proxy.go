@@ -90,8 +90,9 @@ type firstSync struct {
 
 // waitFirstSync polls the proxy's /metrics until every family's sync
 // histogram has a sample and no new family has appeared for a while (see
-// window); within limit.
-func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, limit time.Duration) firstSync {
+// window), or, when families is not 0, until that many families synced;
+// within limit.
+func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, limit time.Duration, families int) firstSync {
 	client := framework.HTTPClientIn(ns)
 	deadline := time.Now().Add(limit)
 	seen := map[string]firstSync{}
@@ -129,7 +130,7 @@ func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, l
 			// about how long the next takes: wait as long again as the
 			// first took from the start, at least 3 s.
 			window := max(wait(3*time.Second), lastNew.Sub(started))
-			if len(seen) > 0 && time.Since(lastNew) > window {
+			if len(seen) > 0 && (time.Since(lastNew) > window || families > 0 && len(seen) >= families) {
 				var out firstSync
 				for _, f := range seen {
 					out.TimeTo = max(out.TimeTo, f.TimeTo)
