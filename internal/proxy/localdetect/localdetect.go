@@ -50,7 +50,7 @@ type Match struct {
 	Prefix    bool
 }
 
-// Resolve returns what c matches on: the cluster CIDRs of the family
+// Resolve returns what c matches on: the first cluster CIDR of the family
 // (ClusterCIDR, the default), the node's first pod CIDR of the family
 // (NodeCIDR; node nil: none known), the bridge interface or the interface
 // name prefix.
@@ -67,7 +67,13 @@ func Resolve(c Config, node *model.Node) Match {
 	case InterfaceNamePrefix:
 		return Match{Interface: c.InterfaceNamePrefix, Prefix: true}
 	default:
-		return Match{CIDRs: c.ClusterCIDRs}
+		// Upstream's detector takes the first cluster CIDR of the family
+		// (cidrs[0] in getLocalDetectors), in every mode.
+		cidrs := c.ClusterCIDRs
+		if len(cidrs) > 1 {
+			cidrs = cidrs[:1]
+		}
+		return Match{CIDRs: cidrs}
 	}
 }
 

@@ -44,8 +44,9 @@ func TestNewIPTables(t *testing.T) {
 	}
 }
 
-// Resolve is what every mode's detector is written from: the nftables
-// backend matches every CIDR it returns, iptables the first.
+// Resolve is what every mode's detector is written from. For ClusterCIDR
+// it is the family's first cluster CIDR, as upstream's getLocalDetectors
+// (cidrs[0]): a second one of the family is not local.
 func TestResolve(t *testing.T) {
 	node := &model.Node{Name: "node-a", PodCIDRs: []netip.Prefix{
 		netip.MustParsePrefix("198.18.129.0/24"), netip.MustParsePrefix("198.18.130.0/24"), netip.MustParsePrefix("fd00:18:1:a::/64")}}
@@ -56,8 +57,8 @@ func TestResolve(t *testing.T) {
 		node *model.Node
 		want Match
 	}{
-		{"cluster CIDRs, all of them", Config{Mode: ClusterCIDR, Family: model.IPv4, ClusterCIDRs: cidrs}, node, Match{CIDRs: cidrs}},
-		{"empty mode is ClusterCIDR", Config{Family: model.IPv4, ClusterCIDRs: cidrs}, nil, Match{CIDRs: cidrs}},
+		{"cluster CIDRs: the first of the family", Config{Mode: ClusterCIDR, Family: model.IPv4, ClusterCIDRs: cidrs}, node, Match{CIDRs: cidrs[:1]}},
+		{"empty mode is ClusterCIDR", Config{Family: model.IPv4, ClusterCIDRs: cidrs}, nil, Match{CIDRs: cidrs[:1]}},
 		{"node CIDR: the first of the family", Config{Mode: NodeCIDR, Family: model.IPv4}, node, Match{CIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.129.0/24")}}},
 		{"node CIDR, IPv6", Config{Mode: NodeCIDR, Family: model.IPv6}, node, Match{CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:18:1:a::/64")}}},
 		{"node CIDR, node unknown", Config{Mode: NodeCIDR, Family: model.IPv4}, nil, Match{}},

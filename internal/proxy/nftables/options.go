@@ -28,7 +28,8 @@ type Options struct {
 	MasqueradeAll bool
 
 	// LocalDetect is detectLocalMode with its inputs (Family is filled
-	// in from Family); every cluster CIDR of the family is matched.
+	// in from Family); for ClusterCIDR the family's first cluster CIDR is
+	// matched, as upstream.
 	LocalDetect localdetect.Config
 
 	// NodePortAddresses as configured (keywords and CIDRs, see package
