@@ -228,18 +228,20 @@ func ParseIPVSAdm(text string) ([]trace.IPVSService, error) {
 	return out, nil
 }
 
+// nextArg is the argument of option f[*i]: it moves *i on to it.
+func nextArg(f []string, i *int) (string, error) {
+	if *i+1 >= len(f) {
+		return "", fmt.Errorf("%s needs an argument", f[*i])
+	}
+	*i++
+	return f[*i], nil
+}
+
 func serviceOptions(svc *trace.IPVSService, f []string) error {
 	for i := 0; i < len(f); i++ {
-		arg := func() (string, error) {
-			if i+1 >= len(f) {
-				return "", fmt.Errorf("%s needs an argument", f[i])
-			}
-			i++
-			return f[i], nil
-		}
 		switch f[i] {
 		case "-s", "--scheduler":
-			v, err := arg()
+			v, err := nextArg(f, &i)
 			if err != nil {
 				return err
 			}
@@ -255,13 +257,13 @@ func serviceOptions(svc *trace.IPVSService, f []string) error {
 				i++
 			}
 		case "-b", "--sched-flags":
-			v, err := arg()
+			v, err := nextArg(f, &i)
 			if err != nil {
 				return err
 			}
 			svc.Flags = append(svc.Flags, strings.Split(v, ",")...)
 		case "-M", "--netmask", "--pe":
-			if _, err := arg(); err != nil {
+			if _, err := nextArg(f, &i); err != nil {
 				return err
 			}
 		case "-o", "--ops":
@@ -277,16 +279,9 @@ func realOptions(f []string) (trace.IPVSReal, error) {
 	r := trace.IPVSReal{Weight: 1, Method: "route"} // ipvsadm's defaults
 	seen := false
 	for i := 0; i < len(f); i++ {
-		arg := func() (string, error) {
-			if i+1 >= len(f) {
-				return "", fmt.Errorf("%s needs an argument", f[i])
-			}
-			i++
-			return f[i], nil
-		}
 		switch f[i] {
 		case "-r", "--real-server":
-			v, err := arg()
+			v, err := nextArg(f, &i)
 			if err != nil {
 				return r, err
 			}
@@ -295,7 +290,7 @@ func realOptions(f []string) (trace.IPVSReal, error) {
 			}
 			seen = true
 		case "-w", "--weight":
-			v, err := arg()
+			v, err := nextArg(f, &i)
 			if err != nil {
 				return r, err
 			}
@@ -309,7 +304,7 @@ func realOptions(f []string) (trace.IPVSReal, error) {
 		case "-i", "--ipip":
 			r.Method = "tunnel"
 		case "-x", "--u-threshold", "-y", "--l-threshold", "--tun-type", "--tun-port":
-			if _, err := arg(); err != nil {
+			if _, err := nextArg(f, &i); err != nil {
 				return r, err
 			}
 		case "--tun-nocsum", "--tun-csum", "--tun-remcsum":
