@@ -62,14 +62,8 @@ func ipvsMode(b xtables.Backend) proxyMode {
 			if err != nil {
 				return sb.String(), err
 			}
-			for _, bin := range []string{save4, save6} {
-				out, err := n.Exec(10*time.Second, bin)
-				if err != nil {
-					return sb.String(), err
-				}
-				sb.WriteString(out)
-			}
-			return sb.String(), nil
+			err = saveBoth(n, &sb, save4, save6)
+			return sb.String(), err
 		},
 		routesTo: ipvsRoutesTo,
 	}

@@ -53,17 +53,24 @@ func iptablesMode(b xtables.Backend) proxyMode {
 		iptables: true,
 		dump: func(n *netns.NS) (string, error) {
 			var sb strings.Builder
-			for _, bin := range []string{save4, save6} {
-				out, err := n.Exec(10*time.Second, bin)
-				if err != nil {
-					return sb.String(), err
-				}
-				sb.WriteString(out)
-			}
-			return sb.String(), nil
+			err := saveBoth(n, &sb, save4, save6)
+			return sb.String(), err
 		},
 		routesTo: iptablesRoutesTo,
 	}
+}
+
+// saveBoth appends what each save binary (IPv4's, then IPv6's) prints in
+// n to sb, stopping at the first that fails.
+func saveBoth(n *netns.NS, sb *strings.Builder, saves ...string) error {
+	for _, bin := range saves {
+		out, err := n.Exec(10*time.Second, bin)
+		if err != nil {
+			return err
+		}
+		sb.WriteString(out)
+	}
+	return nil
 }
 
 // iptablesRoutesTo reports whether an iptables-save dump sends traffic of
