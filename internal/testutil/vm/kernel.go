@@ -21,7 +21,10 @@ const DefaultCacheDir = "/var/cache/kproxy-vm"
 
 // Environment variables.
 const (
-	// EnvKernelDir overrides DefaultCacheDir/current.
+	// EnvCacheDir moves DefaultCacheDir, as it does for
+	// test/vm/prepare.sh.
+	EnvCacheDir = "KPROXY_VM_CACHE"
+	// EnvKernelDir overrides <cache dir>/current.
 	EnvKernelDir = "KPROXY_VM_KERNEL_DIR"
 	// EnvAccel forces "kvm" or "tcg".
 	EnvAccel = "KPROXY_VM_ACCEL"
@@ -52,7 +55,11 @@ func (k *Kernel) ModulesDir() string { return filepath.Join(k.Dir, "lib/modules"
 func FindKernel() (*Kernel, error) {
 	dir := os.Getenv(EnvKernelDir)
 	if dir == "" {
-		dir = filepath.Join(DefaultCacheDir, "current")
+		cache := os.Getenv(EnvCacheDir)
+		if cache == "" {
+			cache = DefaultCacheDir
+		}
+		dir = filepath.Join(cache, "current")
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {

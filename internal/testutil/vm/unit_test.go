@@ -356,3 +356,34 @@ func TestSplitSuite(t *testing.T) {
 		}
 	}
 }
+
+// FindKernel looks where test/vm/prepare.sh put the kernel: under
+// KPROXY_VM_CACHE when that is set, as the script does.
+func TestFindKernelCacheDir(t *testing.T) {
+	cache := t.TempDir()
+	rel := filepath.Join(cache, "6.1.0-test")
+	if err := os.MkdirAll(filepath.Join(rel, "lib/modules/6.1.0-test"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"vmlinuz", "lib/modules/6.1.0-test/modules.dep"} {
+		if err := os.WriteFile(filepath.Join(rel, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("6.1.0-test", filepath.Join(cache, "current")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvKernelDir, "")
+	t.Setenv(EnvCacheDir, cache)
+	k, err := FindKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Dir != rel || k.Release != "6.1.0-test" {
+		t.Errorf("FindKernel = %+v, want the release in %s", k, cache)
+	}
+	t.Setenv(EnvCacheDir, filepath.Join(cache, "nothing"))
+	if _, err := FindKernel(); err == nil || !strings.Contains(err.Error(), "prepare.sh") {
+		t.Errorf("no kernel in the cache: %v", err)
+	}
+}
