@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kproxy/kproxy/test/bench/cluster"
 	"github.com/kproxy/kproxy/test/e2e/framework"
@@ -37,6 +38,21 @@ func buildKproxy(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return kproxy
+}
+
+// runConfig validates cfg and runs it, its progress in t's log; the
+// caller judges the report's Errors.
+func runConfig(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tb := NewTB(context.Background(), testLog{t}, t.Name())
+	var r *Report
+	if err := tb.Scope("run", func(tb *TB) { r = Run(tb, cfg) }); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestShortRun is the benchmark at 100 services, one repetition, kproxy
@@ -71,15 +87,9 @@ func TestShortRun(t *testing.T) {
 		Services: []int{100}, Mix: cluster.Realistic, Seed: 1, Modes: []string{"nftables"}, Reps: 1,
 		Proxies:    []Proxy{{Name: "kproxy", Bin: kproxy}, {Name: "upstream", Bin: upstream}},
 		FileSource: true, APIServer: true, DataPlane: true, Changes: 2, FileChanges: 1, Quick: true,
+		Soak: 40, SoakFor: 4 * time.Second, SoakProxies: []string{"kproxy"},
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	tb := NewTB(context.Background(), testLog{t}, t.Name())
-	var r *Report
-	if err := tb.Scope("run", func(tb *TB) { r = Run(tb, cfg) }); err != nil {
-		t.Fatal(err)
-	}
+	r := runConfig(t, cfg)
 	if len(r.Errors) > 0 {
 		t.Fatalf("runs failed: %v", r.Errors)
 	}
@@ -124,6 +134,13 @@ func TestShortRun(t *testing.T) {
 		}
 	}
 
+	if len(r.Soak) != 1 {
+		t.Fatalf("%d soak results, want kproxy's", len(r.Soak))
+	}
+	if s := r.Soak[0]; s.Changes != cfg.Soak || s.RSSSettledMiB <= 0 || s.RSSEndMiB <= 0 || s.HeapEndMiB <= 0 || s.NPLs <= 0 || s.Syncs <= 0 || len(s.Samples) < 2 {
+		t.Errorf("soak: a figure is missing: %+v", s)
+	}
+
 	out := t.TempDir()
 	if err := WriteReport(out, r); err != nil {
 		t.Fatal(err)
@@ -139,6 +156,9 @@ func TestShortRun(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out, "report.md"))
 	if err != nil || !strings.Contains(string(md), "| time to first sync (s) |") || !strings.Contains(string(md), "| 100 (") {
 		t.Errorf("report.md lacks the tables (%v):\n%s", err, md)
+	}
+	if data, err := os.ReadFile(filepath.Join(out, "soak.svg")); err != nil || xml.Unmarshal(data, new(struct{})) != nil || !strings.Contains(string(data), "<polyline") {
+		t.Errorf("soak plot missing or not an SVG with a line (%v)", err)
 	}
 	for _, name := range []string{"sync", "cpu", "npl", "memory", "connect", "file-sync"} {
 		data, err := os.ReadFile(filepath.Join(out, name+".svg"))

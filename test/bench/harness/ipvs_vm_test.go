@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"slices"
@@ -80,14 +79,7 @@ func TestIPVSBench(t *testing.T) {
 	if m := os.Getenv("KPROXY_IPVS_BENCH_MODES"); m != "" {
 		cfg.Modes = strings.Split(m, ",")
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	tb := NewTB(context.Background(), testLog{t}, t.Name())
-	var r *Report
-	if err := tb.Scope("run", func(tb *TB) { r = Run(tb, cfg) }); err != nil {
-		t.Fatal(err)
-	}
+	r := runConfig(t, cfg)
 	if len(r.Errors) > 0 {
 		t.Errorf("runs failed: %v", r.Errors)
 	}

@@ -67,6 +67,11 @@ func WriteReport(dir string, r *Report) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	if len(r.Soak) > 0 {
+		if err := os.WriteFile(filepath.Join(dir, "soak.svg"), []byte(soakSVG(r.Soak)), 0o644); err != nil {
+			return err
+		}
+	}
 	for name, p := range plots(r) {
 		if len(p.series) == 0 {
 			continue
@@ -166,6 +171,14 @@ func changeSyncs(kind string, total bool) func(FileResult) []float64 {
 	}
 }
 
+// msBound is a histogram bound in ms ("> last bucket" for +Inf).
+func msBound(s float64) string {
+	if math.IsInf(s, 1) {
+		return "beyond the last bucket"
+	}
+	return fmt.Sprintf("≤ %.0f", s*1000)
+}
+
 // Markdown writes the tables.
 func Markdown(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "Run %s – %s on %s; mix %s, seed %d, %d repetition(s).\n\n", r.Started.Format("2006-01-02 15:04"), r.Ended.Format("15:04 UTC"), r.Machine, r.Config.Mix, r.Config.Seed, r.Config.Reps)
@@ -215,6 +228,22 @@ func Markdown(w io.Writer, r *Report) {
 				fmt.Fprintln(w)
 			}
 		}
+	}
+	if len(r.Soak) > 0 {
+		fmt.Fprintf(w, "#### Soak against kube-apiserver\n\n")
+		fmt.Fprintf(w, "Settled: 30 s after the first sync; end: 30 s after the last change.\n\n")
+		fmt.Fprintf(w, "| proxy | mode | services (endpoints) | changes over s | RSS settled (MiB) | RSS max (MiB) | RSS end (MiB) | end / settled | heap settled → end (MiB) | peak RSS at the end (MiB) | syncs | CPU s | latency mean / p99 (ms) |\n")
+		fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Soak {
+			ratio := "—"
+			if s.RSSSettledMiB > 0 {
+				ratio = fmt.Sprintf("%.2f", s.RSSEndMiB/s.RSSSettledMiB)
+			}
+			fmt.Fprintf(w, "| %s | %s | %d (%d) | %d over %.0f | %.0f | %.0f | %.0f | %s | %.0f → %.0f | %.0f | %.0f | %.1f | %.0f / %s |\n",
+				s.Proxy, s.Mode, s.Services, s.Endpoints, s.Changes, s.Seconds, s.RSSSettledMiB, s.RSSMaxMiB, s.RSSEndMiB, ratio,
+				s.HeapSettledMiB, s.HeapEndMiB, s.RSSPeakEndMiB, s.Syncs, s.CPUSeconds, s.NPLMean*1000, msBound(s.NPLP99))
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.File) > 0 {
 		fmt.Fprintf(w, "#### kproxy with the file source, in a fresh network namespace\n\n")

@@ -38,6 +38,12 @@ type Config struct {
 	// settling before RSS is read, the rest between changes) to a third:
 	// for the test that keeps the harness working, not for figures.
 	Quick bool `json:"quick,omitempty"`
+	// Soak, when not zero, makes that many endpoint changes over SoakFor
+	// against the API server, after the repetitions, for each proxy named
+	// in SoakProxies (all when empty), in the first mode.
+	Soak        int           `json:"soak,omitempty"`
+	SoakFor     time.Duration `json:"soakFor,omitempty"`
+	SoakProxies []string      `json:"soakProxies,omitempty"`
 }
 
 // Report is what a run measured; WriteReport writes it.
@@ -48,6 +54,7 @@ type Report struct {
 	Machine string       `json:"machine"`
 	File    []FileResult `json:"file,omitempty"`
 	API     []APIResult  `json:"api,omitempty"`
+	Soak    []SoakResult `json:"soak,omitempty"`
 	// Errors are runs that failed (the others still count).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -69,6 +76,19 @@ func (cfg *Config) Validate() error {
 	for _, p := range cfg.Proxies {
 		if _, err := os.Stat(p.Bin); err != nil {
 			errs = append(errs, fmt.Sprintf("proxy %s: %v", p.Name, err))
+		}
+	}
+	if cfg.Soak > 0 {
+		if !cfg.APIServer || len(cfg.Modes) == 0 {
+			errs = append(errs, "a soak runs against the API server: it needs the apiserver measurement and a mode")
+		}
+		if cfg.SoakFor <= 0 {
+			errs = append(errs, "a soak needs a duration")
+		}
+		for _, name := range cfg.SoakProxies {
+			if !slices.ContainsFunc(cfg.Proxies, func(p Proxy) bool { return p.Name == name }) {
+				errs = append(errs, fmt.Sprintf("soak proxy %q is not one of the proxies", name))
+			}
 		}
 	}
 	if !cfg.FileSource && !cfg.APIServer {
@@ -153,6 +173,18 @@ func Run(tb *TB, cfg Config) *Report {
 							}))
 						}
 					}
+				}
+				for _, p := range cfg.Proxies {
+					if cfg.Soak == 0 || (len(cfg.SoakProxies) > 0 && !slices.Contains(cfg.SoakProxies, p.Name)) {
+						continue
+					}
+					if tb.Context().Err() != nil {
+						return
+					}
+					tb.Logf("[API server] %d services, %s %s: soak of %d changes over %s", n, p.Name, cfg.Modes[0], cfg.Soak, cfg.SoakFor)
+					fail(tb.Scope(fmt.Sprintf("soak-%s-%s", p.Name, cfg.Modes[0]), func(tb *TB) {
+						r.Soak = append(r.Soak, a.runSoak(tb, p, cfg.Modes[0], cfg.Soak, cfg.SoakFor))
+					}))
 				}
 			}))
 		}

@@ -130,6 +130,50 @@ func (p plot) svg() string {
 	return b.String()
 }
 
+// soakSVG draws each soak's RSS against the seconds since its first
+// change: one line per proxy and mode, x and y linear from 0.
+func soakSVG(soaks []SoakResult) string {
+	const w, h, left, right, top, bottom = 720, 420, 70, 230, 40, 50
+	pw, ph := float64(w-left-right), float64(h-top-bottom)
+	xmax, ymax := 1.0, 1.0
+	for _, s := range soaks {
+		ymax = math.Max(ymax, s.RSSSettledMiB)
+		for _, x := range s.Samples {
+			xmax, ymax = math.Max(xmax, x.Seconds), math.Max(ymax, x.RSSMiB)
+		}
+	}
+	xmax, ymax = niceCeil(xmax), niceCeil(ymax*1.05)
+	xpos := func(v float64) float64 { return float64(left) + pw*v/xmax }
+	ypos := func(v float64) float64 { return float64(top) + ph*(1-v/ymax) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15">RSS during the soak (dotted: settled after the first sync)</text>`+"\n", left)
+	for i := 0; i <= 5; i++ {
+		y, x := ypos(ymax*float64(i)/5), xpos(xmax*float64(i)/5)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, float64(left)+pw, y, y)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, trimFloat(ymax*float64(i)/5))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, h-bottom+18, trimFloat(xmax*float64(i)/5))
+	}
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">seconds since the first change</text>`+"\n", float64(left)+pw/2, h-12)
+	fmt.Fprintf(&b, `<text transform="translate(16,%.1f) rotate(-90)" text-anchor="middle">RSS (MiB)</text>`+"\n", float64(top)+ph/2)
+	for i, s := range soaks {
+		color := palette[i%len(palette)]
+		var pts []string
+		for _, x := range s.Samples {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xpos(x.Seconds), ypos(x.RSSMiB)))
+		}
+		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="2,3"/>`+"\n", left, float64(left)+pw, ypos(s.RSSSettledMiB), ypos(s.RSSSettledMiB), color)
+		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), color)
+		ly := top + 10 + 20*i
+		name := s.Proxy + " " + s.Mode
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", w-right+15, w-right+40, ly, ly, color)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", w-right+46, ly+4, html.EscapeString(name))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
 func niceCeil(v float64) float64 {
 	e := math.Pow(10, math.Floor(math.Log10(v)))
 	for _, m := range []float64{1, 2, 2.5, 5, 10} {

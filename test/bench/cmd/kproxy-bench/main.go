@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kproxy/kproxy/test/bench/cluster"
 	"github.com/kproxy/kproxy/test/bench/harness"
@@ -43,6 +44,9 @@ func run() int {
 	changeGap := fs.Duration("change-gap", 0, "rest between API server changes, from one change programmed to the next made (0: 3 s, a proxy at rest)")
 	fileChanges := fs.Int("file-changes", 0, "how many of each single change a file-source run makes (0: 5 endpoint flips, 3 of each other kind)")
 	what := fs.String("measure", "file,apiserver,dataplane", "what to measure: file (kproxy, file source), apiserver (side by side), dataplane (connects, in the API server runs)")
+	soak := fs.Int("soak", 0, "after the API server runs, make this many endpoint changes at a steady rate with each soak proxy, sampling its memory (0: no soak)")
+	soakFor := fs.Duration("soak-for", 10*time.Minute, "how long the soak's changes are spread over")
+	soakProxies := fs.String("soak-proxies", "", "proxies that soak, comma-separated (default: all)")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -51,7 +55,8 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "kproxy-bench: run as root (it creates network namespaces)")
 		return 2
 	}
-	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, ChangeGap: *changeGap, Modes: split(*modes)}
+	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, ChangeGap: *changeGap, Modes: split(*modes),
+		Soak: *soak, SoakFor: *soakFor, SoakProxies: split(*soakProxies)}
 	var errs []error
 	for _, s := range split(*services) {
 		n, err := strconv.Atoi(s)
