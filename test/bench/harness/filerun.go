@@ -109,7 +109,22 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 	}
 	fs := waitFirstSync(tb, ns, proc, started, limit, families)
 	res.TimeToFirstSync = fs.TimeTo
-	syncs, off := readSyncs(proc.Log, 0)
+	// The metrics can run ahead of the log's last lines: wait (a few
+	// seconds at most) until the log holds every family's full sync.
+	var syncs []Sync
+	var off int64
+	for logDeadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		syncs, off = readSyncs(proc.Log, 0)
+		full := 0
+		for _, s := range syncs {
+			if s.Full {
+				full++
+			}
+		}
+		if full >= families || time.Now().After(logDeadline) {
+			break
+		}
+	}
 	for _, s := range syncs {
 		if s.Full {
 			res.FirstSync = addSync(res.FirstSync, s)
@@ -141,7 +156,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 		limit := time.Minute + time.Duration(res.Services)*20*time.Millisecond
 		deadline := time.Now().Add(limit)
 		var syncedAt time.Time
-		for time.Now().Before(deadline) {
+		for time.Now().Before(deadline) && tb.Context().Err() == nil {
 			time.Sleep(50 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Second)
 			m, err := scrape(ctx, client, metricsURL)
@@ -156,6 +171,12 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 			if !syncedAt.IsZero() && time.Since(syncedAt) > 1500*time.Millisecond {
 				break
 			}
+		}
+		if tb.Context().Err() != nil {
+			// Interrupted: keep the figures so far (the run's report
+			// says it was interrupted).
+			res.Error = "interrupted"
+			return false
 		}
 		if syncedAt.IsZero() {
 			res.Error = fmt.Sprintf("no sync within %s of the change %q", limit, ch.Name)

@@ -291,3 +291,58 @@ func Markdown(w io.Writer, r *Report) {
 		}
 	}
 }
+
+// Merge joins reports of separate runs (say 1k and 10k side by side, a
+// soak, the file source at 50k) into one, for one set of tables and
+// plots: their results in order, the union of their service counts,
+// modes and proxies (by name, the first one's binary), the earliest start
+// and the latest end. Config's other fields are the first report's.
+func Merge(reports ...*Report) *Report {
+	if len(reports) == 0 {
+		return &Report{}
+	}
+	out := &Report{Config: reports[0].Config, Started: reports[0].Started, Ended: reports[0].Ended, Machine: reports[0].Machine}
+	out.Config.Services, out.Config.Modes, out.Config.Proxies = nil, nil, nil
+	for _, r := range reports {
+		for _, n := range r.Config.Services {
+			if !slices.Contains(out.Config.Services, n) {
+				out.Config.Services = append(out.Config.Services, n)
+			}
+		}
+		for _, m := range r.Config.Modes {
+			if !slices.Contains(out.Config.Modes, m) {
+				out.Config.Modes = append(out.Config.Modes, m)
+			}
+		}
+		for _, p := range r.Config.Proxies {
+			if !slices.ContainsFunc(out.Config.Proxies, func(q Proxy) bool { return q.Name == p.Name }) {
+				out.Config.Proxies = append(out.Config.Proxies, p)
+			}
+		}
+		if r.Started.Before(out.Started) {
+			out.Started = r.Started
+		}
+		if r.Ended.After(out.Ended) {
+			out.Ended = r.Ended
+		}
+		out.File = append(out.File, r.File...)
+		out.API = append(out.API, r.API...)
+		out.Soak = append(out.Soak, r.Soak...)
+		out.Errors = append(out.Errors, r.Errors...)
+	}
+	slices.Sort(out.Config.Services)
+	return out
+}
+
+// ReadReport reads a report.json.
+func ReadReport(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}

@@ -2,8 +2,10 @@ package harness
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStat(t *testing.T) {
@@ -104,5 +106,27 @@ func TestSoakReport(t *testing.T) {
 	svg := soakSVG(r.Soak)
 	if !strings.Contains(svg, "<polyline points=") || strings.Count(svg, ",") < 3 || !strings.Contains(svg, "kproxy nftables") {
 		t.Errorf("soak plot:\n%s", svg)
+	}
+}
+
+func TestMerge(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
+	a := &Report{Config: Config{Services: []int{10000}, Modes: []string{"nftables"}, Proxies: []Proxy{{Name: "kproxy", Bin: "/a"}, {Name: "upstream", Bin: "/u"}}, Reps: 2},
+		Started: t0, Ended: t0.Add(time.Hour), API: []APIResult{{Services: 10000}}, Soak: []SoakResult{{Services: 10000}}}
+	b := &Report{Config: Config{Services: []int{1000, 50000}, Modes: []string{"nftables", "iptables-nft"}, Proxies: []Proxy{{Name: "kproxy", Bin: "/b"}}},
+		Started: t0.Add(-time.Hour), Ended: t0.Add(30 * time.Minute), File: []FileResult{{Services: 50000}}, Errors: []string{"x"}}
+	m := Merge(a, b)
+	if !slices.Equal(m.Config.Services, []int{1000, 10000, 50000}) || !slices.Equal(m.Config.Modes, []string{"nftables", "iptables-nft"}) ||
+		len(m.Config.Proxies) != 2 || m.Config.Proxies[0].Bin != "/a" || m.Config.Reps != 2 {
+		t.Errorf("config: %+v", m.Config)
+	}
+	if !m.Started.Equal(t0.Add(-time.Hour)) || !m.Ended.Equal(t0.Add(time.Hour)) {
+		t.Errorf("span %s – %s", m.Started, m.Ended)
+	}
+	if len(m.API) != 1 || len(m.File) != 1 || len(m.Soak) != 1 || len(m.Errors) != 1 {
+		t.Errorf("results: %d API, %d file, %d soak, %d errors", len(m.API), len(m.File), len(m.Soak), len(m.Errors))
+	}
+	if len(a.Config.Services) != 1 {
+		t.Errorf("Merge changed its input: %v", a.Config.Services)
 	}
 }

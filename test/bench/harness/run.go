@@ -44,6 +44,9 @@ type Config struct {
 	Soak        int           `json:"soak,omitempty"`
 	SoakFor     time.Duration `json:"soakFor,omitempty"`
 	SoakProxies []string      `json:"soakProxies,omitempty"`
+	// SoakProfile, when set, is a directory for a 30 s CPU profile of
+	// each soaking proxy, taken in the middle of its soak.
+	SoakProfile string `json:"soakProfile,omitempty"`
 }
 
 // Report is what a run measured; WriteReport writes it.
@@ -183,7 +186,7 @@ func Run(tb *TB, cfg Config) *Report {
 					}
 					tb.Logf("[API server] %d services, %s %s: soak of %d changes over %s", n, p.Name, cfg.Modes[0], cfg.Soak, cfg.SoakFor)
 					fail(tb.Scope(fmt.Sprintf("soak-%s-%s", p.Name, cfg.Modes[0]), func(tb *TB) {
-						r.Soak = append(r.Soak, a.runSoak(tb, p, cfg.Modes[0], cfg.Soak, cfg.SoakFor))
+						r.Soak = append(r.Soak, a.runSoak(tb, p, cfg.Modes[0], cfg.Soak, cfg.SoakFor, cfg.SoakProfile))
 					}))
 				}
 			}))

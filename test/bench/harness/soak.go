@@ -2,7 +2,12 @@ package harness
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +61,21 @@ type SoakSample struct {
 // then writes changes endpoint flips evenly over d (they do not wait for
 // each other to be programmed), sampling memory every 10 s, and reads
 // memory again 30 s after the last one.
-func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.Duration) SoakResult {
+//
+// With profileDir set, the proxy runs with --profiling (both proxies
+// serve /debug/pprof on the metrics address then) and a 30 s CPU profile
+// taken from the middle of the soak is written there as
+// soak-PROXY-MODE.pprof.
+func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.Duration, profileDir string) SoakResult {
 	c := a.c
 	res := SoakResult{Services: len(c.Services), Endpoints: c.Endpoints(), Proxy: p.Name, Mode: mode}
 	ns := framework.AddNamespace(tb, "kpe2e-bsoak")
 	a.cp.ConnectNamespace(tb, ns)
-	argv, err := p.argv(tb, mode, c.LocalNode().Name, 2, "--kubeconfig", a.cp.Kubeconfig(tb, "system:kube-proxy"))
+	extra := []string{"--kubeconfig", a.cp.Kubeconfig(tb, "system:kube-proxy")}
+	if profileDir != "" {
+		extra = append(extra, "--profiling")
+	}
+	argv, err := p.argv(tb, mode, c.LocalNode().Name, 2, extra...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -88,6 +102,25 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 
 	interval := d / time.Duration(max(changes, 1))
 	start := time.Now()
+	profiled := make(chan struct{})
+	if profileDir != "" {
+		go func() {
+			defer close(profiled)
+			time.Sleep(d/2 - 15*time.Second)
+			path := filepath.Join(profileDir, "soak-"+p.Name+"-"+mode+".pprof")
+			// The metrics client gives up after seconds; the profile
+			// takes 30.
+			slow := *client
+			slow.Timeout = 2 * time.Minute
+			if err := fetchTo(tb.Context(), &slow, "http://"+metricsListen+"/debug/pprof/profile?seconds=30", path); err != nil {
+				tb.Logf("  %s %s soak: no CPU profile: %v", p.Name, mode, err)
+			} else {
+				tb.Logf("  %s %s soak: CPU profile of 30 s in %s", p.Name, mode, path)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
 	nextSample := start
 	sample := func(made int) {
 		s := SoakSample{Seconds: time.Since(start).Seconds(), Changes: made, RSSMiB: procStatusMiB(proc.Pid(), "VmRSS"), HeapMiB: heap()}
@@ -122,6 +155,7 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
+	<-profiled
 	sample(res.Changes)
 	time.Sleep(wait(30 * time.Second))
 	sample(res.Changes)
@@ -148,6 +182,27 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 		tb.Logf("stopping %s: %v", p.Name, err)
 	}
 	return res
+}
+
+// fetchTo writes what url answers to path.
+func fetchTo(ctx context.Context, client *http.Client, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // histQuantile is the upper bound of the bucket of histogram name holding

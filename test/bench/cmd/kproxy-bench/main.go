@@ -47,9 +47,30 @@ func run() int {
 	soak := fs.Int("soak", 0, "after the API server runs, make this many endpoint changes at a steady rate with each soak proxy, sampling its memory (0: no soak)")
 	soakFor := fs.Duration("soak-for", 10*time.Minute, "how long the soak's changes are spread over")
 	soakProxies := fs.String("soak-proxies", "", "proxies that soak, comma-separated (default: all)")
+	soakProfile := fs.Bool("soak-profile", false, "run soaking proxies with --profiling and write a 30 s CPU profile from the middle of each soak into --out")
+	merge := fs.String("merge", "", "measure nothing: join these report.json files, comma-separated, into one report in --out (no root needed)")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *merge != "" {
+		var reports []*harness.Report
+		for _, path := range split(*merge) {
+			r, err := harness.ReadReport(path)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kproxy-bench: --merge: %v\n", err)
+				return 2
+			}
+			reports = append(reports, r)
+		}
+		r := harness.Merge(reports...)
+		if err := harness.WriteReport(*out, r); err != nil {
+			fmt.Fprintf(os.Stderr, "kproxy-bench: writing the report: %v\n", err)
+			return 1
+		}
+		harness.Markdown(os.Stdout, r)
+		fmt.Fprintf(os.Stderr, "kproxy-bench: merged report in %s\n", *out)
+		return 0
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "kproxy-bench: run as root (it creates network namespaces)")
@@ -57,6 +78,13 @@ func run() int {
 	}
 	cfg := harness.Config{Mix: cluster.Mix(*mix), Seed: *seed, Reps: *reps, Changes: *changes, FileChanges: *fileChanges, ChangeGap: *changeGap, Modes: split(*modes),
 		Soak: *soak, SoakFor: *soakFor, SoakProxies: split(*soakProxies)}
+	if *soakProfile {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "kproxy-bench: %v\n", err)
+			return 2
+		}
+		cfg.SoakProfile = *out
+	}
 	var errs []error
 	for _, s := range split(*services) {
 		n, err := strconv.Atoi(s)
