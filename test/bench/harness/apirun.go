@@ -174,15 +174,7 @@ func (a *apiCluster) update(ctx context.Context, o any) error {
 func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, gap time.Duration, dataPlane bool) APIResult {
 	c := a.c
 	res := APIResult{Services: len(c.Services), Endpoints: c.Endpoints(), Mix: string(c.Opts.Mix), Proxy: p.Name, Mode: mode, Rep: rep}
-	ns := framework.AddNamespace(tb, "kpe2e-bapi")
-	a.cp.ConnectNamespace(tb, ns)
-	argv, err := p.argv(tb, mode, c.LocalNode().Name, 2, "--kubeconfig", a.cp.Kubeconfig(tb, "system:kube-proxy"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	started := time.Now()
-	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
-	fs := waitFirstSync(tb, ns, proc, started, 15*time.Minute, 0)
+	ns, proc, fs := a.startProxy(tb, p, mode, "kpe2e-bapi")
 	res.TimeToFirstSync, res.FirstSyncSeconds, res.CPUToFirstSync = fs.TimeTo, fs.Seconds, fs.CPU
 	time.Sleep(wait(5 * time.Second))
 	res.RSSSteadyMiB = procStatusMiB(proc.Pid(), "VmRSS")
@@ -237,13 +229,34 @@ func (a *apiCluster) runAPI(tb *TB, p Proxy, mode string, rep, changes int, gap 
 	res.RSSEndMiB = procStatusMiB(proc.Pid(), "VmRSS")
 	res.RSSPeakEndMiB = procStatusMiB(proc.Pid(), "VmHWM")
 	res.CPUEnd = cpuSeconds(proc.Pid())
+	stopProxy(tb, p, proc, "the run")
+	return res
+}
+
+// startProxy starts proxy p in mode against the API server, in a new
+// node namespace named from prefix that reaches the control plane, and
+// waits for its first sync (15 minutes at most).
+func (a *apiCluster) startProxy(tb *TB, p Proxy, mode, prefix string, extra ...string) (string, *framework.Process, firstSync) {
+	ns := framework.AddNamespace(tb, prefix)
+	a.cp.ConnectNamespace(tb, ns)
+	argv, err := p.argv(tb, mode, a.c.LocalNode().Name, 2, append([]string{"--kubeconfig", a.cp.Kubeconfig(tb, "system:kube-proxy")}, extra...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	started := time.Now()
+	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
+	return ns, proc, waitFirstSync(tb, ns, proc, started, 15*time.Minute, 0)
+}
+
+// stopProxy fails the scope if proc already exited during what (its log's
+// last lines say why), and stops it otherwise.
+func stopProxy(tb *TB, p Proxy, proc *framework.Process, what string) {
 	select {
 	case <-proc.Done():
-		tb.Fatalf("%s exited during the run: %v\n%s", p.Name, proc.ExitError(), proc.Tail(30))
+		tb.Fatalf("%s exited during %s: %v\n%s", p.Name, what, proc.ExitError(), proc.Tail(30))
 	default:
 	}
 	if err := proc.Stop(); err != nil {
 		tb.Logf("stopping %s: %v", p.Name, err)
 	}
-	return res
 }

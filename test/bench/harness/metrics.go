@@ -64,6 +64,16 @@ func (m Metrics) Series(name string) map[string]float64 {
 
 // scrape reads url with client.
 func scrape(ctx context.Context, client *http.Client, url string) (Metrics, error) {
+	body, err := get(ctx, client, url)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return parseMetrics(body)
+}
+
+// get is the body of url's answer when it is 200 OK; the caller closes it.
+func get(ctx context.Context, client *http.Client, url string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -72,11 +82,11 @@ func scrape(ctx context.Context, client *http.Client, url string) (Metrics, erro
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	return resp.Body, nil
 }
 
 // The metrics both proxies serve.

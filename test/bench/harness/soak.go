@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -69,19 +68,11 @@ type SoakSample struct {
 func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.Duration, profileDir string) SoakResult {
 	c := a.c
 	res := SoakResult{Services: len(c.Services), Endpoints: c.Endpoints(), Proxy: p.Name, Mode: mode}
-	ns := framework.AddNamespace(tb, "kpe2e-bsoak")
-	a.cp.ConnectNamespace(tb, ns)
-	extra := []string{"--kubeconfig", a.cp.Kubeconfig(tb, "system:kube-proxy")}
+	var extra []string
 	if profileDir != "" {
 		extra = append(extra, "--profiling")
 	}
-	argv, err := p.argv(tb, mode, c.LocalNode().Name, 2, extra...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	started := time.Now()
-	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
-	waitFirstSync(tb, ns, proc, started, 15*time.Minute, 0)
+	ns, proc, _ := a.startProxy(tb, p, mode, "kpe2e-bsoak", extra...)
 	client := framework.HTTPClientIn(ns)
 	heap := func() float64 {
 		m, err := scrape(tb.Context(), client, metricsURL)
@@ -173,32 +164,18 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	tb.Logf("  %s %s soak: %d changes in %.0f s; RSS %.0f → %.0f MiB (max %.0f), heap %.0f → %.0f MiB; %.0f syncs, %.1f CPU s; latency mean %.0f ms, p99 ≤ %.0f ms",
 		p.Name, mode, res.Changes, res.Seconds, res.RSSSettledMiB, res.RSSEndMiB, res.RSSMaxMiB, res.HeapSettledMiB, res.HeapEndMiB,
 		res.Syncs, res.CPUSeconds, res.NPLMean*1000, res.NPLP99*1000)
-	select {
-	case <-proc.Done():
-		tb.Fatalf("%s exited during the soak: %v\n%s", p.Name, proc.ExitError(), proc.Tail(30))
-	default:
-	}
-	if err := proc.Stop(); err != nil {
-		tb.Logf("stopping %s: %v", p.Name, err)
-	}
+	stopProxy(tb, p, proc, "the soak")
 	return res
 }
 
 // fetchTo writes what url answers to path.
 func fetchTo(ctx context.Context, client *http.Client, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := get(ctx, client, url)
 	if err != nil {
 		return err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	data, err := io.ReadAll(resp.Body)
+	defer body.Close()
+	data, err := io.ReadAll(body)
 	if err != nil {
 		return err
 	}
