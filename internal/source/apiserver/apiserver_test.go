@@ -64,10 +64,12 @@ func (r *recorder) record(op, kind, key string, forward func()) {
 		r.concurrent = true
 	}
 	r.inCall = true
-	r.events = append(r.events, event{op, kind, key})
 	r.mu.Unlock()
 	forward()
+	// Recorded only once the handler has returned, so a test that saw
+	// the event also sees what the Tracker made of it.
 	r.mu.Lock()
+	r.events = append(r.events, event{op, kind, key})
 	r.inCall = false
 	r.mu.Unlock()
 }
