@@ -244,7 +244,7 @@ func (a *apiCluster) startProxy(tb *TB, p Proxy, mode, prefix string, extra ...s
 		tb.Fatal(err)
 	}
 	started := time.Now()
-	proc := framework.StartProcess(tb, ns, tb.TempDir(), p.Name, argv...)
+	proc := framework.StartProcess(tb, ns, logDirFor(tb), p.Name, argv...)
 	return ns, proc, waitFirstSync(tb, ns, proc, started, 15*time.Minute, 0)
 }
 

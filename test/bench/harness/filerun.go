@@ -96,7 +96,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 		tb.Fatal(err)
 	}
 	started := time.Now()
-	proc := framework.StartProcess(tb, ns, tb.TempDir(), "kproxy", argv...)
+	proc := framework.StartProcess(tb, ns, logDirFor(tb), "kproxy", argv...)
 	// kproxy syncs every family of the host in one loop: IPv6 too when
 	// the kernel has it (with no IPv6 service, an empty sync).
 	families := 1

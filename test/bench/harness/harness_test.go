@@ -88,6 +88,7 @@ func TestShortRun(t *testing.T) {
 		Proxies:    []Proxy{{Name: "kproxy", Bin: kproxy}, {Name: "upstream", Bin: upstream}},
 		FileSource: true, APIServer: true, DataPlane: true, Changes: 2, FileChanges: 1, Quick: true,
 		Soak: 40, SoakFor: 4 * time.Second, SoakProxies: []string{"kproxy"},
+		LogDir: t.TempDir(),
 	}
 	r := runConfig(t, cfg)
 	if len(r.Errors) > 0 {
@@ -139,6 +140,18 @@ func TestShortRun(t *testing.T) {
 	}
 	if s := r.Soak[0]; s.Changes != cfg.Soak || s.RSSSettledMiB <= 0 || s.RSSEndMiB <= 0 || s.HeapEndMiB <= 0 || s.NPLs <= 0 || s.Syncs <= 0 || len(s.Samples) < 2 {
 		t.Errorf("soak: a figure is missing: %+v", s)
+	}
+
+	// Every proxy the run started left its log, one directory per run:
+	// file source, each proxy against the API server, the soak.
+	logs, _ := filepath.Glob(filepath.Join(cfg.LogDir, "*", "*.log"))
+	if len(logs) != 4 {
+		t.Errorf("kept logs %v, want 4 (file source, kproxy, upstream, soak)", logs)
+	}
+	for _, l := range logs {
+		if data, err := os.ReadFile(l); err != nil || len(data) == 0 {
+			t.Errorf("log %s empty or unreadable (%v)", l, err)
+		}
 	}
 
 	out := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ type Config struct {
 	// SoakProfile, when set, is a directory for a 30 s CPU profile of
 	// each soaking proxy, taken in the middle of its soak.
 	SoakProfile string `json:"soakProfile,omitempty"`
+	// LogDir, when set, keeps every proxy's log: LogDir/<run>/<proxy>.log,
+	// <run> naming the service count, proxy, mode and rep.
+	LogDir string `json:"logDir,omitempty"`
 }
 
 // Report is what a run measured; WriteReport writes it.
@@ -103,12 +107,30 @@ func (cfg *Config) Validate() error {
 	return nil
 }
 
+// logDir is Config.LogDir of the run in progress (see logDirFor).
+var logDir string
+
+// logDirFor is where a proxy started in tb's scope writes its log: a
+// directory under the run's LogDir named after the scope, or a temporary
+// one removed with the scope.
+func logDirFor(tb *TB) string {
+	if logDir == "" {
+		return tb.TempDir()
+	}
+	dir := filepath.Join(logDir, strings.NewReplacer("/", "_", " ", "_").Replace(strings.TrimPrefix(tb.Name(), "/")))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("log directory: %v", err)
+	}
+	return dir
+}
+
 // Run measures cfg. A failed run (one proxy, mode, rep) is reported in
 // Report.Errors and the others go on; an interrupt ends the whole run
 // with what was measured so far. Every namespace and process a run made
 // is gone when Run returns.
 func Run(tb *TB, cfg Config) *Report {
 	r := &Report{Config: cfg, Started: time.Now().UTC(), Machine: machine()}
+	logDir = cfg.LogDir
 	pace = 1
 	if cfg.Quick {
 		pace = 1.0 / 3

@@ -49,6 +49,7 @@ func run() int {
 	soakProxies := fs.String("soak-proxies", "", "proxies that soak, comma-separated (default: all)")
 	soakProfile := fs.Bool("soak-profile", false, "run soaking proxies with --profiling and write a 30 s CPU profile from the middle of each soak into --out")
 	merge := fs.String("merge", "", "measure nothing: join these report.json files, comma-separated, into one report in --out (no root needed)")
+	keepLogs := fs.Bool("keep-logs", false, "keep every proxy's log under --out/logs, one directory per run")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -84,6 +85,9 @@ func run() int {
 			return 2
 		}
 		cfg.SoakProfile = *out
+	}
+	if *keepLogs {
+		cfg.LogDir = filepath.Join(*out, "logs")
 	}
 	var errs []error
 	for _, s := range split(*services) {
