@@ -149,10 +149,11 @@ func xtablesFamily(f v1.IPFamily) xtables.Family {
 	return xtables.IPv4
 }
 
-// otherBackendWatch checks, after every full sync, whether the iptables
-// backend kproxy does not use holds kube-proxy chains. Until the removal
-// after the first sync is over it stays quiet: those chains are the
-// previous run's, about to go.
+// otherBackendWatch checks, after every full sync and with every drift
+// check (at least every sync period: full syncs are hourly), whether the
+// iptables backend kproxy does not use holds kube-proxy chains. Until the
+// removal after the first sync is over it stays quiet: those chains are
+// the previous run's, about to go.
 type otherBackendWatch struct {
 	proxy.Backend
 	chosen xtables.Backend
@@ -160,12 +161,18 @@ type otherBackendWatch struct {
 	after  *afterFirstSync
 }
 
-// CheckDrift passes the wrapped backend's drift check on.
+// CheckDrift passes the wrapped backend's drift check on, then looks at
+// the other backend (its cost counts in the check's, which paces them).
 func (w otherBackendWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
+	var ds []proxy.Drift
+	var err error
 	if c, ok := w.Backend.(proxy.DriftChecker); ok {
-		return c.CheckDrift(ctx)
+		ds, err = c.CheckDrift(ctx)
 	}
-	return nil, nil
+	if w.after.done() && ctx.Err() == nil {
+		reportOtherBackend(ctx, w.chosen, w.opts)
+	}
+	return ds, err
 }
 
 func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {

@@ -272,6 +272,13 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	metrics.SetBuildInfo(versionInfo())
 
 	syncPeriod, minSyncPeriod := config.SyncPeriods(c)
+	// nftables and iptables modes notice drift by themselves: their
+	// periodic sync is partial and the full one hourly, as upstream's.
+	// ipvs mode has no drift check: every periodic sync is full.
+	var fullSyncPeriod time.Duration
+	if mode != config.ModeIPVS {
+		fullSyncPeriod = proxy.DefaultFullSyncPeriod
+	}
 	clk := clock.RealClock{}
 	health := server.NewProxyHealth(2*syncPeriod, clk)
 
@@ -290,15 +297,16 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
 	defer svcHealth.Close()
 	loop = proxy.New(proxy.Options{
-		Tracker:       tracker,
-		Backends:      backends,
-		SyncPeriod:    syncPeriod,
-		Clock:         clk,
-		Health:        health,
-		Services:      svcHealth,
-		MinSyncPeriod: minSyncPeriod,
-		RetryInterval: retryInterval(syncPeriod),
-		AfterSync:     after.run,
+		Tracker:        tracker,
+		Backends:       backends,
+		SyncPeriod:     syncPeriod,
+		FullSyncPeriod: fullSyncPeriod,
+		Clock:          clk,
+		Health:         health,
+		Services:       svcHealth,
+		MinSyncPeriod:  minSyncPeriod,
+		RetryInterval:  retryInterval(syncPeriod),
+		AfterSync:      after.run,
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
 			if recorder == nil {
 				return
@@ -367,7 +375,7 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 	case config.ModeNFTables:
 		mon, err := nfnetlink.NewMonitor()
 		if err != nil {
-			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync")
+			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync, hourly")
 			return func() {}
 		}
 		w := &nftables.DriftWatch{

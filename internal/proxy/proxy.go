@@ -88,11 +88,18 @@ type ServiceHealth interface {
 type Options struct {
 	Tracker  *model.Tracker
 	Backends map[v1.IPFamily]Backend
-	// SyncPeriod: a full sync runs at least this often.
+	// SyncPeriod: a sync runs at least this often (one with nothing to
+	// do calls no backend but counts as a successful sync, as upstream's
+	// periodic sync).
 	SyncPeriod time.Duration
-	Clock      clock.PassiveClock
-	Health     HealthReporter // optional
-	Services   ServiceHealth  // optional
+	// FullSyncPeriod: a full sync runs at least this often; 0 makes it
+	// SyncPeriod. The modes that notice drift by themselves (nftables,
+	// iptables) use DefaultFullSyncPeriod, as upstream's proxiers do;
+	// ipvs mode repairs through its full sync every SyncPeriod.
+	FullSyncPeriod time.Duration
+	Clock          clock.PassiveClock
+	Health         HealthReporter // optional
+	Services       ServiceHealth  // optional
 	// Request asks for another sync; Run's runner when nil. Optional.
 	Request func()
 	// RequestUrgent asks for a sync that does not wait out
@@ -118,6 +125,15 @@ type Options struct {
 	// isolate.go). Optional.
 	OnRefused func(f v1.IPFamily, name model.ServicePortName, err error)
 }
+
+// DefaultFullSyncPeriod is upstream's proxyutil.FullSyncPeriod: how
+// often its iptables and nftables proxiers rewrite everything when no
+// change asks for it. Between full syncs, their periodic sync (every
+// --sync-period) is partial. kproxy keeps the hourly full sync in
+// iptables mode also where upstream drops it (more than 1000 endpoints:
+// "large cluster mode"): its drift check compares rule counts, not rule
+// text, and at 10k services a full sync costs kproxy ~12 s an hour.
+const DefaultFullSyncPeriod = time.Hour
 
 // Loop is the level-triggered sync: every call of Sync reconciles the
 // kernel with everything the tracker has seen.
@@ -320,10 +336,14 @@ func (l *Loop) Sync(ctx context.Context) error {
 	var errs []error
 	for f, b := range l.opts.Backends {
 		now := l.opts.Clock.Now()
-		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.opts.SyncPeriod
+		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.fullSyncPeriod()
 		view, retried := l.view(f, now)
 		l.pending[f].Insert(retried.UnsortedList()...)
 		if !full && l.pending[f].Len() == 0 && !l.cleanup[f] {
+			// The kernel holds what the state says: a successful sync
+			// (upstream's periodic sync sets the timestamp too; alerts
+			// on a stale one must not fire on a quiet cluster).
+			metrics.SyncProxyRulesLastTimestamp.WithLabelValues(string(f)).SetToCurrentTime()
 			if l.opts.Health != nil {
 				l.opts.Health.Updated(f)
 			}
@@ -414,6 +434,14 @@ func (l *Loop) Sync(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// fullSyncPeriod is Options.FullSyncPeriod, SyncPeriod when unset.
+func (l *Loop) fullSyncPeriod() time.Duration {
+	if l.opts.FullSyncPeriod > 0 {
+		return l.opts.FullSyncPeriod
+	}
+	return l.opts.SyncPeriod
 }
 
 // observeTriggers records network programming latency for every change

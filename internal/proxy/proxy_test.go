@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	k8stestutil "k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -160,6 +161,62 @@ func TestLoopFullThenPartial(t *testing.T) {
 	}
 	if !b.last(t).Full {
 		t.Fatal("no full sync after the sync period")
+	}
+}
+
+// TestLoopFullSyncPeriod: with a full sync period longer than the sync
+// period (nftables and iptables modes, as upstream), the periodic sync
+// with nothing to do calls no backend but still counts as a successful
+// sync; a change after the sync period is partial; the full sync comes
+// once the full sync period has passed.
+func TestLoopFullSyncPeriod(t *testing.T) {
+	ctx := context.Background()
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4}})
+	b := &recordingBackend{}
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := &recordingHealth{queued: map[v1.IPFamily]int{}, updated: map[v1.IPFamily]int{}, failed: map[v1.IPFamily]int{}}
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b}, SyncPeriod: 30 * time.Second,
+		FullSyncPeriod: DefaultFullSyncPeriod, Clock: clk, Health: h})
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !b.last(t).Full {
+		t.Fatal("first sync not full")
+	}
+
+	stamp := metrics.SyncProxyRulesLastTimestamp.WithLabelValues("IPv4")
+	stamp.Set(0)
+	clk.Step(31 * time.Second)
+	n := len(b.reqs)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != n {
+		t.Fatalf("the periodic sync with nothing to do called the backend: %+v", b.last(t))
+	}
+	if got, err := k8stestutil.GetGaugeMetricValue(stamp); err != nil || got <= 0 {
+		t.Errorf("last sync timestamp = %v (%v) after the periodic sync, want the time of it", got, err)
+	}
+	if h.updated[model.IPv4] != 2 {
+		t.Errorf("health updates = %d, want 2", h.updated[model.IPv4])
+	}
+
+	tr.EndpointSliceUpdated(makeSlice("a", "198.18.129.5", clk.Now()))
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.last(t); r.Full || r.Changed.Len() != 1 {
+		t.Fatalf("change after the sync period: full=%v changed=%v, want partial with one port", r.Full, r.Changed)
+	}
+
+	clk.Step(DefaultFullSyncPeriod)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != n+2 || !b.last(t).Full {
+		t.Fatalf("no full sync after the full sync period (%d backend calls, want %d)", len(b.reqs), n+2)
 	}
 }
 

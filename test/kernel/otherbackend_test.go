@@ -27,14 +27,16 @@ COMMIT
 // (after its first sync). Rules that appear there later were written by
 // something else while kproxy runs: kproxy must not touch them (no fight
 // with another kube-proxy), must say so loudly (log and metric) at its
-// full syncs, keep serving, and `kproxy --cleanup` must remove them.
+// drift checks (at least every sync period), keep serving, and `kproxy
+// --cleanup` must remove them.
 func TestOtherBackendRules(t *testing.T) {
 	t.Parallel()
 	m := iptablesMode(xtables.NFT)
 	for _, bin := range append(m.needs, "iptables-legacy-restore", "iptables-legacy-save") {
 		netns.Require(t, bin)
 	}
-	// Full syncs (which check the other backend) every 2 s.
+	// Drift checks (which look at the other backend too) at least every
+	// 2 s; full syncs are hourly.
 	c := newCluster(t, clusterOptions{mode: m, kproxyOn: []string{}, args: []string{"--iptables-sync-period", "2s"}})
 	node := c.Nodes[nodeA]
 	writeStale := func() {
@@ -97,7 +99,7 @@ func TestOtherBackendRules(t *testing.T) {
 	if code, proxyMode, err := node.HTTPGet("http://127.0.0.1:10249/proxyMode?verbose", 2*time.Second); err != nil || code != 200 || proxyMode != "iptables (backend: nft)" {
 		t.Errorf("/proxyMode?verbose = %d %q %v, want iptables (backend: nft)", code, proxyMode, err)
 	}
-	// kproxy left the new legacy rules alone (several full syncs later)
+	// kproxy left the new legacy rules alone (several checks later)
 	// and serves through nft.
 	time.Sleep(5 * time.Second)
 	if legacy := legacyNAT(); !strings.Contains(legacy, "KUBE-SVC-STALESTALESTALEZ") {
