@@ -378,18 +378,20 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync, hourly")
 			return func() {}
 		}
+		own := func(port uint32) bool {
+			for _, n := range nls {
+				if n.OwnPort(port) {
+					return true
+				}
+			}
+			return false
+		}
+		mon.SkipPorts(own)
 		w := &nftables.DriftWatch{
 			Watcher:  mon,
 			Families: fams,
 			Repair:   loop.Repair,
-			Own: func(port uint32) bool {
-				for _, n := range nls {
-					if n.OwnPort(port) {
-						return true
-					}
-				}
-				return false
-			},
+			Own:      own,
 		}
 		go func() {
 			if err := w.Run(ctx); err != nil {

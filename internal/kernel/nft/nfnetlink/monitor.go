@@ -21,16 +21,27 @@ import (
 // header (nlmsg_pid; ctx->portid in nf_tables_api.c). kproxy tells its own
 // changes from others' by that port id (see Netlink.OwnPort).
 
-// monitorRcvBuf is the receive buffer asked for: an `nft flush ruleset`
-// of a node with 10k services sends ~100k notifications of ~100 bytes.
-// Overflowing it is not a failure (ENOBUFS is reported as Lost).
-const monitorRcvBuf = 16 << 20
+// monitorRcvBuf is the receive buffer asked for. The kernel sends a
+// transaction's notifications at its commit, in one burst: an `nft flush
+// ruleset` of a node with 10k services ~100k of ~100 bytes, kproxy's own
+// full sync of 10k services in a realistic mix (108k endpoints) more than
+// the 16 MiB this was: that overflowed, the loss was taken for drift, and
+// the repair's full sync could overflow again. The memory is the
+// kernel's, held only while the reader is behind. Overflowing it is not a
+// failure (ENOBUFS is reported as Lost).
+const monitorRcvBuf = 64 << 20
 
 // Monitor listens to nf_tables notifications of one network namespace.
 type Monitor struct {
 	sock  *socket.Conn
 	netns *os.File
+	skip  func(portID uint32) bool
 }
+
+// SkipPorts makes Watch drop, without decoding them, the notifications
+// whose sender's port id skip reports (kproxy's own transactions, which
+// the reader must keep up with). Call it before Watch.
+func (m *Monitor) SkipPorts(skip func(portID uint32) bool) { m.skip = skip }
 
 var _ nft.Watcher = (*Monitor)(nil)
 
@@ -97,7 +108,7 @@ func (m *Monitor) Watch(ctx context.Context, fn func([]nft.Event)) error {
 			}
 			return fmt.Errorf("nft monitor: receiving notifications: %w", err)
 		}
-		evs, err := DecodeEvents(rb[:n])
+		evs, err := decodeEvents(rb[:n], m.skip)
 		if err != nil {
 			return fmt.Errorf("nft monitor: %w", err)
 		}
@@ -110,7 +121,11 @@ func (m *Monitor) Watch(ctx context.Context, fn func([]nft.Event)) error {
 // DecodeEvents decodes the nf_tables notifications of one netlink
 // datagram. Messages that are not about tables, chains, rules, sets or
 // elements (generations, objects, flowtables) are skipped.
-func DecodeEvents(b []byte) ([]nft.Event, error) {
+func DecodeEvents(b []byte) ([]nft.Event, error) { return decodeEvents(b, nil) }
+
+// decodeEvents is DecodeEvents without the messages whose port id skip
+// (when not nil) reports.
+func decodeEvents(b []byte, skip func(uint32) bool) ([]nft.Event, error) {
 	var out []nft.Event
 	for len(b) >= nlmsgHdrLen {
 		l := int(binary.NativeEndian.Uint32(b[0:4]))
@@ -118,9 +133,10 @@ func DecodeEvents(b []byte) ([]nft.Event, error) {
 			return out, fmt.Errorf("malformed netlink message (length %d of %d)", l, len(b))
 		}
 		typ := binary.NativeEndian.Uint16(b[4:6])
-		if typ>>8 == subsysNFT && l >= nlmsgHdrLen+nfgenHdrLen {
+		port := binary.NativeEndian.Uint32(b[12:16])
+		if typ>>8 == subsysNFT && l >= nlmsgHdrLen+nfgenHdrLen && (skip == nil || !skip(port)) {
 			if ev, ok := decodeEvent(typ&0xff, b[nlmsgHdrLen], b[nlmsgHdrLen+nfgenHdrLen:l]); ok {
-				ev.PortID = binary.NativeEndian.Uint32(b[12:16])
+				ev.PortID = port
 				out = append(out, ev)
 			}
 		}

@@ -71,6 +71,16 @@ func TestDecodeEvents(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", d)
 	}
 
+	// Skipped port ids (kproxy's own sockets) are dropped undecoded; the
+	// others keep their order.
+	got, err = decodeEvents(dgram, func(p uint32) bool { return p == 101 || p == 103 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]nft.Event{want[0], want[2], want[5]}, got); d != "" {
+		t.Errorf("events without ports 101 and 103 (-want +got):\n%s", d)
+	}
+
 	// A truncated datagram is an error, with what came before it.
 	got, err = DecodeEvents(dgram[:len(dgram)-3])
 	if err == nil {
