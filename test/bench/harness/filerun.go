@@ -97,12 +97,7 @@ func runFile(tb *TB, bin, mode string, c *cluster.Cluster, rep, times int) FileR
 	}
 	started := time.Now()
 	proc := framework.StartProcess(tb, ns, logDirFor(tb), "kproxy", argv...)
-	// kproxy syncs every family of the host in one loop: IPv6 too when
-	// the kernel has it (with no IPv6 service, an empty sync).
-	families := 1
-	if _, err := os.Stat("/proc/net/if_inet6"); err == nil {
-		families = 2
-	}
+	families := hostFamilies()
 	limit := 10 * time.Minute
 	if firstSyncLimit > 0 {
 		limit = firstSyncLimit

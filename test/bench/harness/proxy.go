@@ -92,6 +92,16 @@ type firstSync struct {
 // histogram has a sample and no new family has appeared for a while (see
 // window), or, when families is not 0, until that many families synced;
 // within limit.
+// hostFamilies is how many IP families a proxy syncs here: kproxy (in one
+// loop) and upstream (dual-stack mode) sync IPv6 too when the kernel has
+// it, with no IPv6 service an empty sync.
+func hostFamilies() int {
+	if _, err := os.Stat("/proc/net/if_inet6"); err == nil {
+		return 2
+	}
+	return 1
+}
+
 func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, limit time.Duration, families int) firstSync {
 	client := framework.HTTPClientIn(ns)
 	deadline := time.Now().Add(limit)
