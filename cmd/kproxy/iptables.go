@@ -175,6 +175,12 @@ func (w otherBackendWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error
 	return ds, err
 }
 
+// WantsFullSync passes the wrapped backend's answer on.
+func (w otherBackendWatch) WantsFullSync() bool {
+	f, ok := w.Backend.(proxy.FullSyncWanter)
+	return ok && f.WantsFullSync()
+}
+
 func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	res, err := w.Backend.Sync(ctx, req)
 	if err == nil && req.Full && w.after.done() {

@@ -171,6 +171,12 @@ func (w firstSyncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Re
 	return res, err
 }
 
+// WantsFullSync passes the wrapped backend's answer on.
+func (w firstSyncWatch) WantsFullSync() bool {
+	f, ok := w.Backend.(proxy.FullSyncWanter)
+	return ok && f.WantsFullSync()
+}
+
 // CheckDrift passes the wrapped backend's drift check on (iptables mode's
 // comparison with what kproxy wrote).
 func (w firstSyncWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {

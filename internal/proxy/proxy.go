@@ -337,6 +337,9 @@ func (l *Loop) Sync(ctx context.Context) error {
 	for f, b := range l.opts.Backends {
 		now := l.opts.Clock.Now()
 		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.fullSyncPeriod()
+		if w, ok := b.(FullSyncWanter); ok && !full && w.WantsFullSync() {
+			full = true
+		}
 		view, retried := l.view(f, now)
 		l.pending[f].Insert(retried.UnsortedList()...)
 		if !full && l.pending[f].Len() == 0 && !l.cleanup[f] {

@@ -122,6 +122,57 @@ func testNodePortAddresses(t *testing.T, m proxyMode) {
 			runProbes(t, c, probes)
 		})
 	}
+
+	// An address the CIDRs select is added to the host, then removed,
+	// with no change to the Node: served, then refused, within a sync
+	// period (only full syncs read the host's addresses, and they are
+	// hourly; the periodic sync notices and makes itself full).
+	t.Run("address_added_and_removed", func(t *testing.T) {
+		const period = 2 * time.Second
+		if err := c.kproxy[nodeA].Stop(); err != nil {
+			t.Fatalf("stopping kproxy on node-a: %v", err)
+		}
+		c.args = []string{"--nodeport-addresses", "198.18.129.0/24", "--iptables-sync-period", period.String()}
+		c.restartKproxy(nodeA)
+		node := c.Nodes[nodeA]
+		const added, dst = "198.18.129.77/24", "198.18.129.77:30088"
+		namesAdded := func() (bool, string) {
+			d, err := c.mode.dump(node.NS)
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(d, "198.18.129.77"), d
+		}
+		if named, d := namesAdded(); named {
+			t.Fatalf("the rules name 198.18.129.77 before it is added:\n%s", d)
+		}
+		if out, err := node.Exec(5*time.Second, "ip", "addr", "add", added, "dev", "cbr0"); err != nil {
+			t.Fatalf("adding %s: %v\n%s", added, err, out)
+		}
+		removed := false
+		defer func() {
+			if !removed {
+				_, _ = node.Exec(5*time.Second, "ip", "addr", "del", added, "dev", "cbr0")
+			}
+		}()
+		netns.Eventually(t, 2*period+syncTimeout, "NodePort on the added address", func() (bool, string) {
+			r := c.Pod(t, testerA).NS.Request("tcp", ap(dst), netns.DialOptions{Timeout: 300 * time.Millisecond})
+			return r.Outcome == netns.Answered, r.String()
+		})
+		runProbes(t, c, []probe{{from: testerA, network: "tcp", dst: dst, servers: web, n: 3}})
+		if out, err := node.Exec(5*time.Second, "ip", "addr", "del", added, "dev", "cbr0"); err != nil {
+			t.Fatalf("removing %s: %v\n%s", added, err, out)
+		}
+		removed = true
+		// The address is gone from the host: the rules must not keep it.
+		netns.Eventually(t, 2*period+syncTimeout, "the removed address out of the rules", func() (bool, string) {
+			named, _ := namesAdded()
+			return !named, "rules still name 198.18.129.77"
+		})
+		if log := c.kproxy[nodeA].Log(); !strings.Contains(log, "The node port addresses changed on the host") {
+			t.Errorf("kproxy's log does not say why the sync was full")
+		}
+	})
 }
 
 // nodePortAddressesCluster returns a cluster where ext-ip is a dual-stack

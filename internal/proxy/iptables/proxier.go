@@ -15,6 +15,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
@@ -45,6 +46,8 @@ type Proxier struct {
 	// repairs (it must not report it again).
 	written       *written
 	driftReported bool
+	// addrs follows the node port addresses between full syncs.
+	addrs *proxy.AddressWatch
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -55,8 +58,16 @@ var _ proxy.Backend = (*Proxier)(nil)
 // when opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start
 // when it cannot).
 func NewProxier(opts Options, ipt xtables.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
-	return &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied(), written: newWritten()}
+	p := &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied(), written: newWritten()}
+	p.addrs = proxy.NewAddressWatch(localAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
+		return opts.RenderConfig(node, addrs).NodePortIPs
+	})
+	return p
 }
+
+// WantsFullSync implements proxy.FullSyncWanter: the node port addresses
+// the host has now are not those of the last full sync.
+func (p *Proxier) WantsFullSync() bool { return p.addrs.Changed() }
 
 // SetNFAcct has the rules count in upstream's nfacct counters
 // (NFAcctInvalidDropped, NFAcctLocalhostNodePorts), which every full sync
@@ -220,6 +231,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	if in.Full {
 		p.written.valid = true
 		p.written.jumps = JumpRuleLines(false)
+		p.addrs.Rendered(req.Node, p.cfg.NodePortIPs, p.cfg.NodePortAllLocal)
 	}
 	plan.Commit(p.applied)
 	klog.V(2).InfoS("Applied iptables rules", "ipFamily", p.opts.Family, "full", in.Full, "servicePorts", plan.ServicePorts,

@@ -13,6 +13,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/metrics"
+	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
@@ -32,6 +33,8 @@ type Proxier struct {
 	cfg        *Config
 	// wroteTable is set once a sync of this process has been applied.
 	wroteTable bool
+	// addrs follows the node port addresses between full syncs.
+	addrs *proxy.AddressWatch
 }
 
 var _ proxy.Backend = (*Proxier)(nil)
@@ -39,8 +42,17 @@ var _ proxy.Backend = (*Proxier)(nil)
 // NewProxier returns a proxier; ct and localAddrs may be nil (then the
 // Node's addresses stand in for the host's local addresses).
 func NewProxier(opts Options, nftIface nft.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
-	return &Proxier{opts: opts, nft: nftIface, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+	p := &Proxier{opts: opts, nft: nftIface, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
+	p.addrs = proxy.NewAddressWatch(localAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
+		return opts.RenderConfig(node, addrs).NodePortIPs
+	})
+	return p
 }
+
+// WantsFullSync implements proxy.FullSyncWanter: the node port addresses
+// the host has now are not those of the last full sync (upstream's
+// nftables mode reads them only at its hourly full sync).
+func (p *Proxier) WantsFullSync() bool { return p.addrs.Changed() }
 
 // Sync implements proxy.Backend.
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
@@ -120,6 +132,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	p.wroteTable = true
 	udpflows.Clear(p.conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
 	if in.Full {
+		p.addrs.Rendered(req.Node, p.cfg.NodePortIPs, p.cfg.NodePortAllLocal)
 		udpflows.Reconcile(p.conntrack, p.opts.Family, req.State)
 	}
 	if plan.Cleanup != nil {
