@@ -88,10 +88,6 @@ type firstSync struct {
 	CPU float64
 }
 
-// waitFirstSync polls the proxy's /metrics until every family's sync
-// histogram has a sample and no new family has appeared for a while (see
-// window), or, when families is not 0, until that many families synced;
-// within limit.
 // hostFamilies is how many IP families a proxy syncs here: kproxy (in one
 // loop) and upstream (dual-stack mode) sync IPv6 too when the kernel has
 // it, with no IPv6 service an empty sync.
@@ -102,6 +98,10 @@ func hostFamilies() int {
 	return 1
 }
 
+// waitFirstSync polls the proxy's /metrics until every family's sync
+// histogram has a sample and no new family has appeared for a while (see
+// window), or, when families is not 0, until that many families synced
+// (however long apart); within limit.
 func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, limit time.Duration, families int) firstSync {
 	client := framework.HTTPClientIn(ns)
 	deadline := time.Now().Add(limit)
@@ -139,8 +139,10 @@ func waitFirstSync(tb *TB, ns string, p *framework.Process, started time.Time, l
 			// in any order), so a family that finished first says little
 			// about how long the next takes: wait as long again as the
 			// first took from the start, at least 3 s.
+			// With families known, only all of them end the wait.
 			window := max(wait(3*time.Second), lastNew.Sub(started))
-			if len(seen) > 0 && (time.Since(lastNew) > window || families > 0 && len(seen) >= families) {
+			quiet := families <= 0 && time.Since(lastNew) > window
+			if len(seen) > 0 && (quiet || families > 0 && len(seen) >= families) {
 				var out firstSync
 				for _, f := range seen {
 					out.TimeTo = max(out.TimeTo, f.TimeTo)
