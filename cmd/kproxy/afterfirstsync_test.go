@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -139,5 +140,28 @@ func TestAfterFirstSyncWrappers(t *testing.T) {
 	a.run(ctx)
 	if removed != 1 {
 		t.Errorf("the old rules were removed %d times after the first real sync, want 1", removed)
+	}
+}
+
+// TestLastCheckDue: the other backend is looked at once per period from
+// the drift checks; a full sync's look counts as one.
+func TestLastCheckDue(t *testing.T) {
+	l := &lastCheck{}
+	if !l.due(time.Hour) {
+		t.Fatal("first check not due")
+	}
+	if l.due(time.Hour) {
+		t.Fatal("second check within the period was due")
+	}
+	if !l.due(0) {
+		t.Fatal("a check with no period (a full sync's) was not due")
+	}
+	l.at = time.Now().Add(-2 * time.Hour)
+	if !l.due(time.Hour) {
+		t.Fatal("a check after the period was not due")
+	}
+	var none *lastCheck
+	if !none.due(time.Hour) {
+		t.Fatal("without a clock every check is due")
 	}
 }

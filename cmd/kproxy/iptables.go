@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -104,14 +106,16 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	metrics.IPTablesLocalhostNodePortsAcceptedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctLocalhostNodePorts))
 	s.after = newAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPTablesMode(ctx, b, env.xtables) })
-	// The primary family watches the other backend at every full sync
-	// once the switch's removal is over; until then the gauge says 0 (the
-	// chains there are the previous run's, about to go), so that it is
-	// exported from the start, as before the removal moved after the
-	// first sync.
+	// The primary family watches the other backend (at full syncs, and
+	// once a sync period with the drift checks) once the switch's removal
+	// is over; until then the gauge says 0 (the chains there are the
+	// previous run's, about to go), so that it is exported from the start,
+	// as before the removal moved after the first sync.
 	metrics.IPTablesOtherBackendChains.WithLabelValues(string(b.Other())).Set(0)
 	primary := s.families[0]
-	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables, after: s.after}
+	syncPeriod, _ := config.SyncPeriods(c)
+	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables, after: s.after,
+		every: syncPeriod, last: &lastCheck{}}
 	return s, nil
 }
 
@@ -159,17 +163,43 @@ type otherBackendWatch struct {
 	chosen xtables.Backend
 	opts   []xtables.Option
 	after  *afterFirstSync
+	// every spaces the checks made with the drift checks (which may run
+	// every second): each lists the other backend's tables and, while it
+	// finds chains, logs a warning. last is when one last ran.
+	every time.Duration
+	last  *lastCheck
+}
+
+// lastCheck is when the other backend was last looked at.
+type lastCheck struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+// due reports whether every has passed since the last check, and if so
+// counts now as the last check.
+func (l *lastCheck) due(every time.Duration) bool {
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.at.IsZero() || now.Sub(l.at) >= every {
+		l.at = now
+		return true
+	}
+	return false
 }
 
 // CheckDrift passes the wrapped backend's drift check on, then looks at
-// the other backend (its cost counts in the check's, which paces them).
+// the other backend if a sync period has passed since it last did.
 func (w otherBackendWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
 	var ds []proxy.Drift
 	var err error
 	if c, ok := w.Backend.(proxy.DriftChecker); ok {
 		ds, err = c.CheckDrift(ctx)
 	}
-	if w.after.done() && ctx.Err() == nil {
+	if w.after.done() && ctx.Err() == nil && w.last.due(w.every) {
 		reportOtherBackend(ctx, w.chosen, w.opts)
 	}
 	return ds, err
@@ -184,6 +214,7 @@ func (w otherBackendWatch) WantsFullSync() bool {
 func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	res, err := w.Backend.Sync(ctx, req)
 	if err == nil && req.Full && w.after.done() {
+		w.last.due(0) // counts as a check
 		reportOtherBackend(ctx, w.chosen, w.opts)
 	}
 	return res, err
