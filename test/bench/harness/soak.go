@@ -97,7 +97,11 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	if profileDir != "" {
 		go func() {
 			defer close(profiled)
-			time.Sleep(d/2 - 15*time.Second)
+			select {
+			case <-time.After(d/2 - 15*time.Second):
+			case <-tb.Context().Done():
+				return // interrupted: no profile, no wait
+			}
 			path := filepath.Join(profileDir, "soak-"+p.Name+"-"+mode+".pprof")
 			// The metrics client gives up after seconds; the profile
 			// takes 30.
