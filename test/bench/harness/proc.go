@@ -32,8 +32,12 @@ func procStatusMiB(pid int, field string) float64 {
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// cpuSeconds is the process's user + system CPU time (/proc/PID/stat
-// fields 14 and 15); -1 when it cannot be read.
+// cpuSeconds is the process's user + system CPU time, its waited-for
+// children's included (/proc/PID/stat fields 14 to 17); -1 when it cannot
+// be read. The children count: upstream's nftables mode hands every
+// transaction to an `nft` process and both proxies' iptables modes to
+// iptables-restore, whose commits would otherwise be missing from the
+// proxy's CPU while kproxy's own netlink commits are in it.
 func cpuSeconds(pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -45,13 +49,16 @@ func cpuSeconds(pid int) float64 {
 		return -1
 	}
 	f := strings.Fields(string(data)[i+1:])
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return -1
 	}
-	u, err1 := strconv.ParseFloat(f[11], 64)
-	s, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return -1
+	ticks := 0.0
+	for _, field := range f[11:15] { // utime, stime, cutime, cstime
+		v, err := strconv.ParseFloat(field, 64)
+		if err != nil {
+			return -1
+		}
+		ticks += v
 	}
-	return (u + s) / clockTicks
+	return ticks / clockTicks
 }
