@@ -88,7 +88,7 @@ func TestShortRun(t *testing.T) {
 		Proxies:    []Proxy{{Name: "kproxy", Bin: kproxy}, {Name: "upstream", Bin: upstream}},
 		FileSource: true, APIServer: true, DataPlane: true, Changes: 2, FileChanges: 1, Quick: true,
 		Soak: 40, SoakFor: 4 * time.Second, SoakProxies: []string{"kproxy"},
-		LogDir: t.TempDir(),
+		LogDir: t.TempDir(), SoakProfile: t.TempDir(),
 	}
 	r := runConfig(t, cfg)
 	if len(r.Errors) > 0 {
@@ -140,6 +140,12 @@ func TestShortRun(t *testing.T) {
 	}
 	if s := r.Soak[0]; s.Changes != cfg.Soak || s.RSSSettledMiB <= 0 || s.RSSEndMiB <= 0 || s.HeapEndMiB <= 0 || s.NPLs <= 0 || s.Syncs <= 0 || len(s.Samples) < 2 {
 		t.Errorf("soak: a figure is missing: %+v", s)
+	}
+
+	for _, name := range []string{"soak-kproxy-nftables.pprof", "soak-kproxy-nftables-heap-settled.pprof", "soak-kproxy-nftables-heap-end.pprof", "soak-kproxy-nftables-heap-end.txt"} {
+		if fi, err := os.Stat(filepath.Join(cfg.SoakProfile, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("soak profile %s missing or empty (%v)", name, err)
+		}
 	}
 
 	// Every proxy the run started left its log, one directory per run:

@@ -45,8 +45,9 @@ type Config struct {
 	Soak        int           `json:"soak,omitempty"`
 	SoakFor     time.Duration `json:"soakFor,omitempty"`
 	SoakProxies []string      `json:"soakProxies,omitempty"`
-	// SoakProfile, when set, is a directory for a 30 s CPU profile of
-	// each soaking proxy, taken in the middle of its soak.
+	// SoakProfile, when set, is a directory for a CPU profile of up to
+	// 30 s of each soaking proxy, taken in the middle of its soak, and
+	// heap profiles of its settled and end moments (runSoak).
 	SoakProfile string `json:"soakProfile,omitempty"`
 	// LogDir, when set, keeps every proxy's log: LogDir/<run>/<proxy>.log,
 	// <run> naming the service count, proxy, mode and rep.

@@ -62,9 +62,13 @@ type SoakSample struct {
 // memory again 30 s after the last one.
 //
 // With profileDir set, the proxy runs with --profiling (both proxies
-// serve /debug/pprof on the metrics address then) and a 30 s CPU profile
-// taken from the middle of the soak is written there as
-// soak-PROXY-MODE.pprof.
+// serve /debug/pprof on the metrics address then) and a CPU profile of
+// up to 30 s (half the soak when shorter) taken from its middle is written
+// there as
+// soak-PROXY-MODE.pprof, with heap profiles of the settled and the end
+// moments (soak-PROXY-MODE-heap-settled.pprof, -heap-end.pprof; `go tool
+// pprof -base` on the two shows what the soak left live) and their text
+// forms (.txt: the runtime's memory statistics are at their end).
 func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.Duration, profileDir string) SoakResult {
 	c := a.c
 	res := SoakResult{Services: len(c.Services), Endpoints: c.Endpoints(), Proxy: p.Name, Mode: mode}
@@ -83,6 +87,19 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	}
 	time.Sleep(wait(30 * time.Second))
 	res.RSSSettledMiB, res.HeapSettledMiB = procStatusMiB(proc.Pid(), "VmRSS"), heap()
+	heapProfile := func(moment string) {
+		if profileDir == "" {
+			return
+		}
+		base := filepath.Join(profileDir, "soak-"+p.Name+"-"+mode+"-heap-"+moment)
+		for _, f := range []struct{ query, ext string }{{"", ".pprof"}, {"?debug=1", ".txt"}} {
+			if err := fetchTo(tb.Context(), client, "http://"+metricsListen+"/debug/pprof/heap"+f.query, base+f.ext); err != nil {
+				tb.Logf("  %s %s soak: no heap profile (%s): %v", p.Name, mode, moment, err)
+				return
+			}
+		}
+	}
+	heapProfile("settled")
 	cpu0 := cpuSeconds(proc.Pid())
 	before, err := scrape(tb.Context(), client, metricsURL)
 	if err != nil {
@@ -97,20 +114,24 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	if profileDir != "" {
 		go func() {
 			defer close(profiled)
+			// Up to 30 s, centred on the soak's middle; a short soak's
+			// profile is half of it.
+			secs := int(min(30*time.Second, d/2) / time.Second)
+			secs = max(secs, 1)
 			select {
-			case <-time.After(d/2 - 15*time.Second):
+			case <-time.After(d/2 - time.Duration(secs)*time.Second/2):
 			case <-tb.Context().Done():
 				return // interrupted: no profile, no wait
 			}
 			path := filepath.Join(profileDir, "soak-"+p.Name+"-"+mode+".pprof")
 			// The metrics client gives up after seconds; the profile
-			// takes 30.
+			// takes up to 30.
 			slow := *client
 			slow.Timeout = 2 * time.Minute
-			if err := fetchTo(tb.Context(), &slow, "http://"+metricsListen+"/debug/pprof/profile?seconds=30", path); err != nil {
+			if err := fetchTo(tb.Context(), &slow, "http://"+metricsListen+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), path); err != nil {
 				tb.Logf("  %s %s soak: no CPU profile: %v", p.Name, mode, err)
 			} else {
-				tb.Logf("  %s %s soak: CPU profile of 30 s in %s", p.Name, mode, path)
+				tb.Logf("  %s %s soak: CPU profile of %d s in %s", p.Name, mode, secs, path)
 			}
 		}()
 	} else {
@@ -156,6 +177,7 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	sample(res.Changes)
 	res.RSSEndMiB, res.HeapEndMiB = procStatusMiB(proc.Pid(), "VmRSS"), heap()
 	res.RSSPeakEndMiB = procStatusMiB(proc.Pid(), "VmHWM")
+	heapProfile("end")
 	res.CPUSeconds = cpuSeconds(proc.Pid()) - cpu0
 	if after, err := scrape(tb.Context(), client, metricsURL); err == nil {
 		res.Syncs = after.Sum(mSync+"_count") - before.Sum(mSync+"_count")

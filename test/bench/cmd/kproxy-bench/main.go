@@ -47,7 +47,7 @@ func run() int {
 	soak := fs.Int("soak", 0, "after the API server runs, make this many endpoint changes at a steady rate with each soak proxy, sampling its memory (0: no soak)")
 	soakFor := fs.Duration("soak-for", 10*time.Minute, "how long the soak's changes are spread over")
 	soakProxies := fs.String("soak-proxies", "", "proxies that soak, comma-separated (default: all)")
-	soakProfile := fs.Bool("soak-profile", false, "run soaking proxies with --profiling and write a 30 s CPU profile from the middle of each soak into --out")
+	soakProfile := fs.Bool("soak-profile", false, "run soaking proxies with --profiling and write into --out a CPU profile of up to 30 s from the middle of each soak and heap profiles of its settled and end moments")
 	merge := fs.String("merge", "", "measure nothing: join these report.json files, comma-separated, into one report in --out (no root needed)")
 	keepLogs := fs.Bool("keep-logs", false, "keep every proxy's log under --out/logs, one directory per run")
 	out := fs.String("out", "bench-out", "directory for report.json, report.md and the plots")
