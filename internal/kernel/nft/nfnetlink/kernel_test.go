@@ -436,6 +436,40 @@ func TestKernelLargeMapIsOneBatch(t *testing.T) {
 	}
 }
 
+// TestKernelSetDefsShareASocket: a transaction that adds elements to many
+// existing sets reads their definitions over one socket, not one each (a
+// burst's partial sync asks for hundreds; a socket each was half its CPU).
+func TestKernelSetDefsShareASocket(t *testing.T) {
+	ns := newKernelNS(t)
+	ctx := context.Background()
+	const sets = 60
+	name := func(i int) string { return fmt.Sprintf("ips-%d", i) }
+	tx := nft.NewTransaction(nft.IPv4, nft.SampleTable)
+	tx.Add(&nft.Table{})
+	for i := range sets {
+		tx.Add(&nft.Set{Name: name(i), Key: []nft.DataType{nft.TypeIPv4Addr}})
+	}
+	if err := ns.nl.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	tx = nft.NewTransaction(nft.IPv4, nft.SampleTable)
+	for i := range sets {
+		tx.Add(&nft.Element{Set: name(i), Key: []nft.Value{{Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})}}})
+	}
+	before := ns.nl.dials.Load()
+	if err := ns.nl.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if d := ns.nl.dials.Load() - before; d > 1 {
+		t.Errorf("%d sockets opened for one transaction's %d set definitions, want 1", d, sets)
+	}
+	for _, i := range []int{0, sets - 1} {
+		if got := ns.countElements(t, nft.IPv4, name(i)); got != 1 {
+			t.Errorf("set %s has %d elements, want 1", name(i), got)
+		}
+	}
+}
+
 func (ns *kernelNS) countElements(t *testing.T, fam nft.Family, set string) int {
 	t.Helper()
 	c, err := ns.nl.dial()

@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,9 @@ type Netlink struct {
 	// portsMu, not mu: the monitor asks while a transaction is sent.
 	portsMu sync.Mutex
 	ports   []uint32
+	// dials counts the sockets opened (a test's way to see that a
+	// transaction's questions share one).
+	dials atomic.Int64
 }
 
 var _ nft.Interface = (*Netlink)(nil)
@@ -125,6 +129,7 @@ func (n *Netlink) Close() error {
 }
 
 func (n *Netlink) dial() (*nlConn, error) {
+	n.dials.Add(1)
 	c, err := dialNetfilter(n.netnsFd)
 	if err != nil {
 		return nil, fmt.Errorf("nft: %w", err)
@@ -155,7 +160,9 @@ func (n *Netlink) send(ctx context.Context, tx *nft.Transaction, check bool) err
 		return nft.WrapApplyError(tx, err)
 	}
 
-	l := newLowerer(tx, &nlView{n: n, ctx: ctx, tx: tx})
+	view := &nlView{n: n, ctx: ctx, tx: tx}
+	defer view.close()
+	l := newLowerer(tx, view)
 	if err := l.lower(); err != nil {
 		return nft.WrapApplyError(tx, err)
 	}
@@ -282,22 +289,39 @@ type nlView struct {
 	n   *Netlink
 	ctx context.Context
 	tx  *nft.Transaction
+	// conn serves every setDef of one transaction: a partial sync of a
+	// burst asks for hundreds, and opening a socket in the namespace for
+	// each was half of the sync's CPU (docs/benchmarks.md, issue 15).
+	conn *nlConn
+}
+
+// close closes the view's socket, if it opened one.
+func (v *nlView) close() {
+	if v.conn != nil {
+		_ = v.conn.Close()
+		v.conn = nil
+	}
 }
 
 func (v *nlView) setDef(table, name string) (*nft.Set, error) {
-	c, err := v.n.dial()
-	if err != nil {
-		return nil, err
+	if v.conn == nil {
+		c, err := v.n.dial()
+		if err != nil {
+			return nil, err
+		}
+		v.conn = c
 	}
-	defer c.Close()
 	var a attrs
 	a.str(unix.NFTA_SET_TABLE, table)
 	a.str(unix.NFTA_SET_NAME, name)
-	b, err := c.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
+	b, err := v.conn.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
+		// Replies may still be queued: the next question opens a
+		// fresh socket.
+		v.close()
 		return nil, fmt.Errorf("reading set %s: %w", name, err)
 	}
 	return decodeSet(b)

@@ -31,7 +31,10 @@ const (
 	maxAttrBytes = 60000     // keep an element list below the 64 KiB nla_len limit
 	rcvBufBytes  = 4 << 20   // room for error replies; see sendBatch
 	defaultDump  = 256 << 10 // recv buffer for dumps (the kernel caps a dump skb at 32 KiB)
-	subsysNFT    = unix.NFNL_SUBSYS_NFTABLES
+	// getReplyBytes is the recv buffer of a get: the kernel builds a
+	// get's reply in NLMSG_GOODSIZE (at most 8 KiB), then the ack.
+	getReplyBytes = 64 << 10
+	subsysNFT     = unix.NFNL_SUBSYS_NFTABLES
 )
 
 // nlMsg is one nf_tables message of a batch, with what we need to explain
@@ -59,6 +62,10 @@ type nlConn struct {
 	sock *socket.Conn
 	pid  uint32
 	seq  uint32
+	// getBuf is get's receive buffer, allocated at the first get and
+	// reused: lowering may ask for hundreds of set definitions in one
+	// sync, and a fresh 256 KiB buffer each was most of their cost.
+	getBuf []byte
 }
 
 // dialNetfilter opens a netfilter netlink socket. netnsFd 0 means the
@@ -385,7 +392,10 @@ func (c *nlConn) get(ctx context.Context, msg uint16, family uint8, attrs []byte
 	if _, err := c.sock.Sendmsg(ctx, req, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
 		return nil, err
 	}
-	rb := make([]byte, defaultDump)
+	if c.getBuf == nil {
+		c.getBuf = make([]byte, getReplyBytes)
+	}
+	rb := c.getBuf
 	var out []byte
 	for {
 		n, _, _, _, err := c.sock.Recvmsg(ctx, rb, nil, 0)
