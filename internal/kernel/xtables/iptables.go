@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	kexec "github.com/kproxy/kproxy/internal/kernel/execer"
 )
 
 // Interface runs one backend's restore/save binaries for one IP family.
@@ -186,7 +188,7 @@ func (r *runner) RestoreWithStats(ctx context.Context, data []byte, opts Restore
 			return st, &RestoreError{Backend: r.backend, Family: r.family, Err: err}
 		}
 	}
-	_, err := r.o.exec.Run(ctx, r.argv(r.restore, args...), string(data))
+	_, err := kexec.RunBytes(ctx, r.o.exec, r.argv(r.restore, args...), data)
 	st.Duration = r.o.now().Sub(start)
 	if err != nil {
 		return st, restoreError(r.backend, r.family, err)
@@ -251,11 +253,11 @@ func (r *runner) Save(ctx context.Context, table string) ([]byte, error) {
 	if !slices.Contains(Tables, table) {
 		return nil, fmt.Errorf("xtables: unknown table %q (want one of %s)", table, strings.Join(Tables, ", "))
 	}
-	out, err := r.o.exec.Run(ctx, r.argv(r.save, "-t", table), "")
+	out, err := kexec.RunBytes(ctx, r.o.exec, r.argv(r.save, "-t", table), nil)
 	if err != nil {
 		return nil, fmt.Errorf("xtables: saving %s %s table %s: %w", r.backend, r.family, table, err)
 	}
-	return []byte(out), nil
+	return out, nil
 }
 
 func (r *runner) Version(ctx context.Context) (string, error) {
