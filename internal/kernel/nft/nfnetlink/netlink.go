@@ -42,6 +42,12 @@ type Netlink struct {
 	// (its receive queue may then hold stale replies).
 	mu    sync.Mutex
 	apply *nlConn
+	// query answers lowering's questions about existing sets (their
+	// definitions), kept open under mu like apply: a burst's partial
+	// sync asks for hundreds, and opening a socket in the namespace for
+	// each was half of the sync's CPU; closing one after each
+	// transaction cost 10-15 ms of its latency.
+	query *nlConn
 	// ports are the port ids of every apply socket this adapter has
 	// used (a handful at most), since notifications of a transaction on
 	// a replaced socket may still be queued at the monitor. Guarded by
@@ -119,6 +125,7 @@ func (n *Netlink) Close() error {
 		_ = n.apply.Close()
 		n.apply = nil
 	}
+	n.dropQuery()
 	n.mu.Unlock()
 	if n.netns != nil {
 		err := n.netns.Close()
@@ -160,9 +167,7 @@ func (n *Netlink) send(ctx context.Context, tx *nft.Transaction, check bool) err
 		return nft.WrapApplyError(tx, err)
 	}
 
-	view := &nlView{n: n, ctx: ctx, tx: tx}
-	defer view.close()
-	l := newLowerer(tx, view)
+	l := newLowerer(tx, &nlView{n: n, ctx: ctx, tx: tx})
 	if err := l.lower(); err != nil {
 		return nft.WrapApplyError(tx, err)
 	}
@@ -284,44 +289,50 @@ func lastLE(starts []int, off int) int {
 	return k
 }
 
-// nlView answers the lowerer's questions about existing sets.
+// queryConn returns the query socket, opening it if needed. n.mu is held.
+func (n *Netlink) queryConn() (*nlConn, error) {
+	if n.query == nil {
+		c, err := n.dial()
+		if err != nil {
+			return nil, err
+		}
+		n.query = c
+	}
+	return n.query, nil
+}
+
+// dropQuery closes the query socket, if open. n.mu is held.
+func (n *Netlink) dropQuery() {
+	if n.query != nil {
+		_ = n.query.Close()
+		n.query = nil
+	}
+}
+
+// nlView answers the lowerer's questions about existing sets; it lives
+// inside send, which holds n.mu.
 type nlView struct {
 	n   *Netlink
 	ctx context.Context
 	tx  *nft.Transaction
-	// conn serves every setDef of one transaction: a partial sync of a
-	// burst asks for hundreds, and opening a socket in the namespace for
-	// each was half of the sync's CPU (docs/benchmarks.md, issue 15).
-	conn *nlConn
-}
-
-// close closes the view's socket, if it opened one.
-func (v *nlView) close() {
-	if v.conn != nil {
-		_ = v.conn.Close()
-		v.conn = nil
-	}
 }
 
 func (v *nlView) setDef(table, name string) (*nft.Set, error) {
-	if v.conn == nil {
-		c, err := v.n.dial()
-		if err != nil {
-			return nil, err
-		}
-		v.conn = c
+	c, err := v.n.queryConn()
+	if err != nil {
+		return nil, err
 	}
 	var a attrs
 	a.str(unix.NFTA_SET_TABLE, table)
 	a.str(unix.NFTA_SET_NAME, name)
-	b, err := v.conn.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
+	b, err := c.get(v.ctx, unix.NFT_MSG_GETSET, nfproto(v.tx.Family), a.b)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
 		// Replies may still be queued: the next question opens a
 		// fresh socket.
-		v.close()
+		v.n.dropQuery()
 		return nil, fmt.Errorf("reading set %s: %w", name, err)
 	}
 	return decodeSet(b)
