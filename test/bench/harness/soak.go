@@ -63,10 +63,9 @@ type SoakSample struct {
 //
 // With profileDir set, the proxy runs with --profiling (both proxies
 // serve /debug/pprof on the metrics address then) and a CPU profile of
-// up to 30 s (half the soak when shorter) taken from its middle is written
-// there as
-// soak-PROXY-MODE.pprof, with heap profiles of the settled and the end
-// moments (soak-PROXY-MODE-heap-settled.pprof, -heap-end.pprof; `go tool
+// up to 30 s (half the soak when shorter) taken from its middle is
+// written there as soak-PROXY-MODE.pprof, with heap profiles of the
+// settled and the end moments (soak-PROXY-MODE-heap-settled.pprof, -heap-end.pprof; `go tool
 // pprof -base` on the two shows what the soak left live) and their text
 // forms (.txt: the runtime's memory statistics are at their end).
 func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.Duration, profileDir string) SoakResult {
@@ -116,8 +115,7 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 			defer close(profiled)
 			// Up to 30 s, centred on the soak's middle; a short soak's
 			// profile is half of it.
-			secs := int(min(30*time.Second, d/2) / time.Second)
-			secs = max(secs, 1)
+			secs := max(int(min(30*time.Second, d/2)/time.Second), 1)
 			select {
 			case <-time.After(d/2 - time.Duration(secs)*time.Second/2):
 			case <-tb.Context().Done():
@@ -177,8 +175,10 @@ func (a *apiCluster) runSoak(tb *TB, p Proxy, mode string, changes int, d time.D
 	sample(res.Changes)
 	res.RSSEndMiB, res.HeapEndMiB = procStatusMiB(proc.Pid(), "VmRSS"), heap()
 	res.RSSPeakEndMiB = procStatusMiB(proc.Pid(), "VmHWM")
-	heapProfile("end")
+	// The end's heap profile is taken after the CPU is read: serving it
+	// is not the soak's cost.
 	res.CPUSeconds = cpuSeconds(proc.Pid()) - cpu0
+	heapProfile("end")
 	if after, err := scrape(tb.Context(), client, metricsURL); err == nil {
 		res.Syncs = after.Sum(mSync+"_count") - before.Sum(mSync+"_count")
 		res.NPLs = after.Sum(mNPL+"_count") - before.Sum(mNPL+"_count")
