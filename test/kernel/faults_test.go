@@ -92,7 +92,9 @@ type faultWatch struct {
 	failLog   []string
 	health    []healthObs
 	healthURL string
-	marks     []string
+	// lastPoll is the latest finished poll of /healthz, with when it began.
+	lastPoll healthObs
+	marks    []string
 }
 
 func watchFaults(t *testing.T, c *kcluster) *faultWatch {
@@ -165,12 +167,14 @@ func watchFaults(t *testing.T, c *kcluster) *faultWatch {
 		w.mu.Lock()
 		url := w.healthURL
 		w.mu.Unlock()
+		began := time.Now()
 		code, body, err := c.Client.HTTPGet(url, time.Second)
 		if err != nil {
 			code, body = 0, err.Error()
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.lastPoll = healthObs{at: began, code: code, body: body}
 		if n := len(w.health); n == 0 || w.health[n-1].code != code {
 			w.health = append(w.health, healthObs{at: time.Now(), code: code, body: body})
 		}
@@ -233,6 +237,22 @@ func (w *faultWatch) lastHealth() healthObs {
 		return healthObs{}
 	}
 	return w.health[len(w.health)-1]
+}
+
+// healthPolledAfter waits (bounded) for a poll of /healthz that began
+// after t and returns its answer: what /healthz said once something
+// known at t (kproxy's death) was true. The latest answer alone may come
+// from a poll that was under way, or answered, just before.
+func (w *faultWatch) healthPolledAfter(t time.Time) healthObs {
+	w.t.Helper()
+	var h healthObs
+	netns.Eventually(w.t, 10*time.Second, "a /healthz poll after "+t.Sub(w.start).Round(10*time.Millisecond).String(), func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		h = w.lastPoll
+		return h.at.After(t), "the latest poll began at " + h.at.Sub(w.start).Round(10*time.Millisecond).String()
+	})
+	return h
 }
 
 // waitHealth waits (bounded) until the poller has seen code since, or
@@ -738,8 +758,7 @@ exit $rc
 			mid := !strings.Contains(log[i[1]:], `"Synced"`)
 			f.t.Logf("killed in the middle of the sync: %v", mid)
 			f.w.mark(fmt.Sprintf("mid-sync=%v", mid))
-			time.Sleep(time.Second)
-			if h := f.w.lastHealth(); h.code != 0 {
+			if h := f.w.healthPolledAfter(off); h.code != 0 {
 				f.t.Errorf("/healthz answered %d with kproxy dead", h.code)
 			}
 			if err := p.Restart(f.c.Nodes[nodeA].NS, f.c.kproxyArgs(nodeA)...); err != nil {

@@ -342,6 +342,7 @@ func testMemoryPressure(t *testing.T, m proxyMode) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		dead, _ := p.Exited()
+		deadSeen := time.Now()
 		under := readMem(t, cg)
 		ev1 := readKeyed(t, filepath.Join(cg, "memory.events"))
 		outcome := "programmed under the limit"
@@ -382,7 +383,7 @@ func testMemoryPressure(t *testing.T, m proxyMode) {
 		lift := f.w.mark("lifted")
 		setMemoryMax(t, cg, "max")
 		if dead {
-			if h := f.w.lastHealth(); h.code != 0 {
+			if h := f.w.healthPolledAfter(deadSeen); h.code != 0 {
 				t.Errorf("%s: /healthz answered %d with kproxy dead", stage.name, h.code)
 			}
 			// A supervisor restarts it.
