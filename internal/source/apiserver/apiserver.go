@@ -1,6 +1,8 @@
-// Package apiserver is the source that watches the Kubernetes API server, as
-// upstream kube-proxy does: shared informers for Services, EndpointSlices,
-// this node's Node object and ServiceCIDRs.
+// Package apiserver is the source that watches the Kubernetes API server,
+// with the list options upstream kube-proxy uses: Services and
+// EndpointSlices through client-go reflectors that hand each object over
+// and keep none (deliveringStore), this node's Node object and the
+// ServiceCIDRs through shared informers.
 package apiserver
 
 import (
@@ -16,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -64,10 +68,12 @@ type apiSource struct {
 }
 
 // New returns a Source that watches client. hostname is this node's name:
-// only that Node object is watched. resync is the informers' resync period
-// (the config's configSyncPeriod; 0 disables resyncs): every resync
-// re-delivers every object as an update, as upstream does, so a state that
-// went wrong downstream is repaired.
+// only that Node object is watched. resync is the Node and ServiceCIDR
+// informers' resync period (the config's configSyncPeriod; 0 disables
+// resyncs): each resync re-delivers those objects as updates, as upstream
+// does. Services and EndpointSlices are kept by no cache, so there is
+// nothing to re-deliver: upstream's resync of them hands its change
+// trackers unchanged objects, which they drop (see deliveringStore).
 func New(client kubernetes.Interface, hostname string, resync time.Duration) source.Source {
 	return &apiSource{client: client, hostname: hostname, resync: resync}
 }
@@ -79,43 +85,52 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 	}
 	sh := &serialHandler{h: h}
 
-	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
-		informers.WithTransform(slim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = serviceLabelSelector
-			o.FieldSelector = serviceFieldSelector
-		}))
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
-		informers.WithTransform(slim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = sliceLabelSelector
-		}))
+	// Services and EndpointSlices are watched by reflectors that hand
+	// every object over and keep none (deliveringStore); the Node and
+	// ServiceCIDRs, a few objects, by informers.
+	svcStore := newServiceStore(sh.ServiceUpdated, sh.ServiceDeleted)
+	sliceStore := newSliceStore(sh.EndpointSliceUpdated, sh.EndpointSliceDeleted)
+	reflectors := []*cache.Reflector{
+		cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector, o.FieldSelector = serviceLabelSelector, serviceFieldSelector
+				return s.client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector, o.FieldSelector = serviceLabelSelector, serviceFieldSelector
+				return s.client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+			},
+		}, s.client), &v1.Service{}, svcStore, cache.ReflectorOptions{Name: "services"}),
+		cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sliceLabelSelector
+				return s.client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sliceLabelSelector
+				return s.client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+			},
+		}, s.client), &discovery.EndpointSlice{}, sliceStore, cache.ReflectorOptions{Name: "endpointslices"}),
+	}
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
 		informers.WithTransform(slim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = nodeFieldSelector(s.hostname)
 		}))
 	cidrFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync, informers.WithTransform(slim))
-	factories := []informers.SharedInformerFactory{svcFactory, sliceFactory, nodeFactory, cidrFactory}
+	factories := []informers.SharedInformerFactory{nodeFactory, cidrFactory}
 
-	// Handlers are registered before the informers start so that no
-	// initial object is missed, and the registrations (not the informers)
-	// are what we wait for: an informer has synced when its store is full,
-	// a registration only once its handler has been given every object of
-	// the initial list.
-	var regs []cache.ResourceEventHandlerRegistration
-	add := func(inf cache.SharedIndexInformer, hf cache.ResourceEventHandlerFuncs) error {
-		reg, err := inf.AddEventHandler(hf)
-		if err != nil {
-			return err
-		}
-		regs = append(regs, reg)
-		return nil
-	}
-	errs := []error{
-		add(svcFactory.Core().V1().Services().Informer(), handlerFuncs(wantService, sh.ServiceUpdated, sh.ServiceDeleted)),
-		add(sliceFactory.Discovery().V1().EndpointSlices().Informer(), handlerFuncs(wantSlice, sh.EndpointSliceUpdated, sh.EndpointSliceDeleted)),
-		add(nodeFactory.Core().V1().Nodes().Informer(), handlerFuncs(s.wantNode, sh.NodeUpdated, sh.NodeDeleted)),
+	// The Node's handler is registered before its informer starts so that
+	// no initial object is missed, and the registration (not the
+	// informer) is what we wait for: an informer has synced when its
+	// store is full, a registration only once its handler has been given
+	// every object of the initial list. A deliveringStore has synced once
+	// it has delivered the first list.
+	synced := []cache.InformerSynced{svcStore.hasSynced, sliceStore.hasSynced}
+	nodeReg, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(handlerFuncs(s.wantNode, sh.NodeUpdated, sh.NodeDeleted))
+	errs := []error{err}
+	if nodeReg != nil {
+		synced = append(synced, nodeReg.HasSynced)
 	}
 	// ServiceCIDRs are not waited for, as upstream does not: the first
 	// sync runs without them (so without the drop of unallocated cluster
@@ -129,24 +144,27 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 		return fmt.Errorf("apiserver source: adding event handlers: %w", err)
 	}
 
-	// The informers stop with ctx; Shutdown then waits for their
-	// goroutines, and the handler is closed so that nothing is delivered
-	// after Run returns.
+	// The informers and reflectors stop with ctx; Shutdown and the wait
+	// group then wait for their goroutines, and the handler is closed so
+	// that nothing is delivered after Run returns.
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
 	defer func() {
 		sh.close()
+		stop()
 		for _, f := range factories {
 			f.Shutdown()
 		}
+		wg.Wait()
 	}()
 	for _, f := range factories {
-		f.Start(ctx.Done())
+		f.Start(rctx.Done())
+	}
+	for _, r := range reflectors {
+		wg.Go(func() { r.RunWithContext(rctx) })
 	}
 
 	klog.InfoS("Waiting for Services, EndpointSlices and Node to sync", "node", s.hostname)
-	synced := make([]cache.InformerSynced, len(regs))
-	for i, r := range regs {
-		synced[i] = r.HasSynced
-	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("apiserver source: caches did not sync: %w", context.Cause(ctx))
 	}
