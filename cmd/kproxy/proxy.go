@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/internal/config"
+	"github.com/kproxy/kproxy/internal/idlemem"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
@@ -296,6 +297,10 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
 	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
 	defer svcHealth.Close()
+	// What a sync leaves on the heap is returned to the system once
+	// kproxy is idle (package idlemem).
+	idle := idlemem.New(idlemem.DefaultQuiet, nil)
+	go idle.Run(ctx)
 	loop = proxy.New(proxy.Options{
 		Tracker:        tracker,
 		Backends:       backends,
@@ -306,7 +311,11 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		Services:       svcHealth,
 		MinSyncPeriod:  minSyncPeriod,
 		RetryInterval:  retryInterval(syncPeriod),
-		AfterSync:      after.run,
+		BeforeSync:     func(context.Context) { idle.Begin() },
+		AfterSync: func(ctx context.Context) {
+			after.run(ctx)
+			idle.End()
+		},
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
 			if recorder == nil {
 				return

@@ -117,9 +117,11 @@ type Options struct {
 	// between two. A Loop whose RetryInterval is 0 has no Run: its owner
 	// calls Sync (tests).
 	MinSyncPeriod, RetryInterval time.Duration
-	// AfterSync runs after each of Run's syncs, whatever its outcome (the
-	// clean-up of the mode the node ran before). Optional.
-	AfterSync func(ctx context.Context)
+	// BeforeSync runs before each of Run's syncs and AfterSync after it,
+	// whatever its outcome (the clean-up of the mode the node ran before;
+	// the release of idle memory, which waits for no sync to run).
+	// Optional.
+	BeforeSync, AfterSync func(ctx context.Context)
 	// OnRefused is called for each service port the kernel refused, which
 	// every later sync leaves out until it changes or is retried (see
 	// isolate.go). Optional.
@@ -193,6 +195,9 @@ func New(opts Options) *Loop {
 			clk = clock.RealClock{}
 		}
 		l.run = runner.New("sync-runner", func() error {
+			if l.opts.BeforeSync != nil {
+				l.opts.BeforeSync(l.ctx)
+			}
 			err := l.Sync(l.ctx)
 			if l.opts.AfterSync != nil {
 				l.opts.AfterSync(l.ctx)
