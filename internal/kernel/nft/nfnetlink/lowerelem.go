@@ -465,7 +465,7 @@ func (l *lowerer) elementMsgs(mt elemMsg, set string, setID uint32, elems []elem
 			end++
 		}
 		a.close(list, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-		m.attrs, m.elemStarts, m.elemOps = l.keep(a.b), l.keepInts(starts), l.keepInts(ops)
+		m.attrs, m.elemStarts, m.elemOps = a.b, l.keepInts(starts), l.keepInts(ops)
 		l.elemStarts, l.elemOps = starts, ops
 		l.add(m)
 		start = end

@@ -112,7 +112,7 @@ func (l *lowerer) lowerRule(i int, op *nft.Op) error {
 		flags = unix.NLM_F_CREATE
 	}
 	l.add(nlMsg{typ: unix.NFT_MSG_NEWRULE, flags: flags, family: l.fam, op: i,
-		attrs: l.keep(a.b), exprStarts: l.keepInts(rb.starts), exprStmts: l.keepInts(rb.stmts)})
+		attrs: a.b, exprStarts: l.keepInts(rb.starts), exprStmts: l.keepInts(rb.stmts)})
 	// The scratch buffers keep their capacity for the next rule.
 	l.starts, l.stmtIdx = rb.starts, rb.stmts
 	return nil

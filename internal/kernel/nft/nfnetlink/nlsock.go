@@ -44,6 +44,10 @@ type nlMsg struct {
 	flags  uint16 // in addition to NLM_F_REQUEST
 	family uint8
 	attrs  []byte
+	// wire, when set, is the whole message as sent, attrs inside it,
+	// with room for the headers that sendBatch fills in (see
+	// lowerer.frame).
+	wire []byte
 
 	op int // index of the transaction op this message belongs to
 
@@ -108,18 +112,105 @@ func (c *nlConn) nextSeq() uint32 {
 	return c.seq
 }
 
+// frameBatch numbers msgs from the next sequence number on and returns
+// the batch to send: begin, the messages, and end unless check. Messages
+// a lowerer framed are not copied: each run of them framed one after the
+// other is one buffer; others are copied into one.
+func (c *nlConn) frameBatch(msgs []nlMsg, check bool) (bufs [][]byte, size int) {
+	begin := appendMsg(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, c.nextSeq(), unix.AF_UNSPEC, subsysNFT, nil)
+	first := c.seq
+	bufs, size = [][]byte{begin}, len(begin)
+	framed := true
+	for i := range msgs {
+		m := &msgs[i]
+		if m.wire == nil {
+			framed = false
+			break
+		}
+		putHeader(m.wire, nftType(m.typ), unix.NLM_F_REQUEST|m.flags, c.nextSeq(), m.family, 0, len(m.attrs))
+		size += len(m.wire)
+		// A message framed right after the previous one extends that
+		// buffer.
+		if last := len(bufs) - 1; last > 0 && adjacent(bufs[last], m.wire) {
+			bufs[last] = bufs[last][:len(bufs[last])+len(m.wire)]
+		} else {
+			bufs = append(bufs, m.wire)
+		}
+	}
+	if !framed || len(bufs)+1 > maxIovecs {
+		// Messages not framed by a lowerer, or a batch in more blocks
+		// than one sendmsg takes: copied into one buffer.
+		c.seq = first
+		buf := make([]byte, 0, batchBytes(msgs))
+		buf = append(buf, begin...)
+		for i := range msgs {
+			m := &msgs[i]
+			buf = appendMsg(buf, nftType(m.typ), unix.NLM_F_REQUEST|m.flags, c.nextSeq(), m.family, 0, m.attrs)
+		}
+		bufs, size = [][]byte{buf}, len(buf)
+	}
+	end := appendMsg(nil, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, c.nextSeq(), unix.AF_UNSPEC, subsysNFT, nil)
+	if !check {
+		bufs = append(bufs, end)
+		size += len(end)
+	}
+	return bufs, size
+}
+
+// maxIovecs is how many buffers one sendmsg takes (the kernel's
+// UIO_MAXIOV).
+const maxIovecs = 1024
+
+// adjacent reports whether b starts where a ends in memory (a's capacity
+// reaches into b): two messages framed one after the other in a block.
+func adjacent(a, b []byte) bool {
+	return cap(a) > len(a) && len(b) > 0 && &a[:len(a)+1][len(a)] == &b[0]
+}
+
+// batchBytes is the size of msgs framed, without the batch's begin and end.
+func batchBytes(msgs []nlMsg) int {
+	n := nlmsgHdrLen + nfgenHdrLen
+	for i := range msgs {
+		n += nlmsgHdrLen + nfgenHdrLen + align4(len(msgs[i].attrs))
+	}
+	return n
+}
+
+// sendmsgBuffers sends bufs as one datagram to the kernel (one skb: what
+// a batch needs), without gathering them into one buffer first.
+func (c *nlConn) sendmsgBuffers(bufs [][]byte) error {
+	rc, err := c.sock.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgBuffers(int(fd), bufs, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
+		// Not done on EAGAIN: wait until the socket can take it.
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// putHeader writes a message's nlmsghdr and nfgenmsg into w's first bytes,
+// for attrsLen bytes of attributes after them.
+func putHeader(w []byte, typ uint16, flags uint16, seq uint32, family uint8, resID uint16, attrsLen int) {
+	binary.NativeEndian.PutUint32(w[0:4], uint32(nlmsgHdrLen+nfgenHdrLen+attrsLen))
+	binary.NativeEndian.PutUint16(w[4:6], typ)
+	binary.NativeEndian.PutUint16(w[6:8], flags)
+	binary.NativeEndian.PutUint32(w[8:12], seq)
+	binary.NativeEndian.PutUint32(w[12:16], 0)
+	w[16] = family
+	w[17] = unix.NFNETLINK_V0
+	binary.BigEndian.PutUint16(w[18:20], resID)
+}
+
 // appendMsg frames one message: nlmsghdr, nfgenmsg, attributes.
 func appendMsg(b []byte, typ uint16, flags uint16, seq uint32, family uint8, resID uint16, attrs []byte) []byte {
-	l := nlmsgHdrLen + nfgenHdrLen + len(attrs)
 	var h [nlmsgHdrLen + nfgenHdrLen]byte
-	binary.NativeEndian.PutUint32(h[0:4], uint32(l))
-	binary.NativeEndian.PutUint16(h[4:6], typ)
-	binary.NativeEndian.PutUint16(h[6:8], flags)
-	binary.NativeEndian.PutUint32(h[8:12], seq)
-	binary.NativeEndian.PutUint32(h[12:16], 0)
-	h[16] = family
-	h[17] = unix.NFNETLINK_V0
-	binary.BigEndian.PutUint16(h[18:20], resID)
+	putHeader(h[:], typ, flags, seq, family, resID, len(attrs))
 	b = append(b, h[:]...)
 	b = append(b, attrs...)
 	for len(b)%4 != 0 {
@@ -152,34 +243,22 @@ type batchError struct {
 // the batch marks the end of those replies. This is how nft(8) avoids
 // one ack per message too.
 func (c *nlConn) sendBatch(ctx context.Context, msgs []nlMsg, check bool) ([]batchError, error) {
-	size := 2 * (nlmsgHdrLen + nfgenHdrLen)
-	for i := range msgs {
-		size += nlmsgHdrLen + nfgenHdrLen + align4(len(msgs[i].attrs))
-	}
-	buf := make([]byte, 0, size)
 	seqBase := c.seq + 1
-	buf = appendMsg(buf, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, c.nextSeq(), unix.AF_UNSPEC, subsysNFT, nil)
-	for i := range msgs {
-		m := &msgs[i]
-		buf = appendMsg(buf, nftType(m.typ), unix.NLM_F_REQUEST|m.flags, c.nextSeq(), m.family, 0, m.attrs)
-	}
-	endSeq := c.nextSeq()
-	if !check {
-		buf = appendMsg(buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, endSeq, unix.AF_UNSPEC, subsysNFT, nil)
-	}
+	bufs, size := c.frameBatch(msgs, check)
+	endSeq := c.seq
 
 	// The whole batch must go in one sendmsg (nfnetlink only sees a batch
 	// inside one skb), and netlink refuses a message larger than the send
 	// buffer with EMSGSIZE. SO_SNDBUFFORCE needs CAP_NET_ADMIN, which we
 	// need for nf_tables anyway.
-	if err := c.sock.SetWriteBuffer(len(buf) + 4096); err != nil {
-		return nil, fmt.Errorf("setting the netlink send buffer to %d bytes: %w", len(buf), err)
+	if err := c.sock.SetWriteBuffer(size + 4096); err != nil {
+		return nil, fmt.Errorf("setting the netlink send buffer to %d bytes: %w", size, err)
 	}
 	_ = c.sock.SetReadBuffer(rcvBufBytes)
 
-	if _, err := c.sock.Sendmsg(ctx, buf, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+	if err := c.sendmsgBuffers(bufs); err != nil {
 		if errors.Is(err, unix.EMSGSIZE) {
-			return nil, fmt.Errorf("sending a %d byte batch: %w (the send buffer could not be raised; is CAP_NET_ADMIN missing?)", len(buf), err)
+			return nil, fmt.Errorf("sending a %d byte batch: %w (the send buffer could not be raised; is CAP_NET_ADMIN missing?)", size, err)
 		}
 		return nil, fmt.Errorf("sending the batch: %w", err)
 	}

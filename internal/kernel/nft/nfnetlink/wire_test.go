@@ -1,6 +1,7 @@
 package nfnetlink
 
 import (
+	"bytes"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -93,4 +94,54 @@ func TestLowerWire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFramedBatchIsTheCopiedOne: the batch sent from the lowerer's arena
+// (messages framed in place, one buffer per run of them) is byte for byte
+// the batch copied message by message into one buffer, and a large one
+// goes in a few buffers, not one per message.
+func TestFramedBatchIsTheCopiedOne(t *testing.T) {
+	tx := largeTx() // 5000 services: ~25k operations
+	l := newLowerer(tx, nil)
+	if err := l.lower(); err != nil {
+		t.Fatal(err)
+	}
+	copied := make([]nlMsg, len(l.msgs))
+	for i, m := range l.msgs {
+		m.wire = nil
+		copied[i] = m
+	}
+	for _, check := range []bool{false, true} {
+		framedConn, copyConn := &nlConn{seq: 41}, &nlConn{seq: 41}
+		bufs, size := framedConn.frameBatch(l.msgs, check)
+		one, oneSize := copyConn.frameBatch(copied, check)
+		if len(one) != 2-b2i(check) {
+			t.Fatalf("check=%v: unframed messages in %d buffers, want them copied into one (plus the end)", check, len(one))
+		}
+		got, want := bytes.Join(bufs, nil), bytes.Join(one, nil)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("check=%v: framed batch (%d bytes) differs from the copied one (%d bytes)", check, len(got), len(want))
+		}
+		if size != len(got) || oneSize != len(want) {
+			t.Errorf("check=%v: sizes %d and %d, bytes %d", check, size, oneSize, len(want))
+		}
+		if framedConn.seq != copyConn.seq || framedConn.seq != 41+uint32(len(l.msgs))+2 {
+			t.Errorf("check=%v: sequence numbers end at %d and %d, want %d", check, framedConn.seq, copyConn.seq, 41+len(l.msgs)+2)
+		}
+		// A buffer per arena block (256 KiB) or so, and a message's
+		// bytes are not copied: the buffers point into the arena.
+		if blocks := size/arenaChunk + 1; len(bufs) > 2*blocks+2 || len(bufs) < 3 {
+			t.Fatalf("check=%v: %d messages (%d bytes) in %d buffers, want about %d", check, len(l.msgs), size, len(bufs), blocks+2)
+		}
+		if &bufs[1][0] != &l.msgs[0].wire[0] {
+			t.Errorf("check=%v: the first message was copied", check)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
