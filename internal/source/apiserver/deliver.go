@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // deliveringStore is what a client-go Reflector fills in place of an
@@ -155,14 +156,16 @@ func (s *deliveringStore[T]) Delete(obj any) error {
 
 // Replace implements cache.ReflectorStore: a (re)list. Every object of
 // the list is delivered, then the deletion of each delivered before that
-// the list no longer holds. The first Replace is the initial sync.
+// the list no longer holds. The first Replace is the initial sync. An
+// object of another type (which a typed client does not list) is logged
+// and skipped: an error would make the reflector list again, and fail
+// again, forever.
 func (s *deliveringStore[T]) Replace(list []any, _ string) error {
 	seen := make(map[types.NamespacedName]struct{}, len(list))
-	var errs []error
 	for _, obj := range list {
 		o, err := s.object(obj)
 		if err != nil {
-			errs = append(errs, err)
+			klog.ErrorS(err, "Skipped an object of a list")
 			continue
 		}
 		seen[nsName(o)] = struct{}{}
@@ -185,9 +188,6 @@ func (s *deliveringStore[T]) Replace(list []any, _ string) error {
 		s.deleted(s.tomb(g.k, g.kept))
 	}
 	s.synced.Store(true)
-	if len(errs) > 0 {
-		return fmt.Errorf("replacing %d objects: %d skipped, first: %w", len(list), len(errs), errs[0])
-	}
 	return nil
 }
 
