@@ -325,7 +325,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod)
+	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod, idle)
 	defer stopDrift()
 
 	src, client, err := newSource(o, fromFile, node, health)
@@ -379,7 +379,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 // nf_tables notifications in nftables mode, a scheduled comparison of
 // iptables-save with what kproxy wrote in iptables mode. Either repairs
 // through loop.Repair. The returned function releases the listener.
-func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration) func() {
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
 	switch mode {
 	case config.ModeNFTables:
 		mon, err := nfnetlink.NewMonitor()
@@ -412,12 +412,26 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		checkers := map[v1.IPFamily]proxy.DriftChecker{}
 		for f, b := range backends {
 			if c, ok := b.(proxy.DriftChecker); ok {
-				checkers[f] = c
+				checkers[f] = busyChecker{DriftChecker: c, idle: idle}
 			}
 		}
 		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
+}
+
+// busyChecker tells the idle-memory releaser that a drift check runs:
+// like a sync, it leaves garbage (iptables-save's whole output, parsed)
+// that is worth returning once kproxy is idle again.
+type busyChecker struct {
+	proxy.DriftChecker
+	idle *idlemem.Releaser
+}
+
+func (b busyChecker) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
+	b.idle.Begin()
+	defer b.idle.End()
+	return b.DriftChecker.CheckDrift(ctx)
 }
 
 // driftCheckMin is the shortest pause between two comparisons of the
