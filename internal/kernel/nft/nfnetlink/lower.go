@@ -228,16 +228,13 @@ func messagesAbout(ops []nft.Op) int {
 	n := 8
 	for i := range ops {
 		e := ops[i].Element
-		if e == nil {
+		if e == nil || i == 0 {
 			n++
 			continue
 		}
-		if i == 0 {
-			n++
-			continue
-		}
-		p := &ops[i-1]
-		if p.Element == nil || p.Kind != ops[i].Kind || p.In != ops[i].In || p.Element.Set != e.Set {
+		// An element operation opens a message unless it continues the
+		// previous operation's run.
+		if p := &ops[i-1]; p.Element == nil || p.Kind != ops[i].Kind || p.In != ops[i].In || p.Element.Set != e.Set {
 			n++
 		}
 	}

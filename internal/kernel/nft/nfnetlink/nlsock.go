@@ -167,7 +167,8 @@ func adjacent(a, b []byte) bool {
 	return cap(a) > len(a) && len(b) > 0 && &a[:len(a)+1][len(a)] == &b[0]
 }
 
-// batchBytes is the size of msgs framed, without the batch's begin and end.
+// batchBytes is the size of the batch's begin and msgs framed (its end
+// is not counted).
 func batchBytes(msgs []nlMsg) int {
 	n := nlmsgHdrLen + nfgenHdrLen
 	for i := range msgs {
