@@ -38,12 +38,19 @@ type deliveringStore[T metav1.Object] struct {
 	deleted func(T)
 	// keep is what is remembered of a delivered object; tomb rebuilds
 	// from it the object a deletion is delivered with.
-	keep func(T) string
-	tomb func(types.NamespacedName, string) T
+	keep func(T) tombInfo
+	tomb func(types.NamespacedName, tombInfo) T
 
 	mu     sync.Mutex
-	known  map[types.NamespacedName]string
+	known  map[types.NamespacedName]tombInfo
 	synced atomic.Bool
+}
+
+// tombInfo is what a deletion needs of an object besides its namespace and
+// name: for a slice, what the Tracker finds it by; nothing for a Service.
+type tombInfo struct {
+	addressType discovery.AddressType
+	service     string
 }
 
 var _ cache.ReflectorStore = (*deliveringStore[*v1.Service])(nil)
@@ -51,11 +58,11 @@ var _ cache.ReflectorStore = (*deliveringStore[*v1.Service])(nil)
 func newServiceStore(updated, deleted func(*v1.Service)) *deliveringStore[*v1.Service] {
 	return &deliveringStore[*v1.Service]{
 		want: wantService, updated: updated, deleted: deleted,
-		keep: func(*v1.Service) string { return "" },
-		tomb: func(k types.NamespacedName, _ string) *v1.Service {
+		keep: func(*v1.Service) tombInfo { return tombInfo{} },
+		tomb: func(k types.NamespacedName, _ tombInfo) *v1.Service {
 			return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
 		},
-		known: map[types.NamespacedName]string{},
+		known: map[types.NamespacedName]tombInfo{},
 	}
 }
 
@@ -64,25 +71,17 @@ func newServiceStore(updated, deleted func(*v1.Service)) *deliveringStore[*v1.Se
 func newSliceStore(updated, deleted func(*discovery.EndpointSlice)) *deliveringStore[*discovery.EndpointSlice] {
 	return &deliveringStore[*discovery.EndpointSlice]{
 		want: wantSlice, updated: updated, deleted: deleted,
-		keep: func(s *discovery.EndpointSlice) string {
-			return string(s.AddressType) + "/" + s.Labels[discovery.LabelServiceName]
+		keep: func(s *discovery.EndpointSlice) tombInfo {
+			return tombInfo{addressType: s.AddressType, service: s.Labels[discovery.LabelServiceName]}
 		},
-		tomb: func(k types.NamespacedName, kept string) *discovery.EndpointSlice {
-			s := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-			// An address type holds no slash (the API server allows
-			// only IPv4, IPv6 and FQDN).
-			for i := range len(kept) {
-				if kept[i] == '/' {
-					s.AddressType = discovery.AddressType(kept[:i])
-					if svc := kept[i+1:]; svc != "" {
-						s.Labels = map[string]string{discovery.LabelServiceName: svc}
-					}
-					break
-				}
+		tomb: func(k types.NamespacedName, kept tombInfo) *discovery.EndpointSlice {
+			s := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}, AddressType: kept.addressType}
+			if kept.service != "" {
+				s.Labels = map[string]string{discovery.LabelServiceName: kept.service}
 			}
 			return s
 		},
-		known: map[types.NamespacedName]string{},
+		known: map[types.NamespacedName]tombInfo{},
 	}
 }
 
@@ -173,7 +172,7 @@ func (s *deliveringStore[T]) Replace(list []any, _ string) error {
 	}
 	type gone struct {
 		k    types.NamespacedName
-		kept string
+		kept tombInfo
 	}
 	var goneList []gone
 	s.mu.Lock()
