@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,7 @@ func TestRenderExampleTable(t *testing.T) {
 		"demo/web-clusterip:http/TCP", "198.19.0.10:80/tcp",
 		"demo/no-endpoints:http/TCP", "reject: no endpoints",
 		"topology: hinted for other zones",
-		"(ipMode Proxy: not captured)",
+		"198.19.0.12:443/tcp +4 more",
 		"## IPv6", "[fd00:19::17]:80/tcp",
 		"Service demo/headless", "Service demo/other-proxy",
 	} {
@@ -46,6 +47,76 @@ func TestRenderExampleTable(t *testing.T) {
 			t.Errorf("render output lacks %q", want)
 		}
 	}
+}
+
+// The default table fits a 120-column terminal on the example, whose
+// LoadBalancer rows have five addresses each; -o wide lists every address,
+// source range and endpoint the model holds.
+func TestRenderTableWidth(t *testing.T) {
+	out, _, err := execute(t, "render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := len([]rune(line)); n > 120 {
+			t.Errorf("line of %d columns:\n%s", n, line)
+		}
+	}
+
+	wide, _, err := execute(t, "render", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _, err := execute(t, "render", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap view.Snapshot
+	if err := json.Unmarshal([]byte(js), &snap); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(wide, "\n")
+	checked := 0
+	for _, f := range snap.Families {
+		for _, sv := range f.Services {
+			want := append([]string{sv.ClusterIP}, sv.ExternalIPs...)
+			want = append(want, sv.LoadBalancerVIPs...)
+			want = append(want, sv.LoadBalancerProxyIPs...)
+			want = append(want, sv.LoadBalancerSourceRanges...)
+			want = append(want, sv.Cluster...)
+			want = append(want, sv.Local...)
+			if sv.NodePort != 0 {
+				want = append(want, fmt.Sprintf("nodePort %d", sv.NodePort))
+			}
+			if sv.HealthCheckNodePort != 0 {
+				want = append(want, fmt.Sprintf("health %d", sv.HealthCheckNodePort))
+			}
+			row := rowOf(lines, string(f.Family), sv.Name)
+			for _, w := range want {
+				if !strings.Contains(row, w) {
+					t.Errorf("-o wide, %s %s lacks %q:\n%s", f.Family, sv.Name, w, row)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d addresses checked: the example should have more", checked)
+	}
+}
+
+// rowOf is the table row of service port name in the family's section.
+func rowOf(lines []string, family, name string) string {
+	in := false
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			in = l == "## "+family
+		case in && strings.HasPrefix(l, name+" "):
+			return l
+		}
+	}
+	return ""
 }
 
 func TestRenderJSONForOtherNode(t *testing.T) {

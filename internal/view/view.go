@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -169,37 +169,109 @@ func verdict(sp *model.ServicePort, sel model.Selection) string {
 	return fmt.Sprintf("load-balance over %d endpoint(s)", len(sel.AllReachable))
 }
 
-// WriteTable prints the view as aligned text for humans.
-func WriteTable(w io.Writer, s *Snapshot) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "# node %s", s.Node)
+// WriteTable prints the view as aligned text for humans, narrow enough for
+// a terminal: each service port's first address (with how many more it
+// has) and its verdict, then the endpoints left out and why. WriteWideTable
+// prints every address, the traffic policies and the endpoints chosen.
+func WriteTable(w io.Writer, s *Snapshot) error { return writeTable(w, s, false) }
+
+// WriteWideTable is WriteTable with every column, as `-o wide` asks.
+func WriteWideTable(w io.Writer, s *Snapshot) error { return writeTable(w, s, true) }
+
+func writeTable(w io.Writer, s *Snapshot, wide bool) error {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "# node %s", s.Node)
 	if s.Zone != "" {
-		fmt.Fprintf(tw, " (zone %s)", s.Zone)
+		fmt.Fprintf(b, " (zone %s)", s.Zone)
 	}
-	fmt.Fprintln(tw)
+	fmt.Fprintln(b)
 	for _, f := range s.Families {
-		fmt.Fprintf(tw, "\n## %s\n", f.Family)
-		fmt.Fprintln(tw, "SERVICE PORT\tTYPE\tADDRESSES\tPOLICY\tENDPOINTS FOR THIS NODE\tVERDICT")
+		fmt.Fprintf(b, "\n## %s\n", f.Family)
+		t := table{header: []string{"SERVICE PORT", "TYPE", "ADDRESSES", "VERDICT"}}
+		if wide {
+			t.header = []string{"SERVICE PORT", "TYPE", "ADDRESSES", "POLICY", "ENDPOINTS FOR THIS NODE", "VERDICT"}
+		}
 		for _, sv := range f.Services {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sv.Name, sv.Type, addresses(sv), policy(sv), endpoints(sv), sv.Verdict)
+			addrs := addresses(sv)
+			r := row{cells: []string{sv.Name, string(sv.Type), abbreviate(addrs), sv.Verdict}}
+			if wide {
+				r.cells = []string{sv.Name, string(sv.Type), strings.Join(addrs, " "), policy(sv), endpoints(sv), sv.Verdict}
+			}
 			for _, ex := range sv.Excluded {
-				fmt.Fprintf(tw, "\t\t\t\t  - %s left out: %s\t\n", ex.Endpoint, ex.Reason)
+				r.notes = append(r.notes, fmt.Sprintf("- %s left out: %s", ex.Endpoint, ex.Reason))
 			}
 			if sv.Fallback != "" {
-				fmt.Fprintf(tw, "\t\t\t\t  ! %s\t\n", sv.Fallback)
+				r.notes = append(r.notes, "! "+sv.Fallback)
 			}
+			t.rows = append(t.rows, r)
 		}
+		t.write(b)
 		for _, c := range f.Contested {
-			fmt.Fprintf(tw, "! contested: %s\n", c)
+			fmt.Fprintf(b, "! contested: %s\n", c)
 		}
 	}
 	if len(s.Skipped) > 0 {
-		fmt.Fprintln(tw, "\n## skipped")
+		fmt.Fprintln(b, "\n## skipped")
+		t := table{}
 		for _, sk := range s.Skipped {
-			fmt.Fprintf(tw, "%s\t%s\n", sk.Object, sk.Reason)
+			t.rows = append(t.rows, row{cells: []string{sk.Object, sk.Reason}})
+		}
+		t.write(b)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// table aligns its cells in columns two spaces apart. A row's notes are
+// printed under it, indented, and take no part in the columns' widths, so
+// a long reason does not widen the table.
+type table struct {
+	header []string
+	rows   []row
+}
+
+type row struct {
+	cells []string
+	notes []string
+}
+
+func (t table) write(b *strings.Builder) {
+	lines := t.rows
+	if t.header != nil {
+		lines = append([]row{{cells: t.header}}, t.rows...)
+	}
+	var width []int
+	for _, r := range lines {
+		for i, c := range r.cells {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
 		}
 	}
-	return tw.Flush()
+	for _, r := range lines {
+		for i, c := range r.cells {
+			if i == len(r.cells)-1 {
+				b.WriteString(c)
+				break
+			}
+			b.WriteString(c)
+			b.WriteString(strings.Repeat(" ", width[i]-utf8.RuneCountInString(c)+2))
+		}
+		b.WriteString("\n")
+		for _, n := range r.notes {
+			b.WriteString("    " + n + "\n")
+		}
+	}
+}
+
+// abbreviate shows the first of a service port's addresses and how many
+// others it has, as kubectl shortens an endpoint list.
+func abbreviate(addrs []string) string {
+	if len(addrs) <= 1 {
+		return strings.Join(addrs, "")
+	}
+	return fmt.Sprintf("%s +%d more", addrs[0], len(addrs)-1)
 }
 
 // String says what the loser is skipped for.
@@ -222,7 +294,9 @@ func hostPort(ip string, port int32) string {
 	return netip.AddrPortFrom(a, uint16(port)).String()
 }
 
-func addresses(sv ServiceView) string {
+// addresses lists what a service port answers on and what shapes it, the
+// cluster IP first.
+func addresses(sv ServiceView) []string {
 	parts := []string{hostPort(sv.ClusterIP, sv.Port) + "/" + strings.ToLower(string(sv.Protocol))}
 	if sv.NodePort != 0 {
 		parts = append(parts, fmt.Sprintf("nodePort %d", sv.NodePort))
@@ -245,7 +319,7 @@ func addresses(sv ServiceView) string {
 	if sv.HealthCheckNodePort != 0 {
 		parts = append(parts, fmt.Sprintf("health %d", sv.HealthCheckNodePort))
 	}
-	return strings.Join(parts, " ")
+	return parts
 }
 
 func policy(sv ServiceView) string {
