@@ -164,7 +164,7 @@ umoci config --image "$work/layout:$version" \
 	--config.entrypoint /usr/local/bin/kproxy \
 	--config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	--config.label org.opencontainers.image.title=kproxy \
-	--config.label "org.opencontainers.image.description=A Kubernetes service proxy: a drop-in replacement for kube-proxy (nftables and iptables modes)" \
+	--config.label "org.opencontainers.image.description=A Kubernetes service proxy: a drop-in replacement for kube-proxy (nftables, iptables and ipvs modes)" \
 	--config.label "org.opencontainers.image.version=$version" \
 	--config.label "org.opencontainers.image.revision=$revision" \
 	--config.label "org.opencontainers.image.created=$created" \

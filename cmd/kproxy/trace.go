@@ -35,24 +35,33 @@ func newTraceCommand() *cobra.Command {
 	var tf traceFlags
 	cmd := &cobra.Command{
 		Use:   "trace --dst IP:PORT [--src IP] [--proto tcp|udp|sctp] [--iif IFACE]",
-		Short: "Show where a packet goes through kproxy's nftables or iptables rules",
+		Short: "Show where a packet goes through kproxy's nftables, iptables or ipvs mode's rules",
 		Long: `trace walks one new connection through kproxy's rules and prints
 every chain and rule it meets and where it ends: which endpoint it is DNATed
 to (every possible one, with its probability), whether it is masqueraded,
 dropped or rejected.
 
 The rules come from one of:
-  --live         this node's kernel ('nft list table ip|ip6 kube-proxy', or
-                 iptables-save of the backend kproxy would choose; root)
+  --live         this node's kernel ('nft list table ip|ip6 kube-proxy';
+                 iptables-save of the backend kproxy would choose; in ipvs
+                 mode also the IPVS table and the ipsets; root)
   --rules FILE   a saved 'nft list ruleset', 'iptables-save' or 'kproxy
-                 render' output (iptables-save syntax is recognised)
+                 render' output (iptables-save syntax is recognised); for
+                 ipvs mode also 'ipvsadm -S -n' and 'ipset save' output
   -f FILE        a cluster snapshot, rendered as 'kproxy render --proxy-mode
-                 nftables|iptables' would (the built-in example when none of
-                 these is given); takes render's flags (--hostname-override, ...)
+                 nftables|iptables|ipvs' would (the built-in example when
+                 none of these is given); takes render's flags
+                 (--hostname-override, ...)
 
-Which rules: --proxy-mode iptables or nftables says; without it, nftables
-rules, except for an iptables-save file, and with --live a node without
-the nftables mode's table.
+Which rules: --proxy-mode nftables, iptables or ipvs says; without it,
+nftables rules, except for an iptables-save file (iptables mode) or one
+with ipvsadm or ipset lines (ipvs mode), and with --live a node without
+the nftables mode's table (ipvs mode where kube-ipvs0 exists, else
+iptables mode).
+
+In ipvs mode the packet walks the iptables chains with their ipset
+matches, then the IPVS table where the kernel consults it: the virtual
+server, its scheduler and each real server with its weight.
 
 --iif names the interface the packet arrives on (a pod's veth, the node's
 uplink); without it the packet is sent by the node itself.`,
