@@ -16,7 +16,7 @@ import (
 // BenchmarkNFTablesEndpointChange does not: "added", one endpoint added
 // to a service (its endpoint count changes), and "again", a service
 // changed a second time right after a first change (untimed), within
-// the clean-up delay. Plain ClusterIP ports (docs/benchmarks.md item 10)
+// the clean-up delay. Plain ClusterIP ports (no chain of their own, docs/benchmarks.md)
 // write a changed port into a higher tier of their maps; these are the
 // cases where the count's chain is new or the port already moved up.
 func BenchmarkNFTablesEndpointVariants(b *testing.B) {

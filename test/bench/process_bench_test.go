@@ -99,9 +99,8 @@ func procStatus(pid int, field string) int {
 // file source at N services × 10 endpoints and reports the time from
 // start to the first sync's rules being in place, and the process's peak
 // and settled RSS: 2 s after the first sync, and again after two periodic
-// syncs (sync period 10 s), which is what a node runs on. Those were full
-// syncs until full syncs became hourly (as upstream's); the figures in
-// docs/benchmarks.md "after periodic full syncs" predate that.
+// syncs (sync period 10 s), which is what a node runs on. Periodic syncs
+// are partial: full syncs are hourly, as upstream's.
 func BenchmarkKproxyProcess(b *testing.B) {
 	needRoot(b)
 	bin := buildKproxy(b)

@@ -37,33 +37,33 @@
 // that renders it, each with its Plan counterpart and commit.
 //
 // Where the layout departs from upstream, it is for a cost measured in
-// docs/benchmarks.md ("nftables mode", numbered items):
+// docs/benchmarks.md ("Where the time goes: nftables"):
 //
 //   - No per-endpoint chains and no inline numgen vmaps: an anonymous set
-//     per service made the kernel's loop check quadratic (item 1), and the
-//     kernel validates every chain of a table on each commit that adds a
-//     jump or NAT rule (item 3). Policy chains DNAT directly; hairpin
-//     traffic is marked in postrouting through one set of "ep . ep" pairs.
+//     per service makes the kernel's loop check quadratic, and the kernel
+//     validates every chain of a table on each commit that adds a jump or
+//     NAT rule. Policy chains DNAT directly; hairpin traffic is marked in
+//     postrouting through one set of "ep . ep" pairs.
 //   - Partial syncs delete nothing on the common path: every deleting
-//     transaction waits for an RCU grace period, ~15 ms (item 2). Changed
+//     transaction waits for an RCU grace period, ~15 ms. Changed
 //     chains get their new rules inserted at the head, closed by return;
 //     shadowed rules, garbage elements and stale objects go in a clean-up
 //     transaction at least staleDelay later (stale.go, sync.go).
 //   - Shard tables, so that a change makes the kernel validate one shard,
-//     not the whole ruleset (item 6; chooseShards, ShardOf).
+//     not the whole ruleset (chooseShards, ShardOf).
 //   - Endpoint maps: one "dnat to numgen random mod N offset O map" rule
 //     per policy chain instead of a rule per endpoint, since the kernel's
-//     share of a full sync is per expression parsed (item 8; epmap.go).
+//     share of a full sync is per expression parsed (epmap.go).
 //     Endpoint map keys are not owned elements: the allocator gives each
 //     key one owner, and owning them made a 10k render 60 % slower.
 //   - Plain ClusterIP ports have no chain: every commit walks every chain
-//     of the netns (item 10). Their changes go into a higher tier of maps
+//     of the netns. Their changes go into a higher tier of maps
 //     (adds only) and are settled by a clean-up (plain.go).
-//   - Hairpin pairs are counted per address, not owned: they were most of
-//     the renderer's memory (item 11).
+//   - Hairpin pairs are counted per address, not owned: as owned elements
+//     they would be most of the renderer's memory.
 //   - Render's allocations: names hashed once per port, element keys cut
-//     from one string, per-port chunks for elements, rules and statements
-//     (item 5); a full sync's kept state carved from slabs (item 11).
+//     from one string, per-port chunks for elements, rules and
+//     statements; a full sync's kept state carved from slabs.
 //
 // The benchmarks are in test/bench (BenchmarkNFTablesFullSync,
 // BenchmarkNFTablesEndpointChange, BenchmarkNFTablesEndpointVariants,

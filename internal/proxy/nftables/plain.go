@@ -34,7 +34,7 @@ func (p *plainSide) equal(q *plainSide) bool {
 //
 // Changing an element's value means deleting it, and every transaction
 // that deletes waits for an RCU grace period (~15 ms, docs/benchmarks.md
-// item 2). So there are plainTiers versions of the maps: the shard's
+// "Where the time goes: nftables"). So there are plainTiers versions of the maps: the shard's
 // services chain looks up cluster-services-newer, then -new, then
 // cluster-services, and each shared chain the endpoint maps in the same
 // order. A partial sync writes a changed plain port into the tier above

@@ -17,8 +17,8 @@ import (
 // informer's cache, for Services and EndpointSlices: it hands every object
 // to the handler as it arrives and keeps none. The Tracker converts what
 // it is given into its own model and never looks at an object again, so
-// an informer's cache was a second copy of the cluster: at 10k services
-// and 108k endpoints about 40 MB of the heap (docs/benchmarks.md).
+// an informer's cache would be a second copy of the cluster: at 10k
+// services and 108k endpoints about 40 MB of the heap.
 //
 // What it keeps per object is what delivering its deletion later needs
 // (namespace, name, and for a slice its service and address type): a
