@@ -11,7 +11,7 @@ import (
 
 // TestReadmeLayout: the Layout section of the README names every Go
 // package of the repository (both tool modules included), and every folder
-// it names exists, so it cannot fall behind the tree again.
+// it names exists, so it cannot fall behind the tree.
 //
 // A package is named either by a tree line ("internal/proxy/" or, indented
 // under it, "  nftables/") or, for a small package beside its parent, by
