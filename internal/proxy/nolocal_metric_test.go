@@ -14,8 +14,8 @@ import (
 
 // TestNoLocalEndpointsMetricLabels reads
 // kubeproxy_sync_proxy_rules_no_local_endpoints_total through /metrics as a
-// scraper does: traffic_policy carries the policy and ip_family the family
-// (issue 13 item 4: they were swapped).
+// scraper does: traffic_policy carries the policy and ip_family the family,
+// not the other way round.
 func TestNoLocalEndpointsMetricLabels(t *testing.T) {
 	metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset()
 	t.Cleanup(metrics.SyncProxyRulesNoLocalEndpointsTotal.Reset)

@@ -5,8 +5,8 @@
 // a real API server, the health endpoints, and the sysctls --init-only
 // leaves. Every difference is one subtest. Differences kproxy keeps on purpose
 // are listed with their reason in intended (known_test.go), and only there;
-// differences another item of issue 13 is fixing are in pendingFixes and log
-// instead of failing. The suite writes docs/compatibility.md (go test
+// differences with a fix under way are in pendingFixes and log instead of
+// failing; any other difference fails. The suite writes docs/compatibility.md (go test
 // -run TestCompatibility ./test/compat -update) and fails when it is stale.
 //
 // Addresses: the control plane and the node namespaces use 198.18.250.0/24

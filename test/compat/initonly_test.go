@@ -36,7 +36,7 @@ func compareInitOnly(t *testing.T, cp *framework.ControlPlane, dir, kubeconfig s
 		select {
 		case <-p.Done():
 		case <-time.After(20 * time.Second):
-			// Upstream exits at once; kproxy runs on (issue 13 item 2).
+			// Upstream exits at once; kproxy runs on.
 			t.Logf("%s --init-only still running after 20s", n.binName)
 			_ = p.Stop()
 		}

@@ -31,12 +31,12 @@ var intended = map[string]string{
 	"Event KubeProxyDefaultMode":                                          "upstream records it before its event broadcaster starts sending, so it never reaches the API server; kproxy sends it (Warning, when no mode is configured)",
 }
 
-// newFinding marks differences this suite found that no item of issue 13
+// newFinding marks differences this suite found that no planned fix
 // names yet: they need an owner who fixes them or moves them to intended.
 const newFinding = 0
 
-// pendingFixes lists differences that an item of issue 13 is fixing, with
-// the item number: their subtests log instead of failing. An exact entry
+// pendingFixes lists differences whose fix is under way, each with the
+// number of its work item: their subtests log instead of failing. An exact entry
 // that matches upstream fails, so the list shrinks as fixes merge. "<kind> *"
 // covers every item of a kind.
 var pendingFixes = map[string]int{}

@@ -1,6 +1,6 @@
 package e2e
 
-// The catalogue of malformed inputs (issue 17; internal/testutil/malformed)
+// The catalogue of malformed inputs (internal/testutil/malformed)
 // through a real API server, the half the kernel test (file source) cannot
 // do. Every case the catalogue says the API server refuses is created,
 // object by object, as kubectl would create it, and one of its objects must

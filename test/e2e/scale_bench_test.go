@@ -26,8 +26,8 @@ import (
 
 // BenchmarkAPIServerScale runs kproxy in nftables mode against a real
 // kube-apiserver holding N ClusterIP Services × 10 endpoints (one
-// EndpointSlice each, endpoints on another node), the way upstream
-// kube-proxy's figures in issue 3 were taken, and reports the time from
+// EndpointSlice each, endpoints on another node), the shape upstream
+// kube-proxy is measured on beside it, and reports the time from
 // kproxy's start until its first sync has programmed every service, and the
 // process's RSS once settled (5 s later) and at its peak. Run as root with
 // KPROXY_E2E=1:

@@ -1,6 +1,6 @@
 package kernel
 
-// The catalogue of malformed inputs (issue 17; internal/testutil/malformed)
+// The catalogue of malformed inputs (internal/testutil/malformed)
 // through the file source: kproxy on node-a reads its snapshot directory,
 // where the example's healthy snapshot sits beside catalogue.json (every
 // object-level case, in one kubectl List) and one file per file-level

@@ -1,6 +1,6 @@
 package kernel
 
-// Faults (issue 17, section 3): for each, long-lived TCP streams to
+// Faults: for each, long-lived TCP streams to
 // services the fault does not concern survive, the next sync repairs the
 // state, and /healthz tells the truth meanwhile.
 //
@@ -680,11 +680,10 @@ exit $rc
 	{
 		// Someone deletes kproxy's rules between syncs: nftables mode's
 		// IPv4 table, or iptables mode's KUBE-SERVICES (flushed) and a
-		// service chain (flushed). Nothing tells kproxy (drift detection
-		// is another part of issue 17): /healthz stays 200 and the next
-		// periodic full sync, within the 2 s sync period, repairs it. New
-		// connections to the hit services fail until then; established
-		// ones keep their conntrack NAT and survive.
+		// service chain (flushed). /healthz stays 200 and kproxy repairs
+		// the rules with a full sync of that family. New connections to
+		// the hit services fail until then; established ones keep their
+		// conntrack NAT and survive.
 		name:  "kproxy rules deleted between syncs",
 		modes: allModes,
 		run: func(f *faultEnv) (time.Duration, bool) {

@@ -1,6 +1,6 @@
 package kernel
 
-// A broken snapshot file must never empty the node (issue 16, item 3):
+// A broken snapshot file must never empty the node:
 // kproxy reads its snapshot directory (--from-file DIR) on node-a; the
 // snapshot is deleted, truncated, replaced by garbage, by 60 % of itself,
 // by a directory and by a FIFO, in turn. Through each fault the services

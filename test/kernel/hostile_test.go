@@ -1,6 +1,6 @@
 package kernel
 
-// Hostile names through the file source (issue 16): Services whose names,
+// Hostile names through the file source: Services whose names,
 // namespaces and port names hold quotes, newlines with iptables-restore or
 // nft commands, control characters, non-ASCII or 1,000 characters (see
 // internal/testutil/hostile). The API server would refuse them; a file

@@ -1,6 +1,6 @@
 package kernel
 
-// Long names (issue 16): a Service with the longest namespace, name and
+// Long names: a Service with the longest namespace, name and
 // port name the API server accepts (63, 63 and 15 characters) must not
 // keep the node's other services, or itself, from being programmed. Its
 // element comments ("ns/name:port/TCP", 147 bytes) are past nf_tables'

@@ -1,15 +1,15 @@
 package kernel
 
-// Memory pressure (issue 17, Faults: "a cgroup limit near the working
-// set"). kproxy runs in a cgroup v2 memory cgroup of its own, born there
-// (netns.StartProcessIn), with memServices generated services from its
-// snapshot file beside the example's, watched like every fault case
-// (faults_test.go: three long-lived streams, a prober, a /healthz poller).
-// Addresses as there; generated services on 198.19.10.1 onwards.
+// Memory pressure: a cgroup limit near the working set. kproxy runs in a
+// cgroup v2 memory cgroup of its own, born there (netns.StartProcessIn),
+// with memServices generated services from its snapshot file beside the
+// example's, watched like every fault case (faults_test.go: three
+// long-lived streams, a prober, a /healthz poller). Addresses as there;
+// generated services on 198.19.10.1 onwards.
 //
-// The host this was written on mounts cgroup v2 with only the hugetlb
-// controller (memory is on the v1 hierarchy), so TestInVM runs the test in
-// the test VM, where it mounts cgroup2 with the memory controller itself.
+// The CI host mounts cgroup v2 with only the hugetlb controller (memory is
+// on the v1 hierarchy), so TestInVM runs the test in the test VM, where it
+// mounts cgroup2 with the memory controller itself.
 
 import (
 	"bufio"

@@ -1,6 +1,6 @@
 package kernel
 
-// Security (issue 17, section 3), with real traffic. Addresses are the
+// Security, with real traffic. Addresses are the
 // example's (cluster_test.go): node-a 198.18.0.10 / fd00:18::10, the
 // client 198.18.0.100 and 203.0.113.100 (clientAlt), tester-a
 // 198.18.129.200, lb-ranges' load balancer IP 198.19.200.1:443 (endpoints

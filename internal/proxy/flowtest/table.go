@@ -377,7 +377,7 @@ var Scenarios = []Scenario{{
 			{Name: "no endpoints on any local address", Src: Outside, IIF: LanIIF, Dst: "192.168.122.1:30099", Output: "ACCEPT"},
 		},
 	}, {
-		// The keyword (issue 13: it left nodeport-ips empty).
+		// The keyword "all" fills nodeport-ips with every local address.
 		Name:     "nodePortAddresses all keyword",
 		Snapshot: nodePortAddresses([]string{"all"}),
 		Cases: []Case{

@@ -1,6 +1,6 @@
 package iptables
 
-// Hostile names (issue 16): whatever namespace, name and port name reach
+// Hostile names: whatever namespace, name and port name reach
 // the renderer, its restore input is accepted by both iptables-restore
 // backends, writes no rule outside kproxy's chains and the jump rules, and
 // the tracer still parses it and shows which service a rule is for.

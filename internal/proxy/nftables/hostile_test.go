@@ -1,6 +1,6 @@
 package nftables
 
-// Hostile names (issue 16): whatever namespace, name and port name reach
+// Hostile names: whatever namespace, name and port name reach
 // the renderer, every comment fits nft's 128 bytes and every name the
 // kernel's 255 and nft's unquoted identifiers, the text form is accepted
 // by `nft -c -f` and loads nothing but kproxy's tables, the netlink form

@@ -1,7 +1,7 @@
 // Package hostile lists service port names that the API server accepts
 // (the longest ones) or refuses (quotes, newlines with restore commands,
 // control characters, non-ASCII, 1,000 characters), for tests that check
-// every renderer stays safe whatever names reach it (issue 16). The file
+// every renderer stays safe whatever names reach it. The file
 // source and a future API may hand any of them to the proxy.
 package hostile
 

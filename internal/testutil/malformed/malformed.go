@@ -1,4 +1,4 @@
-// Package malformed is the catalogue of named malformed inputs (issue 17):
+// Package malformed is the catalogue of named malformed inputs:
 // objects and files a source may hand kproxy, each with what kproxy must
 // do with it and whether the API server accepts it. The kernel test
 // (test/kernel/catalogue_test.go) gives every case to kproxy through the

@@ -18,9 +18,8 @@ import (
 // which wrap any connected stream socket. Kernels without CONFIG_IP_SCTP
 // refuse the socket: check SCTPSupported first.
 //
-// The host kernel these tests were written on has no SCTP; test/kernel's
-// TestSCTP runs in the test VM (internal/testutil/vm) there, through
-// TestInVM.
+// The CI host's kernel has no SCTP; test/kernel's TestSCTP runs in the
+// test VM (internal/testutil/vm) there, through TestInVM.
 
 // ErrSCTPUnsupported wraps the kernel's refusal to open an SCTP socket.
 var ErrSCTPUnsupported = errors.New("the kernel cannot open SCTP sockets")

@@ -1,4 +1,4 @@
-// Package harness runs the benchmark of issue 15: kproxy (and any
+// Package harness runs kproxy-bench's measurements: kproxy (and any
 // kube-proxy-compatible binary) on generated clusters (test/bench/cluster),
 // with the file source in a fresh network namespace and side by side
 // against a real kube-apiserver (test/e2e/framework), plus the data plane

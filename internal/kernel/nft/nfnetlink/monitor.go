@@ -25,9 +25,9 @@ import (
 // transaction's notifications at its commit, in one burst: an `nft flush
 // ruleset` of a node with 10k services ~100k of ~100 bytes, kproxy's own
 // full sync of 10k services in a realistic mix (108k endpoints) more than
-// the 16 MiB this was: that overflowed, the loss was taken for drift, and
-// the repair's full sync could overflow again. The memory is the
-// kernel's, held only while the reader is behind. Overflowing it is not a
+// 16 MiB. A buffer that overflows loses notifications; taken for drift,
+// the loss would be repaired by a full sync that could overflow again.
+// The memory is the kernel's, held only while the reader is behind. Overflowing it is not a
 // failure (ENOBUFS is reported as Lost).
 const monitorRcvBuf = 64 << 20
 
