@@ -1,7 +1,7 @@
 package e2e
 
-// Objects the API server accepts that once broke or opened a node (issue
-// 16): names at the API's length limits, an external IP claiming another
+// Objects the API server accepts that could break or open a node: names
+// at the API's length limits, an external IP claiming another
 // Service's cluster IP (CVE-2020-8554), and source ranges of the other
 // family only. Addresses: see env_test.go.
 

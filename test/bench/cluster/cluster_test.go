@@ -43,8 +43,8 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// The realistic mix at 10k has the shares the issue asks for, within a
-// tolerance that a seed cannot miss by chance (±1.5 points at 10k).
+// The realistic mix at 10k has the shares docs/benchmarks.md states, within
+// a tolerance that a seed cannot miss by chance (±1.5 points at 10k).
 func TestRealisticStatistics(t *testing.T) {
 	const n = 10000
 	c, err := Generate(Options{Services: n, Mix: Realistic, Seed: 42})
