@@ -102,23 +102,6 @@ type Proxier struct {
 
 var _ proxy.Backend = (*Proxier)(nil)
 
-// kernelState is kproxy's part of the kernel as the proxier knows it.
-type kernelState struct {
-	addrs    map[netip.Addr]bool
-	services map[ipvs.VirtualServer]*knownService
-	sets     map[string]map[string]bool
-}
-
-type knownService struct {
-	svc   ipvs.Service
-	dests map[destKey]ipvs.Destination
-}
-
-type destKey struct {
-	addr netip.Addr
-	port uint16
-}
-
 // NewProxier returns one family's proxier.
 func NewProxier(opts ProxierOptions, planner Planner, h Handles) *Proxier {
 	if opts.GracePeriod <= 0 {

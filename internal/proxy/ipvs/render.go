@@ -19,9 +19,6 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/tally"
 )
 
-// DummyDevice is the interface that holds the service addresses.
-const DummyDevice = "kube-ipvs0"
-
 // DefaultScheduler is upstream's scheduler when ipvs.scheduler is empty.
 const DefaultScheduler = "rr"
 
@@ -394,36 +391,3 @@ func (sh *share) virtualServer(r *renderer, sp *model.ServicePort, ip netip.Addr
 
 // setName is a set's name in this family.
 func (r *renderer) setName(name string) string { return SetName(name, r.ipv6) }
-
-// Sorted returns the virtual servers in a stable order (address, protocol,
-// port), for listings and tests.
-func (d *Desired) Sorted() []*VirtualServer {
-	out := make([]*VirtualServer, 0, len(d.Services))
-	for _, vs := range d.Services {
-		out = append(out, vs)
-	}
-	slices.SortFunc(out, func(a, b *VirtualServer) int {
-		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
-	})
-	return out
-}
-
-// SortedSets returns the sets in upstream's order.
-func (d *Desired) SortedSets() []*Set {
-	out := make([]*Set, 0, len(d.Sets))
-	for _, s := range d.Sets {
-		out = append(out, s)
-	}
-	rank := func(name string) int {
-		for i, s := range setInfo {
-			if SetName(s.name, false) == name || SetName(s.name, true) == name {
-				return i
-			}
-		}
-		return len(setInfo)
-	}
-	slices.SortFunc(out, func(a, b *Set) int {
-		return cmp.Or(cmp.Compare(rank(a.Name), rank(b.Name)), strings.Compare(a.Name, b.Name))
-	})
-	return out
-}

@@ -214,21 +214,6 @@ func (c *composer) desired(present map[string]sets.Set[string]) *Desired {
 	return d
 }
 
-// Delta is what one partial sync changes: the touched virtual servers
-// (nil: no longer wanted), the set members and kube-ipvs0 addresses
-// that appear or go, and the iptables input when its inputs changed.
-type Delta struct {
-	Services           map[ipvs.VirtualServer]*VirtualServer
-	AddEntries         map[string][]string
-	DelEntries         map[string][]string
-	AddAddrs, DelAddrs []netip.Addr
-	// IPTables is the whole restore input; nil: its inputs (which sets
-	// are empty, the LB triples) did not change.
-	IPTables []byte
-	// Health is the sync's whole report, as Desired.Health.
-	Health proxy.Result
-}
-
 // update renders the service ports of names again against state and
 // returns the difference.
 func (c *composer) update(state *model.State, names sets.Set[model.ServicePortName], present map[string]sets.Set[string]) *Delta {
