@@ -15,8 +15,10 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy"
 )
 
-// Desired is everything one IP family of ipvs mode wants in the kernel.
-type Desired struct {
+// Plan is a rendered full sync: everything one IP family of ipvs mode
+// wants in the kernel. The proxier diffs it against what the kernel
+// holds (applied) and changes only the difference.
+type Plan struct {
 	// Addresses go on kube-ipvs0: ClusterIPs, external IPs, load
 	// balancer ingress IPs.
 	Addresses []netip.Addr
@@ -34,10 +36,10 @@ type Desired struct {
 	Health proxy.Result
 }
 
-// Delta is what one partial sync changes: the touched virtual servers
+// PartialPlan is a rendered partial sync, what it changes: the touched virtual servers
 // (nil: no longer wanted), the set members and kube-ipvs0 addresses
 // that appear or go, and the iptables input when its inputs changed.
-type Delta struct {
+type PartialPlan struct {
 	Services           map[ipvs.VirtualServer]*VirtualServer
 	AddEntries         map[string][]string
 	DelEntries         map[string][]string
@@ -45,7 +47,7 @@ type Delta struct {
 	// IPTables is the whole restore input; nil: its inputs (which sets
 	// are empty, the LB triples) did not change.
 	IPTables []byte
-	// Health is the sync's whole report, as Desired.Health.
+	// Health is the sync's whole report, as Plan.Health.
 	Health proxy.Result
 }
 
@@ -63,14 +65,15 @@ type Set struct {
 	Entries []string
 }
 
-// kernelState is kproxy's part of the kernel as the proxier knows it.
-type kernelState struct {
+// applied is kproxy's part of the kernel as the proxier knows it: what
+// the last successful sync left there.
+type applied struct {
 	addrs    map[netip.Addr]bool
-	services map[ipvs.VirtualServer]*knownService
+	services map[ipvs.VirtualServer]*appliedService
 	sets     map[string]map[string]bool
 }
 
-type knownService struct {
+type appliedService struct {
 	svc   ipvs.Service
 	dests map[destKey]ipvs.Destination
 }
@@ -82,7 +85,7 @@ type destKey struct {
 
 // Sorted returns the virtual servers in a stable order (address, protocol,
 // port), for listings and tests.
-func (d *Desired) Sorted() []*VirtualServer {
+func (d *Plan) Sorted() []*VirtualServer {
 	out := make([]*VirtualServer, 0, len(d.Services))
 	for _, vs := range d.Services {
 		out = append(out, vs)
@@ -94,7 +97,7 @@ func (d *Desired) Sorted() []*VirtualServer {
 }
 
 // SortedSets returns the sets in upstream's order.
-func (d *Desired) SortedSets() []*Set {
+func (d *Plan) SortedSets() []*Set {
 	out := make([]*Set, 0, len(d.Sets))
 	for _, s := range d.Sets {
 		out = append(out, s)
@@ -113,11 +116,11 @@ func (d *Desired) SortedSets() []*Set {
 	return out
 }
 
-// Text prints a Desired in the forms operators know: the virtual and
+// Text prints a Plan in the forms operators know: the virtual and
 // real servers as `ipvsadm -S -n` writes them, the sets as `ipset save`
 // does, then the iptables-restore input. kube-ipvs0's addresses come
 // first, as comments.
-func (d *Desired) Text() string {
+func (d *Plan) Text() string {
 	var b strings.Builder
 	b.WriteString("# " + DummyDevice + ":")
 	for _, a := range d.Addresses {

@@ -55,7 +55,7 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	t.Helper()
 	out := flowTracer{}
 	for _, f := range flowtest.Families {
-		d, err := Render(flowRenderConfig(f, s), s.States[f], s.Node, Host{Addrs: s.LocalAddrs})
+		d, err := Render(flowConfig(f, s), s.States[f], s.Node, Host{Addrs: s.LocalAddrs})
 		if err != nil {
 			t.Fatalf("%s render: %v", f, err)
 		}
@@ -75,11 +75,11 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	return out
 }
 
-// flowRenderConfig is the configuration cmd/kproxy builds (ipvsRenderConfig)
+// flowConfig is the configuration cmd/kproxy builds (ipvsRenderConfig)
 // from upstream's defaults changed by a flowtest configuration.
-func flowRenderConfig(f v1.IPFamily, s *flowtest.Snapshot) *RenderConfig {
+func flowConfig(f v1.IPFamily, s *flowtest.Snapshot) *Config {
 	c := s.Config
-	rc := &RenderConfig{
+	rc := &Config{
 		Family:        f,
 		NodeName:      s.Node.Name,
 		MasqueradeBit: 14,

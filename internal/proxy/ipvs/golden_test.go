@@ -26,8 +26,8 @@ const masqueradeBit = 14
 // exampleConfig is the configuration of the golden files: cluster CIDRs
 // from the example, masquerade bit 14, scheduler rr, node ports on every
 // local address (ipvs mode's default).
-func exampleConfig(f v1.IPFamily) *RenderConfig {
-	c := &RenderConfig{Family: f, NodeName: example.NodeA, MasqueradeBit: masqueradeBit,
+func exampleConfig(f v1.IPFamily) *Config {
+	c := &Config{Family: f, NodeName: example.NodeA, MasqueradeBit: masqueradeBit,
 		LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}}
 	for _, s := range example.ClusterCIDRs {
 		p := netip.MustParsePrefix(s)
@@ -57,7 +57,7 @@ func TestGoldenExample(t *testing.T) {
 			if n := len(state.Services); n != tc.ports {
 				t.Fatalf("the example has %d %s service ports, the golden file expects %d", n, tc.family, tc.ports)
 			}
-			var d *Desired
+			var d *Plan
 			render := func() string {
 				var err error
 				d, err = Render(exampleConfig(tc.family), state, s.Node, Host{Addrs: s.Node.Addresses})

@@ -32,9 +32,9 @@ const FlagSourceHash uint32 = 0x10
 // validation accepts (internal/config/validation.go holds the same).
 var Schedulers = []string{"rr", "wrr", "lc", "wlc", "fo", "ovf", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq", "twos"}
 
-// RenderConfig is what shapes ipvs mode's state besides the services: the
+// Config is what shapes ipvs mode's state besides the services: the
 // KubeProxyConfiguration's settings for one family, taken once at start.
-type RenderConfig struct {
+type Config struct {
 	Family v1.IPFamily
 	// NodeName is this node's name (endpoint locality and topology).
 	NodeName string
@@ -69,7 +69,7 @@ type Host struct {
 }
 
 // Validate refuses settings Render cannot work with.
-func (c *RenderConfig) Validate() error {
+func (c *Config) Validate() error {
 	if c.Family != model.IPv4 && c.Family != model.IPv6 {
 		return fmt.Errorf("ipvs: unknown IP family %q", c.Family)
 	}
@@ -82,7 +82,7 @@ func (c *RenderConfig) Validate() error {
 	return nil
 }
 
-func (c *RenderConfig) scheduler() string {
+func (c *Config) scheduler() string {
 	if c.Scheduler == "" {
 		return DefaultScheduler
 	}
@@ -93,7 +93,7 @@ func (c *RenderConfig) scheduler() string {
 // configuration and what it needs of the node, worked out once per full
 // sync.
 type renderer struct {
-	cfg  *RenderConfig
+	cfg  *Config
 	ipv6 bool
 	zone string
 	// local are the host's addresses (an external or LB IP that is one
@@ -106,7 +106,7 @@ type renderer struct {
 	nodePortIPs []netip.Addr
 }
 
-// share is what one service port contributes to a Desired. Shares are
+// share is what one service port contributes to a Plan. Shares are
 // counted into a composer, so that a sync that changes a few service
 // ports re-renders and re-diffs only theirs.
 type share struct {
@@ -158,17 +158,17 @@ type lbEntry struct {
 // server of traffic policy Local gets the local endpoints, or, when there
 // are none, the cluster's (for internal policy Local the cluster list is
 // empty unless the port is reachable from outside).
-func Render(cfg *RenderConfig, state *model.State, node *model.Node, host Host) (*Desired, error) {
+func Render(cfg *Config, state *model.State, node *model.Node, host Host) (*Plan, error) {
 	c, err := newComposer(cfg, state, node, host)
 	if err != nil {
 		return nil, err
 	}
-	return c.desired(host.Rules), nil
+	return c.plan(host.Rules), nil
 }
 
 // newRenderer works out what rendering needs of the configuration and
 // the node.
-func newRenderer(cfg *RenderConfig, node *model.Node, host Host) (*renderer, error) {
+func newRenderer(cfg *Config, node *model.Node, host Host) (*renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-func testConfig(f v1.IPFamily) *RenderConfig {
+func testConfig(f v1.IPFamily) *Config {
 	c := exampleConfig(f)
 	c.LocalDetect.Mode = localdetect.ClusterCIDR
 	return c
@@ -99,7 +99,7 @@ func stateOf(f v1.IPFamily, list ...svcEps) *model.State {
 	return s
 }
 
-func render(t *testing.T, cfg *RenderConfig, list ...svcEps) *Desired {
+func render(t *testing.T, cfg *Config, list ...svcEps) *Plan {
 	t.Helper()
 	d, err := Render(cfg, stateOf(cfg.Family, list...), nodeA, Host{Addrs: hostAddrs})
 	if err != nil {
@@ -110,7 +110,7 @@ func render(t *testing.T, cfg *RenderConfig, list ...svcEps) *Desired {
 
 // services lists the virtual servers as "proto addr:port" with their real
 // servers and, when set, flags and timeout.
-func services(d *Desired) map[string][]string {
+func services(d *Plan) map[string][]string {
 	out := map[string][]string{}
 	for _, vs := range d.Sorted() {
 		k := serviceArg(vs.VirtualServer)
@@ -135,7 +135,7 @@ func services(d *Desired) map[string][]string {
 func fmtUint(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
 // entries returns the non-empty sets' members by name.
-func entries(d *Desired) map[string][]string {
+func entries(d *Plan) map[string][]string {
 	out := map[string][]string{}
 	for n, s := range d.Sets {
 		if len(s.Entries) > 0 {
@@ -147,7 +147,7 @@ func entries(d *Desired) map[string][]string {
 
 // chainRules returns the rules of one chain of one table in the restore
 // input, without the "-A CHAIN " prefix.
-func chainRules(d *Desired, table, chain string) []string {
+func chainRules(d *Plan, table, chain string) []string {
 	var out []string
 	in := ""
 	for _, l := range strings.Split(string(d.IPTables), "\n") {
@@ -165,12 +165,12 @@ func chainRules(d *Desired, table, chain string) []string {
 func TestRenderRefusesBadConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*RenderConfig)
+		edit func(*Config)
 		want string
 	}{
-		{"scheduler", func(c *RenderConfig) { c.Scheduler = "roundrobin" }, `unknown scheduler "roundrobin"`},
-		{"family", func(c *RenderConfig) { c.Family = "IPv5" }, "unknown IP family"},
-		{"mark", func(c *RenderConfig) { c.MasqueradeBit = 32 }, "masqueradeBit 32"},
+		{"scheduler", func(c *Config) { c.Scheduler = "roundrobin" }, `unknown scheduler "roundrobin"`},
+		{"family", func(c *Config) { c.Family = "IPv5" }, "unknown IP family"},
+		{"mark", func(c *Config) { c.MasqueradeBit = 32 }, "masqueradeBit 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig(model.IPv4)
@@ -242,18 +242,18 @@ func TestClusterIPMasquerade(t *testing.T) {
 	const match = `-m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP `
 	for _, tc := range []struct {
 		name string
-		edit func(*RenderConfig)
+		edit func(*Config)
 		want string
 	}{
 		{"cluster CIDR", nil, match + "dst,dst ! -s 198.18.128.0/17 -j KUBE-MARK-MASQ"},
-		{"masqueradeAll", func(c *RenderConfig) { c.MasqueradeAll = true }, match + "dst,dst -j KUBE-MARK-MASQ"},
-		{"node CIDR", func(c *RenderConfig) { c.LocalDetect.Mode = localdetect.NodeCIDR }, match + "dst,dst ! -s 198.18.129.0/24 -j KUBE-MARK-MASQ"},
-		{"interface prefix", func(c *RenderConfig) {
+		{"masqueradeAll", func(c *Config) { c.MasqueradeAll = true }, match + "dst,dst -j KUBE-MARK-MASQ"},
+		{"node CIDR", func(c *Config) { c.LocalDetect.Mode = localdetect.NodeCIDR }, match + "dst,dst ! -s 198.18.129.0/24 -j KUBE-MARK-MASQ"},
+		{"interface prefix", func(c *Config) {
 			c.LocalDetect = localdetect.Config{Mode: localdetect.InterfaceNamePrefix, InterfaceNamePrefix: "veth"}
 		}, match + "dst,dst ! -i veth+ -j KUBE-MARK-MASQ"},
 		// Nothing tells pods apart: the node's own connections from a
 		// service address are masqueraded.
-		{"no detector", func(c *RenderConfig) { c.LocalDetect.ClusterCIDRs = nil }, match + "src,dst -j KUBE-MARK-MASQ"},
+		{"no detector", func(c *Config) { c.LocalDetect.ClusterCIDRs = nil }, match + "src,dst -j KUBE-MARK-MASQ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig(model.IPv4)
