@@ -14,7 +14,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
@@ -80,23 +79,14 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 func flowConfig(f v1.IPFamily, s *flowtest.Snapshot) *Config {
 	c := s.Config
 	rc := &Config{
-		Family:        f,
-		NodeName:      s.Node.Name,
-		MasqueradeBit: 14,
-		MasqueradeAll: c.MasqueradeAll,
-		LocalDetect: localdetect.Config{
-			Mode:                c.DetectLocalMode,
-			Family:              f,
-			BridgeInterface:     c.BridgeInterface,
-			InterfaceNamePrefix: c.InterfaceNamePrefix,
-		},
+		Family:            f,
+		NodeName:          s.Node.Name,
+		MasqueradeBit:     14,
+		MasqueradeAll:     c.MasqueradeAll,
+		LocalDetect:       c.LocalDetect(f),
 		NodePortAddresses: c.NodePortAddresses,
 	}
-	for _, p := range c.ClusterCIDRs {
-		if model.FamilyOf(p.Addr()) == f {
-			rc.LocalDetect.ClusterCIDRs = append(rc.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	rc.LocalDetect.Family = f
 	// c.ServiceCIDRs: ipvs mode does not use them, as upstream.
 	// c.NoLocalhostNodePorts: ipvs mode never serves node ports on
 	// loopback, as upstream.

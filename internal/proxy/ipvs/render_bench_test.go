@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // bigState is n ClusterIP services (every tenth a NodePort) × 10
@@ -16,7 +17,7 @@ func bigState(n int) *model.State {
 	var list []svcEps
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
-		sp := makeSP(fmt.Sprintf("s%d", i), ip.String(), 80, func(sp *model.ServicePort) {
+		sp := fixtures.ServicePort(fmt.Sprintf("s%d", i), ip.String(), 80, func(sp *model.ServicePort) {
 			if i%10 == 0 {
 				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, int32(30000+i%2000)
 			}
@@ -24,7 +25,7 @@ func bigState(n int) *model.State {
 		var eps []*model.Endpoint
 		for j := range 10 {
 			a := netip.AddrFrom4([4]byte{198, 18, byte(128 + j), byte(i % 250)})
-			eps = append(eps, makeEP(a.String(), int32(8000+i/250), j < 2, nil))
+			eps = append(eps, fixtures.Endpoint(a.String(), int32(8000+i/250), j < 2, nil))
 		}
 		list = append(list, svcEps{sp, eps})
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // kernelOf is one namespace's worth of fakes.
@@ -124,7 +125,7 @@ func (c *randomCluster) servicePort(i int) (*model.ServicePort, []*model.Endpoin
 	proto := []v1.Protocol{model.TCP, model.TCP, model.UDP, model.SCTP}[c.pick(4)]
 	cip := c.addr(fmt.Sprintf("198.19.0.%d", 1+i%36), fmt.Sprintf("fd00:19::%x", 1+i%36))
 	sp := &model.ServicePort{
-		Name:      spName(name, "p", proto),
+		Name:      fixtures.SPName(name, "p", proto),
 		Family:    c.f,
 		Type:      v1.ServiceTypeClusterIP,
 		ClusterIP: cip,

@@ -23,6 +23,8 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -44,14 +46,14 @@ type syncer struct {
 	seen map[model.ServicePortName]*model.ServicePort
 }
 
-func newSyncer(t testing.TB, c *exampleCluster, f v1.IPFamily) *syncer {
+func newSyncer(t testing.TB, c *flowtest.Snapshot, f v1.IPFamily) *syncer {
 	t.Helper()
 	o := exampleOptions(f)
 	return &syncer{
 		t:       t,
-		cfg:     o.RenderConfig(c.node, c.node.Addresses),
-		node:    c.node,
-		state:   c.states[f].Clone(),
+		cfg:     o.RenderConfig(c.Node, c.Node.Addresses),
+		node:    c.Node,
+		state:   c.States[f].Clone(),
 		applied: NewApplied(),
 		fake:    nfttest.New(),
 		rs:      &trace.Ruleset{},
@@ -300,12 +302,12 @@ func servicesMentioned(op string) sets.Set[string] {
 // service port with chains of its own (a NodePort service); plain
 // ClusterIP ports are in plain_test.go.
 func TestPartialSyncOneEndpointChange(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
 	s.checkLikeFull("full")
 
-	web := spName("web-nodeport", "http", model.TCP)
+	web := fixtures.SPName("web-nodeport", "http", model.TCP)
 	old := s.state.Endpoints[web]
 	if len(old) != 2 || old[1].IP != netip.MustParseAddr("198.18.130.10") {
 		t.Fatalf("unexpected endpoints of %s in the example: %v", web, old)
@@ -423,7 +425,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 }
 
 func TestPartialSyncNothingChanged(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 		t.Run(string(f), func(t *testing.T) {
 			s := newSyncer(t, c, f)
@@ -461,11 +463,11 @@ func TestPartialSyncNothingChanged(t *testing.T) {
 }
 
 func TestPartialSyncRemoveAndRevive(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	// Service ports with chains of their own (plain ClusterIP ports have
 	// none; see plain_test.go).
-	itp := spName("itp-local", "http", model.TCP)
-	aff := spName("affinity", "http", model.TCP)
+	itp := fixtures.SPName("itp-local", "http", model.TCP)
+	aff := fixtures.SPName("affinity", "http", model.TCP)
 	for _, tc := range []struct {
 		name string
 		n    model.ServicePortName
@@ -616,18 +618,18 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 // service ports want (a State filled by hand, bypassing the model's
 // resolution), then the normal case where State.Apply resolves it.
 func TestPartialSyncConflicts(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	const extIP = "198.19.201.1"
-	claimA := makeSP("claim-a", "198.19.1.1", 80, func(sp *model.ServicePort) {
+	claimA := fixtures.ServicePort("claim-a", "198.19.1.1", 80, func(sp *model.ServicePort) {
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
 	})
-	claimB := makeSP("claim-b", "198.19.1.2", 80, func(sp *model.ServicePort) {
+	claimB := fixtures.ServicePort("claim-b", "198.19.1.2", 80, func(sp *model.ServicePort) {
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
 	})
-	epA := makeEP("198.18.129.101", 8080, true, nil)
-	epB := makeEP("198.18.130.102", 8080, false, nil)
-	epB2 := makeEP("198.18.130.103", 8080, false, nil)
+	epA := fixtures.Endpoint("198.18.129.101", 8080, true, nil)
+	epB := fixtures.Endpoint("198.18.130.102", 8080, false, nil)
+	epB2 := fixtures.Endpoint("198.18.130.103", 8080, false, nil)
 	s.state.Services[claimA.Name], s.state.Endpoints[claimA.Name] = claimA, []*model.Endpoint{epA}
 	s.state.Services[claimB.Name], s.state.Endpoints[claimB.Name] = claimB, []*model.Endpoint{epB}
 
@@ -701,10 +703,10 @@ func TestPartialSyncConflicts(t *testing.T) {
 	// the model first (model/resolve.go): the older service keeps the node
 	// port whatever the order, the renderer sees no conflict, and the
 	// service that loses or regains it is re-rendered.
-	npA := makeSP("np-a", "198.19.1.3", 80, func(sp *model.ServicePort) {
+	npA := fixtures.ServicePort("np-a", "198.19.1.3", 80, func(sp *model.ServicePort) {
 		sp.Type, sp.NodePort, sp.Created = v1.ServiceTypeNodePort, 30500, 2000
 	})
-	npB := makeSP("np-b", "198.19.1.4", 81, func(sp *model.ServicePort) {
+	npB := fixtures.ServicePort("np-b", "198.19.1.4", 81, func(sp *model.ServicePort) {
 		sp.Type, sp.NodePort, sp.Created = v1.ServiceTypeNodePort, 30500, 1000
 	})
 	s.now = s.now.Add(time.Second)
@@ -742,12 +744,12 @@ func TestPartialSyncConflicts(t *testing.T) {
 // TestPartialSyncUDPConntrack: the plan says which UDP conntrack entries
 // must go.
 func TestPartialSyncUDPConntrack(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	if p := s.full(); len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
 		t.Errorf("first full sync reported UDP work: %+v %+v", p.StaleUDP, p.NewlyServedUDP)
 	}
-	dns := spName("dns-udp", "dns", model.UDP)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
 	eps := s.state.Endpoints[dns]
 	s.now = s.now.Add(time.Second)
 	p := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps[:1]}})
@@ -771,7 +773,7 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 		t.Errorf("endpoints back: NewlyServedUDP = %v, StaleUDP = %v", p.NewlyServedUDP, p.StaleUDP)
 	}
 	// The TCP port of the same service never asks for UDP work.
-	dnsTCP := spName("dns-udp", "dns-tcp", model.TCP)
+	dnsTCP := fixtures.SPName("dns-udp", "dns-tcp", model.TCP)
 	s.now = s.now.Add(time.Second)
 	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dnsTCP: s.state.Endpoints[dnsTCP][:1]}})
 	if len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
@@ -820,10 +822,10 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 // reusing one finds no old rules that use sets it cannot know the owner
 // of) and deleted, with leftover sets, by a later clean-up.
 func TestFullSyncOverExistingTable(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	// A service port with chains of its own (see plain_test.go for the
 	// chains plain ports share).
-	gone := spName("web-nodeport", "http", model.TCP)
+	gone := fixtures.SPName("web-nodeport", "http", model.TCP)
 	for _, tc := range []struct {
 		name    string
 		restart bool
@@ -925,8 +927,8 @@ func TestFullSyncOverExistingTable(t *testing.T) {
 // "firewall-<hash>-...", "service-endpoints-check" and "service-ips" with
 // "service-<hash>-...").
 func TestIsOurs(t *testing.T) {
-	n := spName("web", "http", model.TCP)
-	e := makeEP("198.18.129.10", 8080, true, nil)
+	n := fixtures.SPName("web", "http", model.TCP)
+	e := fixtures.Endpoint("198.18.129.10", 8080, true, nil)
 	for _, name := range []string{
 		serviceChainName(prefixServiceChain, n), serviceChainName(prefixExternalChain, n),
 		serviceChainName(prefixLocalChain, n), serviceChainName(prefixFirewallChain, n),
@@ -947,11 +949,11 @@ func TestIsOurs(t *testing.T) {
 // garbage in a partial sync, and that a full sync brings back, keeps its
 // pair: the full sync flushed the set, so it must add the pair again.
 func TestHairpinPairBackAtFullSync(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
-	sp := makeSP("hp", "198.19.1.50", 80, nil)
-	ep := makeEP("198.18.129.150", 8080, true, nil)
+	sp := fixtures.ServicePort("hp", "198.19.1.50", 80, nil)
+	ep := fixtures.Endpoint("198.18.129.150", 8080, true, nil)
 	s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{sp.Name: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: {ep}}})
 	// The endpoint goes: its pair is garbage, still in the kernel.
 	s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: nil}})
