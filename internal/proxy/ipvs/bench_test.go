@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -19,7 +20,29 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
+
+// bigState is n ClusterIP services (every tenth a NodePort) × 10
+// endpoints, two of them local.
+func bigState(n int) *model.State {
+	var list []svcEps
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+		sp := fixtures.ServicePort(fmt.Sprintf("s%d", i), ip.String(), 80, func(sp *model.ServicePort) {
+			if i%10 == 0 {
+				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, int32(30000+i%2000)
+			}
+		})
+		var eps []*model.Endpoint
+		for j := range 10 {
+			a := netip.AddrFrom4([4]byte{198, 18, byte(128 + j), byte(i % 250)})
+			eps = append(eps, fixtures.Endpoint(a.String(), int32(8000+i/250), j < 2, nil))
+		}
+		list = append(list, svcEps{sp, eps})
+	}
+	return stateOf(model.IPv4, list...)
+}
 
 // bigPlan has n TCP services of 10 endpoints each, on 198.19.x.y:80.
 func bigPlan(n int) *Plan {
