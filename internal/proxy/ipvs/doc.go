@@ -13,9 +13,9 @@
 //
 //   - render.go: Config, Host, Render and the renderer of one service
 //     port's virtual servers, set members and addresses.
-//   - render_partial.go: the composer, which counts every service port's
-//     share, so that a partial sync re-renders only the changed ones;
-//     Renderer, PartialRenderer and FullRenderer.
+//   - sync.go: full and partial syncs: the composer, which counts every
+//     service port's share, so that a partial sync re-renders only the
+//     changed ones; Renderer, PartialRenderer and FullRenderer.
 //   - render_iptables.go: the iptables-restore input of upstream's chains.
 //   - applied.go: Plan, PartialPlan, what the proxier knows the kernel
 //     holds (applied), and a Plan's text form.
