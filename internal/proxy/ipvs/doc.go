@@ -11,8 +11,9 @@
 //
 // Where things are:
 //
-//   - render.go: Config, Host, Render and the renderer of one service
-//     port's virtual servers, set members and addresses.
+//   - render.go: Config, Host, Render and the renderer.
+//   - service.go: one service port's share: its virtual servers with
+//     their real servers, set members and kube-ipvs0 addresses.
 //   - sync.go: full and partial syncs: the composer, which counts every
 //     service port's share, so that a partial sync re-renders only the
 //     changed ones; Renderer, PartialRenderer and FullRenderer.
