@@ -290,7 +290,7 @@ func ipvsBackend(f hostFacts) xtables.Backend {
 // from the rules the foreign check (made for iptables mode's layout)
 // flags in the backend ipvs mode writes: its loopback RETURN, its jump to
 // KUBE-NODE-PORT and its ipset-matching rules (uncommented, or ACCEPT in
-// nat KUBE-SERVICES), as internal/proxy/ipvs/iptables.go writes them. A rule
+// nat KUBE-SERVICES), as internal/proxy/ipvs/render_iptables.go writes them. A rule
 // that rewrites addresses is never ipvs mode's and stays flagged.
 func notIPVSModes(f hostFacts, b xtables.Backend) []string {
 	rules := f.ForeignRules[b]

@@ -129,7 +129,7 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		}
 		opts := ipvs.ProxierOptions{Family: f, ExcludeCIDRs: ofFamily(excludes, f), Timeouts: timeouts}
 		s.families = append(s.families, f)
-		s.backends[f] = ipvs.NewProxier(opts, ipvs.NewIncremental(rc), h.Handles)
+		s.backends[f] = ipvs.NewProxier(opts, ipvs.NewPartialRenderer(rc), h.Handles)
 	}
 	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })
@@ -154,8 +154,8 @@ func (s *ipvsSetup) logLine() string {
 }
 
 // ipvsRenderConfig derives one family's Render configuration.
-func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.RenderConfig {
-	rc := &ipvs.RenderConfig{
+func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.Config {
+	rc := &ipvs.Config{
 		Family:            f,
 		NodeName:          node,
 		Scheduler:         c.IPVS.Scheduler,

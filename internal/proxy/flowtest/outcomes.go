@@ -9,6 +9,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -103,7 +104,7 @@ func checkAffinity(t *testing.T, load Adapter) {
 // fraction).
 func checkEqualShares(t *testing.T, load Adapter) {
 	s := Example(t, example.NodeA)
-	n := SPName("web-clusterip", "http", model.TCP)
+	n := fixtures.SPName("web-clusterip", "http", model.TCP)
 	var eps []*model.Endpoint
 	for i := range 7 {
 		ip := netip.AddrFrom4([4]byte{198, 18, 130, byte(100 + i)})

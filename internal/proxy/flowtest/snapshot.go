@@ -116,6 +116,13 @@ type Config struct {
 	NoLocalhostNodePorts bool
 }
 
+// LocalDetect is the configuration's detectLocalMode with its inputs of
+// family f, as every mode's options take it.
+func (c Config) LocalDetect(f v1.IPFamily) localdetect.Config {
+	return localdetect.Config{Mode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface,
+		InterfaceNamePrefix: c.InterfaceNamePrefix, ClusterCIDRs: model.PrefixesOf(c.ClusterCIDRs, f)}
+}
+
 // Snapshot is what an adapter renders: the cluster as the node sees it,
 // and the configuration.
 type Snapshot struct {
@@ -183,13 +190,6 @@ func Example(t testing.TB, nodeName string) *Snapshot {
 	}
 	s.LocalAddrs = s.Node.Addresses
 	return s
-}
-
-// SPName is the name of a port of the example's service demo/name.
-func SPName(name, port string, proto v1.Protocol) model.ServicePortName {
-	n := model.ServicePortName{Port: port, Protocol: proto}
-	n.Namespace, n.Name = example.Namespace, name
-	return n
 }
 
 // SetSourceRanges converts the example's lb-ranges again, as the tracker

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // Scenario is a snapshot and the packets sent into it.
@@ -215,7 +216,7 @@ var Scenarios = []Scenario{{
 	// external traffic but still serves pods and the node itself.
 	Name: "ETP Local without local endpoints",
 	Snapshot: exampleOf(example.NodeA, func(t testing.TB, s *Snapshot) {
-		OnlyRemoteEndpoints(t, s, SPName("etp-local", "http", model.TCP), 1)
+		OnlyRemoteEndpoints(t, s, fixtures.SPName("etp-local", "http", model.TCP), 1)
 	}),
 	Cases: []Case{
 		{Name: "LB VIP from outside", Src: Outside, IIF: LanIIF, Dst: "198.19.200.3:80", Output: "DROP", Except: ipvsETPNoLocal},
@@ -422,7 +423,7 @@ var Scenarios = []Scenario{{
 		Name: "LB source ranges of the other family only",
 		Snapshot: exampleOf(example.NodeA, func(t testing.TB, s *Snapshot) {
 			SetSourceRanges(t, s.States, []string{"2001:db8::/32"})
-			if sp := s.States[model.IPv4].Services[SPName("lb-ranges", "https", model.TCP)]; sp == nil || !sp.LoadBalancerClosed {
+			if sp := s.States[model.IPv4].Services[fixtures.SPName("lb-ranges", "https", model.TCP)]; sp == nil || !sp.LoadBalancerClosed {
 				t.Fatalf("lb-ranges IPv4 port: %+v, want LoadBalancerClosed", sp)
 			}
 		}),
@@ -486,7 +487,7 @@ func loopbackNodePorts(t testing.TB) *Snapshot {
 		{model.IPv6, "np6", "fd00:19::1:1", "fd00:18:1:b::90"},
 	} {
 		sp := &model.ServicePort{
-			Name:      SPName(tc.name, "http", model.TCP),
+			Name:      fixtures.SPName(tc.name, "http", model.TCP),
 			Family:    tc.family,
 			Type:      v1.ServiceTypeNodePort,
 			ClusterIP: netip.MustParseAddr(tc.clusterIP),

@@ -11,6 +11,8 @@ import (
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 func driftString(ds []proxy.Drift) string {
@@ -25,8 +27,8 @@ func driftString(ds []proxy.Drift) string {
 // kproxy wrote; each change made behind its back is found and named, once,
 // and the full sync after it repairs it.
 func TestCheckDrift(t *testing.T) {
-	c := loadExample(t, "node-a")
-	web := spName("web-clusterip", "http", model.TCP)
+	c := flowtest.Example(t, "node-a")
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	for _, b := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		t.Run(string(b), func(t *testing.T) {
 			r := newRig(t, c, model.IPv4, b, nil)

@@ -16,16 +16,15 @@ package iptables
 //	198.19.1.0/24                      services the partial-sync tests add
 
 import (
-	"net/netip"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 const masqueradeBit = 14
@@ -44,39 +43,21 @@ const (
 // hostA is node-a as the tracer sees it.
 var hostA = flowtest.HostA
 
-// exampleCluster is the built-in example as seen from one node.
-type exampleCluster struct {
-	nodeName string
-	node     *model.Node
-	states   map[v1.IPFamily]*model.State
-}
-
-// loadExample runs the example through the tracker as `kproxy render` does.
-func loadExample(t testing.TB, nodeName string) *exampleCluster {
-	t.Helper()
-	s := flowtest.Example(t, nodeName)
-	return &exampleCluster{nodeName: nodeName, node: s.Node, states: s.States}
-}
-
 // exampleOptions are the options of the golden files: cluster CIDRs from
 // the example, masquerade bit 14, localhost node ports on (the default),
 // nodePortAddresses left at iptables mode's default (all local IPs).
 func exampleOptions(f v1.IPFamily) Options {
 	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, LocalhostNodePorts: true}
-	for _, s := range example.ClusterCIDRs {
-		p := netip.MustParsePrefix(s)
-		if model.FamilyOf(p.Addr()) == f {
-			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }
 
-func (c *exampleCluster) input(f v1.IPFamily) *Input {
+// exampleInput is a full sync of family f of the example on a fresh node.
+func exampleInput(c *flowtest.Snapshot, f v1.IPFamily) *Input {
 	return &Input{
-		State:    c.states[f],
-		NodeName: c.nodeName,
-		Zone:     c.node.Zone(),
+		State:    c.States[f],
+		NodeName: c.Node.Name,
+		Zone:     c.Node.Zone(),
 		Full:     true,
 		Changed:  sets.New[model.ServicePortName](),
 		Existing: &Existing{},
@@ -84,42 +65,7 @@ func (c *exampleCluster) input(f v1.IPFamily) *Input {
 }
 
 // renderFull renders a full sync of one family on a fresh node.
-func (c *exampleCluster) renderFull(t testing.TB, o Options) *Plan {
+func renderFull(t testing.TB, c *flowtest.Snapshot, o Options) *Plan {
 	t.Helper()
-	return Render(o.RenderConfig(c.node, c.node.Addresses), c.input(o.Family), NewApplied())
-}
-
-// spName is the name of a port of demo/name.
-func spName(name, port string, proto v1.Protocol) model.ServicePortName {
-	return flowtest.SPName(name, port, proto)
-}
-
-// makeSP returns a ClusterIP service port demo/name:http, edited by tweak.
-func makeSP(name, clusterIP string, port int32, tweak func(*model.ServicePort)) *model.ServicePort {
-	ip := netip.MustParseAddr(clusterIP)
-	sp := &model.ServicePort{
-		Name:      spName(name, "http", model.TCP),
-		Family:    model.FamilyOf(ip),
-		Type:      v1.ServiceTypeClusterIP,
-		ClusterIP: ip,
-		Port:      port,
-		Protocol:  model.TCP,
-	}
-	if tweak != nil {
-		tweak(sp)
-	}
-	sp.Name.Protocol = sp.Protocol
-	return sp
-}
-
-// makeEP returns a ready endpoint on node-a (local) or node-b.
-func makeEP(addr string, port int32, local bool, tweak func(*model.Endpoint)) *model.Endpoint {
-	e := &model.Endpoint{IP: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, NodeName: example.NodeB, Zone: "zone-b"}
-	if local {
-		e.Local, e.NodeName, e.Zone = true, example.NodeA, "zone-a"
-	}
-	if tweak != nil {
-		tweak(e)
-	}
-	return e
+	return Render(o.RenderConfig(c.Node, c.Node.Addresses), exampleInput(c, o.Family), NewApplied())
 }

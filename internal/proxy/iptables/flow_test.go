@@ -15,7 +15,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
@@ -67,12 +66,7 @@ func flowAdapter(compact bool) flowtest.Adapter {
 func flowOptions(f v1.IPFamily, c flowtest.Config) Options {
 	o := exampleOptions(f)
 	o.MasqueradeAll = c.MasqueradeAll
-	o.LocalDetect = localdetect.Config{Mode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix}
-	for _, p := range c.ClusterCIDRs {
-		if model.FamilyOf(p.Addr()) == f {
-			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	o.LocalDetect = c.LocalDetect(f)
 	o.NodePortAddresses = c.NodePortAddresses
 	o.LocalhostNodePorts = !c.NoLocalhostNodePorts
 	// c.ServiceCIDRs: iptables mode does not use them, as upstream.

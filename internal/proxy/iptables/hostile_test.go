@@ -22,6 +22,7 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
@@ -33,15 +34,15 @@ import (
 // hostile services, as one restore input.
 func hostileRestore(t *testing.T, f v1.IPFamily, compact bool) (string, []hostile.Service) {
 	t.Helper()
-	c := loadExample(t, "node-a")
-	st := c.states[f].Clone()
+	c := flowtest.Example(t, "node-a")
+	st := c.States[f].Clone()
 	svcs := hostile.Add(st, example.NodeA, example.NodeB)
-	c.states[f] = st
+	c.States[f] = st
 	o := exampleOptions(f)
-	o.Hostname = c.nodeName
+	o.Hostname = c.Node.Name
 	o.CompactLayout = compact
 	o.MaxChainsPerRestore = -1
-	plan := c.renderFull(t, o)
+	plan := renderFull(t, c, o)
 	if len(plan.Restores) != 1 {
 		t.Fatalf("%d restores, want one", len(plan.Restores))
 	}

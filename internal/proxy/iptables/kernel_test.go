@@ -22,14 +22,16 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
 func TestKernelRestore(t *testing.T) {
 	netns.Require(t)
-	c := loadExample(t, "node-a")
-	web := spName("web-clusterip", "http", model.TCP)
-	noEP := spName("no-endpoints", "http", model.TCP)
+	c := flowtest.Example(t, "node-a")
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
+	noEP := fixtures.SPName("no-endpoints", "http", model.TCP)
 	for _, b := range xtables.Backends {
 		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 			for _, compact := range []bool{false, true} {
@@ -44,16 +46,16 @@ func TestKernelRestore(t *testing.T) {
 					}
 					ctx := context.Background()
 					o := exampleOptions(f)
-					o.Hostname = c.nodeName
+					o.Hostname = c.Node.Name
 					// A small chain budget, so that the nft backend's split
 					// restores run too.
 					o.MaxChainsPerRestore = 8
 					o.CompactLayout = compact
-					st := c.states[f].Clone()
+					st := c.States[f].Clone()
 					p := NewProxier(o, ipt, nil, nil)
 					sync := func(full bool, changed ...model.ServicePortName) {
 						t.Helper()
-						if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.node, Full: full}); err != nil {
+						if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.Node, Full: full}); err != nil {
 							t.Fatalf("sync(full=%v): %v", full, err)
 						}
 					}
@@ -95,7 +97,7 @@ func TestKernelRestore(t *testing.T) {
 						// Partial syncs: rules deleted by their text.
 						st.Endpoints[web] = st.Endpoints[web][:1]
 						sync(false, web)
-						st.Endpoints[noEP] = []*model.Endpoint{makeEP("198.18.129.99", 8080, true, nil)}
+						st.Endpoints[noEP] = []*model.Endpoint{fixtures.Endpoint("198.18.129.99", 8080, true, nil)}
 						sync(false, noEP)
 						delete(st.Services, web)
 						delete(st.Endpoints, web)
@@ -152,7 +154,7 @@ func TestNFTRestoreTestResolvesNoChain(t *testing.T) {
 	// XTABLES_LOCKFILE): the host's /run/xtables.lock is taken by other
 	// tests, and waiting for them is not what this test is about.
 	t.Setenv("XTABLES_LOCKFILE", filepath.Join(t.TempDir(), "xtables.lock"))
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, b := range xtables.Backends {
 		t.Run(string(b), func(t *testing.T) {
 			ns := netns.New(t, netns.RandomID(4), "ipt")
@@ -187,11 +189,11 @@ func TestNFTRestoreTestResolvesNoChain(t *testing.T) {
 			}
 
 			o := exampleOptions(model.IPv4)
-			o.Hostname = c.nodeName
+			o.Hostname = c.Node.Name
 			o.MaxChainsPerRestore = 8
 			p := NewProxier(o, ipt, nil, nil)
-			st := c.states[model.IPv4].Clone()
-			if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.KeySet(st.Services), Node: c.node, Full: true, Trial: true}); err != nil {
+			st := c.States[model.IPv4].Clone()
+			if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.KeySet(st.Services), Node: c.Node, Full: true, Trial: true}); err != nil {
 				t.Fatalf("trial of the example on a fresh node: %v", err)
 			}
 			nat, err := ipt.Save(ctx, tableNAT)

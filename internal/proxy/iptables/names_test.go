@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // TestChainNames checks the hashed names against upstream's (from its
@@ -21,7 +22,7 @@ func TestChainNames(t *testing.T) {
 		{c.svl, "KUBE-SVL-XPGD46QRK7WJZT7O"},
 		{c.ext, "KUBE-EXT-XPGD46QRK7WJZT7O"},
 		{c.fw, "KUBE-FW-XPGD46QRK7WJZT7O"},
-		{c.endpointChain(makeEP("10.180.0.1", 80, false, nil)), "KUBE-SEP-SXIVWICOYRO3J4NJ"},
+		{c.endpointChain(fixtures.Endpoint("10.180.0.1", 80, false, nil)), "KUBE-SEP-SXIVWICOYRO3J4NJ"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %s, want %s", tc.got, tc.want)

@@ -55,7 +55,7 @@ func nodePortsWithEndpoints(s *model.State) map[string]bool {
 }
 
 func TestProxierNFAcct(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 
 	t.Run("IPv4 counts INVALID drops and localhost node ports", func(t *testing.T) {
 		r := newRig(t, c, model.IPv4, xtables.Legacy, nil)

@@ -9,23 +9,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kproxy/kproxy/internal/metrics"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
+	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
 
@@ -48,10 +49,10 @@ func xfamily(f v1.IPFamily) xtables.Family {
 	return xtables.IPv4
 }
 
-func newRig(t *testing.T, c *exampleCluster, f v1.IPFamily, b xtables.Backend, tweak func(*Options)) *rig {
+func newRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily, b xtables.Backend, tweak func(*Options)) *rig {
 	t.Helper()
 	o := exampleOptions(f)
-	o.Hostname = c.nodeName
+	o.Hostname = c.Node.Name
 	if tweak != nil {
 		tweak(&o)
 	}
@@ -61,8 +62,8 @@ func newRig(t *testing.T, c *exampleCluster, f v1.IPFamily, b xtables.Backend, t
 	return &rig{
 		t: t, opts: o, backend: b, fake: fake, ct: ct,
 		p:       NewProxier(o, fake, ct, nil),
-		node:    c.node,
-		state:   c.states[f].Clone(),
+		node:    c.Node,
+		state:   c.States[f].Clone(),
 		changed: sets.New[model.ServicePortName](),
 	}
 }
@@ -164,7 +165,7 @@ func normalize(dump string) string {
 }
 
 func TestProxierFirstSyncAndRepeat(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, b := range xtables.Backends {
 		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 			t.Run(string(b)+"/"+string(f), func(t *testing.T) {
@@ -211,17 +212,17 @@ func TestProxierFirstSyncAndRepeat(t *testing.T) {
 // that each partial restore is small and leaves exactly what a full sync
 // of the new state would write.
 func TestProxierPartialSync(t *testing.T) {
-	c := loadExample(t, "node-a")
-	web := spName("web-clusterip", "http", model.TCP)
-	dns := spName("dns-udp", "dns", model.UDP)
-	newSvc := spName("new", "http", model.TCP)
-	noEP := spName("no-endpoints", "http", model.TCP)
-	lb := spName("lb-ranges", "https", model.TCP)
+	c := flowtest.Example(t, "node-a")
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
+	newSvc := fixtures.SPName("new", "http", model.TCP)
+	noEP := fixtures.SPName("no-endpoints", "http", model.TCP)
+	lb := fixtures.SPName("lb-ranges", "https", model.TCP)
 	steps := []partialStep{
 		{
 			name: "one endpoint added",
 			do: func(r *rig) {
-				eps := append(slices.Clone(r.state.Endpoints[web]), makeEP("198.18.129.11", 8080, true, nil))
+				eps := append(slices.Clone(r.state.Endpoints[web]), fixtures.Endpoint("198.18.129.11", 8080, true, nil))
 				r.set(web, r.state.Services[web], eps)
 			},
 			want:    []string{"-A KUBE-SVC-L3ZXZ5RL5JV2UINA", "--probability 0.3333333333", "--to-destination 198.18.129.11:8080"},
@@ -238,7 +239,7 @@ func TestProxierPartialSync(t *testing.T) {
 		{
 			name: "new service",
 			do: func(r *rig) {
-				r.set(newSvc, makeSP("new", "198.19.1.1", 80, nil), []*model.Endpoint{makeEP("198.18.130.90", 8080, false, nil)})
+				r.set(newSvc, fixtures.ServicePort("new", "198.19.1.1", 80, nil), []*model.Endpoint{fixtures.Endpoint("198.18.130.90", 8080, false, nil)})
 			},
 			want: []string{`-I KUBE-SERVICES 1 -m comment --comment "demo/new:http cluster IP"`},
 		},
@@ -250,7 +251,7 @@ func TestProxierPartialSync(t *testing.T) {
 		{
 			name: "service without endpoints gains one",
 			do: func(r *rig) {
-				r.set(noEP, r.state.Services[noEP], []*model.Endpoint{makeEP("198.18.129.99", 8080, true, nil)})
+				r.set(noEP, r.state.Services[noEP], []*model.Endpoint{fixtures.Endpoint("198.18.129.99", 8080, true, nil)})
 			},
 			want: []string{`-D KUBE-SERVICES -m comment --comment "demo/no-endpoints:http has no endpoints"`},
 		},
@@ -292,7 +293,7 @@ type partialStep struct {
 	want, notWant []string
 }
 
-func testPartialSteps(t *testing.T, c *exampleCluster, b xtables.Backend, compact bool, steps []partialStep) {
+func testPartialSteps(t *testing.T, c *flowtest.Snapshot, b xtables.Backend, compact bool, steps []partialStep) {
 	r := newRig(t, c, model.IPv4, b, func(o *Options) { o.CompactLayout = compact })
 	r.mustSync(true)
 	for _, st := range steps {
@@ -335,7 +336,7 @@ func testPartialSteps(t *testing.T, c *exampleCluster, b xtables.Backend, compac
 // gets at scale) a sync is spread over several restores, each within the
 // budget up to one service port's chains, and the result is the same.
 func TestProxierSplitRestores(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	r := newRig(t, c, model.IPv4, xtables.NFT, func(o *Options) { o.MaxChainsPerRestore = 6 })
 	r.mustSync(true)
 	calls := r.fake.Restores()
@@ -352,10 +353,10 @@ func TestProxierSplitRestores(t *testing.T) {
 	}
 	// Stale chains of a removed service go in restores after the shared
 	// chains stop jumping to them.
-	web := spName("web-clusterip", "http", model.TCP)
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	r.set(web, nil, nil)
 	for _, n := range []string{"affinity", "dual-stack", "topology"} {
-		r.set(spName(n, "http", model.TCP), nil, nil)
+		r.set(fixtures.SPName(n, "http", model.TCP), nil, nil)
 	}
 	k := len(r.fake.Restores())
 	r.mustSync(false)
@@ -375,7 +376,7 @@ func TestProxierSplitRestores(t *testing.T) {
 // and each restore checked; a legacy trial is rendered unsplit, as
 // legacy's --test resolves the chains an earlier restore would create.
 func TestProxierTrialIsChecked(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, b := range xtables.Backends {
 		t.Run(string(b), func(t *testing.T) {
 			r := newRig(t, c, model.IPv4, b, func(o *Options) { o.MaxChainsPerRestore = 6 })
@@ -428,7 +429,7 @@ func TestProxierTrialIsChecked(t *testing.T) {
 			// Without web-clusterip (isolation's first trial, without the
 			// suspects): its chains would go.
 			without := r.state.Clone()
-			web := spName("web-clusterip", "http", model.TCP)
+			web := fixtures.SPName("web-clusterip", "http", model.TCP)
 			delete(without.Services, web)
 			delete(without.Endpoints, web)
 			calls, err = trial(without)
@@ -469,7 +470,7 @@ func TestProxierTrialIsChecked(t *testing.T) {
 // TestProxierLeftovers: chains of an earlier run that no service uses any
 // more are deleted by the first full sync; other programs' chains stay.
 func TestProxierLeftovers(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
 	old := "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:KUBE-SEP-BBBBBBBBBBBBBBBB - [0:0]\n:KUBE-XLB-CCCCCCCCCCCCCCCC - [0:0]\n:CNI-HOSTPORT - [0:0]\n" +
 		"-A KUBE-SERVICES -d 198.19.9.9/32 -p tcp --dport 80 -j KUBE-XLB-CCCCCCCCCCCCCCCC\n" +
@@ -494,8 +495,8 @@ func TestProxierLeftovers(t *testing.T) {
 // (and it repairs what the failure left); a flushed ruleset (canary gone)
 // makes the next partial restore fail, and so the sync after it full.
 func TestProxierFailureAndCanary(t *testing.T) {
-	c := loadExample(t, "node-a")
-	web := spName("web-clusterip", "http", model.TCP)
+	c := flowtest.Example(t, "node-a")
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	r := newRig(t, c, model.IPv4, xtables.NFT, nil)
 	r.mustSync(true)
 
@@ -531,7 +532,7 @@ func TestProxierFailureAndCanary(t *testing.T) {
 	// restore fails on the canary and the sync after it is full.
 	r.fake = xtablestest.NewFake(xtables.NFT, xtables.IPv4)
 	r.p.ipt = r.fake
-	r.set(web, r.state.Services[web], c.states[model.IPv4].Endpoints[web])
+	r.set(web, r.state.Services[web], c.States[model.IPv4].Endpoints[web])
 	_, err := r.sync(false)
 	if err == nil || !strings.Contains(err.Error(), chainCanary) {
 		t.Fatalf("a partial sync after the rules were flushed: err = %v, want one naming %s", err, chainCanary)
@@ -546,8 +547,8 @@ func TestProxierFailureAndCanary(t *testing.T) {
 }
 
 func TestProxierUDPConntrack(t *testing.T) {
-	c := loadExample(t, "node-a")
-	dns := spName("dns-udp", "dns", model.UDP)
+	c := flowtest.Example(t, "node-a")
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
 	r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
 	a := netip.MustParseAddr
 	// Flows as the kernel would have them: one to each endpoint of the

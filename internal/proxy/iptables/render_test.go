@@ -13,12 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 func TestJumpRulesAddedOnlyWhenMissing(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	o := exampleOptions(model.IPv4)
-	cfg := o.RenderConfig(c.node, c.node.Addresses)
+	cfg := o.RenderConfig(c.Node, c.Node.Addresses)
 	for _, tc := range []struct {
 		name     string
 		existing map[string][]string
@@ -54,7 +56,7 @@ func TestJumpRulesAddedOnlyWhenMissing(t *testing.T) {
 			for table, lines := range tc.existing {
 				ex.Rules[table] = sets.New(lines...)
 			}
-			in := c.input(model.IPv4)
+			in := exampleInput(c, model.IPv4)
 			in.Existing = ex
 			got := Render(cfg, in, NewApplied()).Text()
 			for _, w := range tc.want {
@@ -75,7 +77,7 @@ func TestJumpRulesAddedOnlyWhenMissing(t *testing.T) {
 	if len(ex.NATChains) != 2 || ex.NATChains[1] != "KUBE-SVC-XPGD46QRK7WJZT7O" {
 		t.Errorf("nat chains %v", ex.NATChains)
 	}
-	in := c.input(model.IPv4)
+	in := exampleInput(c, model.IPv4)
 	in.Existing = ex
 	cfg.LocalhostNodePorts = false
 	if got := Render(cfg, in, NewApplied()).Text(); strings.Contains(got, "-I ") {
@@ -92,10 +94,10 @@ func TestLargeClusterMode(t *testing.T) {
 	}{{1000, false}, {1001, true}} {
 		t.Run(fmt.Sprint(tc.endpoints), func(t *testing.T) {
 			st := model.NewState(model.IPv4)
-			sp := makeSP("big", "198.19.1.1", 80, nil)
+			sp := fixtures.ServicePort("big", "198.19.1.1", 80, nil)
 			st.Services[sp.Name] = sp
 			for i := range tc.endpoints {
-				st.Endpoints[sp.Name] = append(st.Endpoints[sp.Name], makeEP(netip.AddrFrom4([4]byte{198, 18, byte(130 + i/250), byte(i % 250)}).String(), 8080, false, nil))
+				st.Endpoints[sp.Name] = append(st.Endpoints[sp.Name], fixtures.Endpoint(netip.AddrFrom4([4]byte{198, 18, byte(130 + i/250), byte(i % 250)}).String(), 8080, false, nil))
 			}
 			o := exampleOptions(model.IPv4)
 			plan := Render(o.RenderConfig(nil, nil), &Input{State: st, Full: true, Existing: &Existing{}}, NewApplied())

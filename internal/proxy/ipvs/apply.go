@@ -17,15 +17,15 @@ import (
 	"github.com/kproxy/kproxy/internal/metrics"
 )
 
-// How the proxier changes the kernel: apply (a whole Desired against
-// what the kernel holds: full syncs) and applyDelta (a partial sync's
-// Delta), both through the same per-object steps.
+// How the proxier changes the kernel: apply (a whole Plan against what
+// the kernel holds: full syncs) and applyPartial (a PartialPlan), both
+// through the same per-object steps.
 
 // apply makes the kernel hold d, changing only the difference with what
 // it holds. The order keeps traffic flowing: the interface, its addresses
 // and the sets first, then the iptables rules that match the sets, then
 // the virtual and real servers; only then what is gone is removed.
-func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
+func (p *Proxier) apply(ctx context.Context, d *Plan) (stats, error) {
 	var st stats
 	entries, err := p.canonicalEntries(d.Sets)
 	if err != nil {
@@ -35,14 +35,14 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 	for vs, v := range d.Services {
 		services[key(vs)] = v
 	}
-	if p.known == nil {
+	if p.applied == nil {
 		k, err := p.read(d, services)
 		if err != nil {
 			return st, err
 		}
-		p.known = k
+		p.applied = k
 	}
-	k := p.known
+	k := p.applied
 	if err := p.prepare(); err != nil {
 		return st, err
 	}
@@ -122,11 +122,11 @@ func (p *Proxier) apply(ctx context.Context, d *Desired) (stats, error) {
 	return st, nil
 }
 
-// applyDelta makes the kernel follow one partial sync's Delta, in
-// apply's order, touching only what the Delta names.
-func (p *Proxier) applyDelta(ctx context.Context, d *Delta) (stats, error) {
+// applyPartial makes the kernel follow one PartialPlan, in apply's
+// order, touching only what the PartialPlan names.
+func (p *Proxier) applyPartial(ctx context.Context, d *PartialPlan) (stats, error) {
 	var st stats
-	k := p.known
+	k := p.applied
 	if err := p.prepare(); err != nil {
 		return st, err
 	}
@@ -207,32 +207,32 @@ func (p *Proxier) prepare() error {
 }
 
 func (p *Proxier) addAddr(a netip.Addr, st *stats) error {
-	if p.known.addrs[a] {
+	if p.applied.addrs[a] {
 		return nil
 	}
 	if err := p.h.NetDev.AddAddress(DummyDevice, a); err != nil && !errors.Is(err, netdev.ErrAddrExists) {
 		return fmt.Errorf("adding %s to %s: %w", a, DummyDevice, err)
 	}
-	p.known.addrs[a] = true
+	p.applied.addrs[a] = true
 	st.addrAdded++
 	return nil
 }
 
 func (p *Proxier) delAddr(a netip.Addr, st *stats) error {
-	if !p.known.addrs[a] {
+	if !p.applied.addrs[a] {
 		return nil
 	}
 	if err := p.h.NetDev.DelAddress(DummyDevice, a); err != nil {
 		return fmt.Errorf("deleting %s from %s: %w", a, DummyDevice, err)
 	}
-	delete(p.known.addrs, a)
+	delete(p.applied.addrs, a)
 	st.addrDeleted++
 	return nil
 }
 
 // addEntry adds a member (in the kernel's text form) to a known set.
 func (p *Proxier) addEntry(name, e string, st *stats) error {
-	have := p.known.sets[name]
+	have := p.applied.sets[name]
 	if have[e] {
 		return nil
 	}
@@ -245,7 +245,7 @@ func (p *Proxier) addEntry(name, e string, st *stats) error {
 }
 
 func (p *Proxier) delEntry(name, e string, st *stats) error {
-	have := p.known.sets[name]
+	have := p.applied.sets[name]
 	if !have[e] {
 		return nil
 	}
@@ -284,7 +284,7 @@ func (p *Proxier) restoreIPTables(ctx context.Context, data []byte, st *stats) e
 // servers what dv says; real servers no longer wanted terminate
 // gracefully.
 func (p *Proxier) syncService(vs ipvs.VirtualServer, dv *VirtualServer, st *stats) error {
-	k := p.known
+	k := p.applied
 	svc := dv.Service
 	svc.VirtualServer = vs
 	ks, ok := k.services[vs]
@@ -293,7 +293,7 @@ func (p *Proxier) syncService(vs ipvs.VirtualServer, dv *VirtualServer, st *stat
 		if err := p.h.IPVS.AddService(svc); err != nil {
 			return fmt.Errorf("adding virtual server %s: %w", vs, err)
 		}
-		ks = &knownService{svc: svc, dests: map[destKey]ipvs.Destination{}}
+		ks = &appliedService{svc: svc, dests: map[destKey]ipvs.Destination{}}
 		k.services[vs] = ks
 		st.svcAdded++
 	case !sameService(ks.svc, svc):
@@ -357,7 +357,7 @@ func (p *Proxier) deleteService(vs ipvs.VirtualServer, st *stats) error {
 		return fmt.Errorf("deleting virtual server %s: %w", vs, err)
 	}
 	p.graceful.forget(vs)
-	delete(p.known.services, vs)
+	delete(p.applied.services, vs)
 	st.svcDeleted++
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -19,11 +20,33 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
-// bigDesired has n TCP services of 10 endpoints each, on 198.19.x.y:80.
-func bigDesired(n int) *Desired {
-	d := &Desired{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{
+// bigState is n ClusterIP services (every tenth a NodePort) × 10
+// endpoints, two of them local.
+func bigState(n int) *model.State {
+	var list []svcEps
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+		sp := fixtures.ServicePort(fmt.Sprintf("s%d", i), ip.String(), 80, func(sp *model.ServicePort) {
+			if i%10 == 0 {
+				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, int32(30000+i%2000)
+			}
+		})
+		var eps []*model.Endpoint
+		for j := range 10 {
+			a := netip.AddrFrom4([4]byte{198, 18, byte(128 + j), byte(i % 250)})
+			eps = append(eps, fixtures.Endpoint(a.String(), int32(8000+i/250), j < 2, nil))
+		}
+		list = append(list, svcEps{sp, eps})
+	}
+	return stateOf(model.IPv4, list...)
+}
+
+// bigPlan has n TCP services of 10 endpoints each, on 198.19.x.y:80.
+func bigPlan(n int) *Plan {
+	d := &Plan{Services: map[ipvs.VirtualServer]*VirtualServer{}, Sets: map[string]*Set{
 		"KUBE-CLUSTER-IP": {Set: ipset.Set{Name: "KUBE-CLUSTER-IP", Type: "hash:ip,port"}},
 	}, IPTables: []byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n")}
 	for i := 0; i < n; i++ {
@@ -46,8 +69,8 @@ func bigDesired(n int) *Desired {
 func BenchmarkProxierOneChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			d := bigDesired(n)
-			p := NewProxier(ProxierOptions{Family: model.IPv4}, Whole(func(*proxy.Request, Host) (*Desired, error) { return d, nil }),
+			d := bigPlan(n)
+			p := NewProxier(ProxierOptions{Family: model.IPv4}, FullRenderer(func(*proxy.Request, Host) (*Plan, error) { return d, nil }),
 				Handles{IPVS: ipvstest.New(), IPSet: ipsettest.New(), NetDev: netdevtest.New(), IPTables: xtablestest.NewFake(xtables.Legacy, xtables.IPv4), Conntrack: &conntrack.Fake{}})
 			req := &proxy.Request{State: model.NewState(model.IPv4), Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
@@ -68,7 +91,7 @@ func BenchmarkProxierOneChange(b *testing.B) {
 
 // BenchmarkSyncOneEndpointChange: the whole partial sync of one endpoint
 // change (render of the changed service port, diff, apply) in n services
-// × 10 endpoints, on the fakes, with the planner kproxy runs. Its cost
+// × 10 endpoints, on the fakes, with the renderer kproxy runs. Its cost
 // follows the change: the same at 1k, 10k and 50k.
 //
 //	go test -run '^$' -bench BenchmarkSyncOneEndpointChange ./internal/proxy/ipvs
@@ -77,7 +100,7 @@ func BenchmarkSyncOneEndpointChange(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			st := bigState(n)
 			k := newKernel(model.IPv4)
-			p := NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(testConfig(model.IPv4)), k.handles(model.IPv4))
+			p := NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
 			if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
 				b.Fatal(err)
 			}
@@ -110,7 +133,7 @@ func BenchmarkFullSync(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				k := newKernel(model.IPv4)
-				p := NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(testConfig(model.IPv4)), k.handles(model.IPv4))
+				p := NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
 				if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
 					b.Fatal(err)
 				}

@@ -35,14 +35,14 @@ func TestCleanupRemovesOnlyIPVSMode(t *testing.T) {
 	local := func() ([]netip.Addr, error) { return s.Node.Addresses, nil }
 	ours := 0
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
-		render := func(req *proxy.Request, h Host) (*Desired, error) {
+		render := func(req *proxy.Request, h Host) (*Plan, error) {
 			return Render(exampleConfig(f), req.State, req.Node, h)
 		}
 		xf := xtables.IPv4
 		if f == model.IPv6 {
 			xf = xtables.IPv6
 		}
-		p := NewProxier(ProxierOptions{Family: f}, NewIncremental(exampleConfig(f)), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
+		p := NewProxier(ProxierOptions{Family: f}, NewPartialRenderer(exampleConfig(f)), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
 			IPTables: xtablestest.NewFake(xtables.Legacy, xf), Conntrack: &conntrack.Fake{}, LocalAddrs: local})
 		if _, err := p.Sync(context.Background(), &proxy.Request{State: s.States[f], Node: s.Node, Full: true}); err != nil {
 			t.Fatalf("%s sync: %v", f, err)

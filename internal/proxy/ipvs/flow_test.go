@@ -14,7 +14,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/trace"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
 )
@@ -55,7 +54,7 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	t.Helper()
 	out := flowTracer{}
 	for _, f := range flowtest.Families {
-		d, err := Render(flowRenderConfig(f, s), s.States[f], s.Node, Host{Addrs: s.LocalAddrs})
+		d, err := Render(flowConfig(f, s), s.States[f], s.Node, Host{Addrs: s.LocalAddrs})
 		if err != nil {
 			t.Fatalf("%s render: %v", f, err)
 		}
@@ -75,28 +74,19 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	return out
 }
 
-// flowRenderConfig is the configuration cmd/kproxy builds (ipvsRenderConfig)
+// flowConfig is the configuration cmd/kproxy builds (ipvsRenderConfig)
 // from upstream's defaults changed by a flowtest configuration.
-func flowRenderConfig(f v1.IPFamily, s *flowtest.Snapshot) *RenderConfig {
+func flowConfig(f v1.IPFamily, s *flowtest.Snapshot) *Config {
 	c := s.Config
-	rc := &RenderConfig{
-		Family:        f,
-		NodeName:      s.Node.Name,
-		MasqueradeBit: 14,
-		MasqueradeAll: c.MasqueradeAll,
-		LocalDetect: localdetect.Config{
-			Mode:                c.DetectLocalMode,
-			Family:              f,
-			BridgeInterface:     c.BridgeInterface,
-			InterfaceNamePrefix: c.InterfaceNamePrefix,
-		},
+	rc := &Config{
+		Family:            f,
+		NodeName:          s.Node.Name,
+		MasqueradeBit:     14,
+		MasqueradeAll:     c.MasqueradeAll,
+		LocalDetect:       c.LocalDetect(f),
 		NodePortAddresses: c.NodePortAddresses,
 	}
-	for _, p := range c.ClusterCIDRs {
-		if model.FamilyOf(p.Addr()) == f {
-			rc.LocalDetect.ClusterCIDRs = append(rc.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	rc.LocalDetect.Family = f
 	// c.ServiceCIDRs: ipvs mode does not use them, as upstream.
 	// c.NoLocalhostNodePorts: ipvs mode never serves node ports on
 	// loopback, as upstream.

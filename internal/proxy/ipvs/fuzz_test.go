@@ -16,7 +16,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
@@ -33,8 +32,7 @@ import (
 func FuzzRender(f *testing.F) {
 	fuzzsnap.Quiet()
 	names := []string{"http", "a", hostile.Injection, hostile.Commit, hostile.Long.Name, "café\"\n"}
-	seeds := append([][]byte{nil, []byte(strings.Repeat("\x01\x00", 64)), []byte(strings.Repeat("\xff\x7f\x13", 50))}, fuzzsnap.Seeds(6)...)
-	for i, s := range seeds {
+	for i, s := range fuzzsnap.RenderSeeds() {
 		f.Add(s, names[i%len(names)], i%3)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, name string, sched int) {

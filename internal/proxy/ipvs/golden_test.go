@@ -1,10 +1,7 @@
 package ipvs
 
 import (
-	"context"
 	"flag"
-	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,11 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/example"
-	"github.com/kproxy/kproxy/internal/kernel/xtables"
-	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -26,15 +22,10 @@ const masqueradeBit = 14
 // exampleConfig is the configuration of the golden files: cluster CIDRs
 // from the example, masquerade bit 14, scheduler rr, node ports on every
 // local address (ipvs mode's default).
-func exampleConfig(f v1.IPFamily) *RenderConfig {
-	c := &RenderConfig{Family: f, NodeName: example.NodeA, MasqueradeBit: masqueradeBit,
+func exampleConfig(f v1.IPFamily) *Config {
+	c := &Config{Family: f, NodeName: example.NodeA, MasqueradeBit: masqueradeBit,
 		LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}}
-	for _, s := range example.ClusterCIDRs {
-		p := netip.MustParsePrefix(s)
-		if model.FamilyOf(p.Addr()) == f {
-			c.LocalDetect.ClusterCIDRs = append(c.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	c.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return c
 }
 
@@ -57,7 +48,7 @@ func TestGoldenExample(t *testing.T) {
 			if n := len(state.Services); n != tc.ports {
 				t.Fatalf("the example has %d %s service ports, the golden file expects %d", n, tc.family, tc.ports)
 			}
-			var d *Desired
+			var d *Plan
 			render := func() string {
 				var err error
 				d, err = Render(exampleConfig(tc.family), state, s.Node, Host{Addrs: s.Node.Addresses})
@@ -67,29 +58,9 @@ func TestGoldenExample(t *testing.T) {
 				return d.Text()
 			}
 			got := render()
-			path := filepath.Join("testdata", tc.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("render of the example differs from %s (-want +got; run with -update if intended):\n%s", path, diff)
-			}
+			fixtures.Golden(t, filepath.Join("testdata", tc.file), got, *update)
 			// The restore input must be something iptables-restore takes.
-			fam := xtables.IPv4
-			if tc.family == model.IPv6 {
-				fam = xtables.IPv6
-			}
-			fake := xtablestest.NewFake(xtables.NFT, fam)
-			if err := fake.Restore(context.Background(), d.IPTables, xtables.RestoreOptions{NoFlush: true}); err != nil {
-				t.Fatalf("the fake refuses the golden input: %v", err)
-			}
+			fixtures.Restorable(t, tc.family, d.IPTables)
 			if again := render(); again != got {
 				t.Errorf("two renders of the same input differ:\n%s", cmp.Diff(got, again))
 			}

@@ -11,13 +11,13 @@ import (
 
 func TestGracefulTCPRemovalWaitsForConnections(t *testing.T) {
 	w := newWorld(t, ProxierOptions{GracePeriod: time.Minute})
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, nil)
+	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
 	if err := w.ipvs.SetConns(vs, ep2, 8080, 1, 2); err != nil {
 		t.Fatal(err)
 	}
-	w.desired = desiredOf([]netip.Addr{ep1}, nil)
+	w.plan = planOf([]netip.Addr{ep1}, nil)
 	w.sync(t, false)
 	if got := destsOf(t, w.ipvs, vs); got[netip.AddrPortFrom(ep2, 8080)] != 0 || len(got) != 2 {
 		t.Fatalf("removed real server with connections: %v, want it kept at weight 0", got)
@@ -50,23 +50,23 @@ func TestGracefulTCPRemovalWaitsForConnections(t *testing.T) {
 
 func TestGracefulBoundAndComeback(t *testing.T) {
 	w := newWorld(t, ProxierOptions{GracePeriod: time.Minute})
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, nil)
+	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
 	if err := w.ipvs.SetConns(vs, ep2, 8080, 5, 0); err != nil {
 		t.Fatal(err)
 	}
-	w.desired = desiredOf([]netip.Addr{ep1}, nil)
+	w.plan = planOf([]netip.Addr{ep1}, nil)
 	w.sync(t, false)
 	// The endpoint comes back while terminating: weight 1 again, kept.
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, nil)
+	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.now = w.now.Add(2 * time.Minute)
 	w.sync(t, false)
 	if got := destsOf(t, w.ipvs, vs); got[netip.AddrPortFrom(ep2, 8080)] != 1 {
 		t.Fatalf("endpoint back during its termination: %v, want weight 1", got)
 	}
 	// Removed again; its connections never end: deleted after the bound.
-	w.desired = desiredOf([]netip.Addr{ep1}, nil)
+	w.plan = planOf([]netip.Addr{ep1}, nil)
 	w.sync(t, false)
 	w.now = w.now.Add(59 * time.Second)
 	w.sync(t, false)
@@ -84,13 +84,13 @@ func TestGracefulRestartResumes(t *testing.T) {
 	// kproxy restarts while a real server terminates: the new proxier
 	// finds it at weight 0 and goes on waiting, then deletes it.
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, nil)
+	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
 	if err := w.ipvs.SetConns(vs, ep2, 8080, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	w.desired = desiredOf([]netip.Addr{ep1}, nil)
+	w.plan = planOf([]netip.Addr{ep1}, nil)
 	w.sync(t, false)
 	w.restart(ProxierOptions{})
 	w.sync(t, true)
@@ -108,7 +108,7 @@ func TestGracefulRestartResumes(t *testing.T) {
 
 func TestGracefulUDPGoesAtOnceWithConntrack(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf(nil, []netip.Addr{ep1, ep2})
+	w.plan = planOf(nil, []netip.Addr{ep1, ep2})
 	w.sync(t, true)
 	vs := vsOf(protoUDP, vip, 53)
 	if err := w.ipvs.SetConns(vs, ep2, 5353, 0, 4); err != nil {
@@ -117,7 +117,7 @@ func TestGracefulUDPGoesAtOnceWithConntrack(t *testing.T) {
 	flow := conntrack.Flow{OrigSrc: node, OrigSrcPort: 40000, OrigDst: vip, OrigDstPort: 53, ReplySrc: ep2, ReplySrcPort: 5353}
 	keep := conntrack.Flow{OrigSrc: node, OrigSrcPort: 40001, OrigDst: vip, OrigDstPort: 53, ReplySrc: ep1, ReplySrcPort: 5353}
 	w.ct.Flows4 = []conntrack.Flow{flow, keep}
-	w.desired = desiredOf(nil, []netip.Addr{ep1})
+	w.plan = planOf(nil, []netip.Addr{ep1})
 	w.sync(t, false)
 	if got := destsOf(t, w.ipvs, vs); len(got) != 1 {
 		t.Fatalf("UDP real server kept for its connections: %v", got)

@@ -16,13 +16,13 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 )
 
-// The Desired of the example (both families, a /32 source range added)
+// The Plan of the example (both families, a /32 source range added)
 // goes into the kernel Handles' fakes as it is, and what they list back is
 // what Render wrote: set members in ipset's own text form (the proxier
-// compares Desired with Entries by text, so a member written another way
+// compares a Plan with Entries by text, so a member written another way
 // would be deleted and added at every sync), virtual servers the kernel
 // takes with their real servers.
-func TestDesiredFitsTheHandles(t *testing.T) {
+func TestPlanFitsTheHandles(t *testing.T) {
 	s := flowtest.Example(t, example.NodeA)
 	sets, vss := ipsettest.New(), ipvstest.New()
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {

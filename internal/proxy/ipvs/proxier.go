@@ -34,7 +34,7 @@ const (
 
 // RenderFunc turns one sync's request into what the kernel should hold
 // (Render, with the proxier's configuration bound).
-type RenderFunc func(req *proxy.Request, host Host) (*Desired, error)
+type RenderFunc func(req *proxy.Request, host Host) (*Plan, error)
 
 // ProxierOptions configure one family's proxier.
 type ProxierOptions struct {
@@ -74,16 +74,16 @@ type Handles struct {
 // Proxier is the ipvs backend of one IP family. It keeps what it last
 // applied (virtual and real servers, set members, addresses, iptables
 // input) and reads the kernel again only on full syncs and after a
-// failure, so that an incremental sync costs what changed.
+// failure, so that a partial sync costs what changed.
 type Proxier struct {
-	opts    ProxierOptions
-	planner Planner
-	h       Handles
+	opts     ProxierOptions
+	renderer Renderer
+	h        Handles
 
 	mu sync.Mutex
-	// known is what the kernel holds of kproxy's, as of the end of the
+	// applied is what the kernel holds of kproxy's, as of the end of the
 	// last successful sync; nil: unknown, the next sync reads the kernel.
-	known *kernelState
+	applied *applied
 	// iptables is the restore input last applied without its jump rule
 	// insertions; nil: none or unknown.
 	iptables []byte
@@ -102,32 +102,15 @@ type Proxier struct {
 
 var _ proxy.Backend = (*Proxier)(nil)
 
-// kernelState is kproxy's part of the kernel as the proxier knows it.
-type kernelState struct {
-	addrs    map[netip.Addr]bool
-	services map[ipvs.VirtualServer]*knownService
-	sets     map[string]map[string]bool
-}
-
-type knownService struct {
-	svc   ipvs.Service
-	dests map[destKey]ipvs.Destination
-}
-
-type destKey struct {
-	addr netip.Addr
-	port uint16
-}
-
 // NewProxier returns one family's proxier.
-func NewProxier(opts ProxierOptions, planner Planner, h Handles) *Proxier {
+func NewProxier(opts ProxierOptions, renderer Renderer, h Handles) *Proxier {
 	if opts.GracePeriod <= 0 {
 		opts.GracePeriod = DefaultGracePeriod
 	}
 	if opts.NodePortMin == 0 && opts.NodePortMax == 0 {
 		opts.NodePortMin, opts.NodePortMax = 30000, 32767
 	}
-	p := &Proxier{opts: opts, planner: planner, h: h, now: time.Now}
+	p := &Proxier{opts: opts, renderer: renderer, h: h, now: time.Now}
 	p.graceful = newGraceful(h.IPVS, h.Conntrack, opts.Family, opts.GracePeriod)
 	return p
 }
@@ -137,9 +120,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := time.Now()
-	full := req.Full || p.known == nil || p.host == nil
+	full := req.Full || p.applied == nil || p.host == nil
 	if full {
-		p.known, p.host = nil, nil
+		p.applied, p.host = nil, nil
 		h, err := p.readHost(ctx, req)
 		if err != nil {
 			return nil, err
@@ -150,7 +133,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		// IPVS and ipsets cannot be checked without being changed, and a
 		// failing trial must leave the kernel alone: its iptables input
 		// is checked (--test), nothing is applied.
-		d, err := p.planner.Render(req, *p.host)
+		d, err := p.renderer.Render(req, *p.host)
 		if err != nil {
 			return nil, fmt.Errorf("rendering ipvs state: %w", err)
 		}
@@ -159,11 +142,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		}
 		return &proxy.Result{}, nil
 	}
-	var delta *Delta
+	var partial *PartialPlan
 	renderStart := time.Now()
 	if !full {
 		var err error
-		if delta, err = p.planner.Update(req, *p.host); err != nil {
+		if partial, err = p.renderer.RenderPartial(req, *p.host); err != nil {
 			return nil, fmt.Errorf("rendering ipvs state: %w", err)
 		}
 	}
@@ -171,13 +154,13 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	var err error
 	var res proxy.Result
 	what := []any{"ipFamily", p.opts.Family, "full", req.Full}
-	if delta != nil {
-		what = append(what, "renderSeconds", time.Since(renderStart).Seconds(), "virtualServersTouched", len(delta.Services))
-		st, err = p.applyDelta(ctx, delta)
-		res = delta.Health
+	if partial != nil {
+		what = append(what, "renderSeconds", time.Since(renderStart).Seconds(), "virtualServersTouched", len(partial.Services))
+		st, err = p.applyPartial(ctx, partial)
+		res = partial.Health
 	} else {
-		var d *Desired
-		if d, err = p.planner.Rebuild(req, *p.host); err != nil {
+		var d *Plan
+		if d, err = p.renderer.RenderFull(req, *p.host); err != nil {
 			return nil, fmt.Errorf("rendering ipvs state: %w", err)
 		}
 		what = append(what, "renderSeconds", time.Since(renderStart).Seconds())
@@ -188,11 +171,11 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	if err != nil {
 		// Whatever we knew of the kernel may be wrong now: the next sync
 		// reads it again and diffs everything.
-		p.known, p.host, p.iptables = nil, nil, nil
+		p.applied, p.host, p.iptables = nil, nil, nil
 		return nil, err
 	}
 	for _, k := range p.graceful.run(p.now()) {
-		if ks := p.known.services[k.vs]; ks != nil {
+		if ks := p.applied.services[k.vs]; ks != nil {
 			delete(ks.dests, k.dest)
 		}
 	}
@@ -276,8 +259,8 @@ func splitInserts(data []byte) ([]byte, bool) {
 // read lists what the kernel holds of kproxy's for this family: the
 // addresses on kube-ipvs0, the virtual servers kproxy owns with their
 // real servers, and the members of the sets d names.
-func (p *Proxier) read(d *Desired, services map[ipvs.VirtualServer]*VirtualServer) (*kernelState, error) {
-	k := &kernelState{addrs: map[netip.Addr]bool{}, services: map[ipvs.VirtualServer]*knownService{}, sets: map[string]map[string]bool{}}
+func (p *Proxier) read(d *Plan, services map[ipvs.VirtualServer]*VirtualServer) (*applied, error) {
+	k := &applied{addrs: map[netip.Addr]bool{}, services: map[ipvs.VirtualServer]*appliedService{}, sets: map[string]map[string]bool{}}
 	addrs, err := p.h.NetDev.Addresses(DummyDevice)
 	if err != nil && !isNotFound(err) {
 		return nil, fmt.Errorf("listing the addresses of %s: %w", DummyDevice, err)
@@ -302,7 +285,7 @@ func (p *Proxier) read(d *Desired, services map[ipvs.VirtualServer]*VirtualServe
 		if err != nil {
 			return nil, fmt.Errorf("listing the real servers of %s: %w", vs, err)
 		}
-		ks := &knownService{svc: s, dests: map[destKey]ipvs.Destination{}}
+		ks := &appliedService{svc: s, dests: map[destKey]ipvs.Destination{}}
 		for _, dst := range ds {
 			ks.dests[destKey{dst.Addr.Unmap(), dst.Port}] = dst
 		}

@@ -27,16 +27,16 @@ import (
 )
 
 // world is one network namespace's worth of fakes and a proxier over
-// them; desired is what the stub render hands the proxier.
+// them; plan is what the stub render hands the proxier.
 type world struct {
-	ipvs    *ipvstest.Fake
-	sets    *ipsettest.Fake
-	dev     *netdevtest.Fake
-	ipt     *xtablestest.Fake
-	ct      *conntrack.Fake
-	p       *Proxier
-	desired *Desired
-	now     time.Time
+	ipvs *ipvstest.Fake
+	sets *ipsettest.Fake
+	dev  *netdevtest.Fake
+	ipt  *xtablestest.Fake
+	ct   *conntrack.Fake
+	p    *Proxier
+	plan *Plan
+	now  time.Time
 }
 
 func newWorld(t *testing.T, opts ProxierOptions) *world {
@@ -56,11 +56,11 @@ func (w *world) restart(opts ProxierOptions) {
 	if opts.Family == "" {
 		opts.Family = model.IPv4
 	}
-	w.p = NewProxier(opts, Whole(func(*proxy.Request, Host) (*Desired, error) {
-		if w.desired == nil {
-			return nil, errors.New("no desired state")
+	w.p = NewProxier(opts, FullRenderer(func(*proxy.Request, Host) (*Plan, error) {
+		if w.plan == nil {
+			return nil, errors.New("no plan")
 		}
-		return w.desired, nil
+		return w.plan, nil
 	}), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev, IPTables: w.ipt, Conntrack: w.ct})
 	w.p.now = func() time.Time { return w.now }
 }
@@ -107,10 +107,10 @@ func reals(port uint16, addrs ...netip.Addr) []ipvs.Destination {
 	return out
 }
 
-// desiredOf builds a Desired: TCP and UDP on vip:80/53, a NodePort on the
+// planOf builds a Plan: TCP and UDP on vip:80/53, a NodePort on the
 // node address, the cluster IP set and an iptables input.
-func desiredOf(tcpEPs, udpEPs []netip.Addr) *Desired {
-	d := &Desired{
+func planOf(tcpEPs, udpEPs []netip.Addr) *Plan {
+	d := &Plan{
 		Addresses: []netip.Addr{vip},
 		Services:  map[ipvs.VirtualServer]*VirtualServer{},
 		Sets: map[string]*Set{
@@ -151,10 +151,10 @@ func hasService(t *testing.T, f *ipvstest.Fake, vs ipvs.VirtualServer) bool {
 
 func TestProxierFirstSyncThenNothingToDo(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep1})
+	w.plan = planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep1})
 	w.sync(t, true)
 
-	for vs, want := range w.desired.Services {
+	for vs, want := range w.plan.Services {
 		if !hasService(t, w.ipvs, vs) {
 			t.Fatalf("virtual server %s missing", vs)
 		}
@@ -174,7 +174,7 @@ func TestProxierFirstSyncThenNothingToDo(t *testing.T) {
 		t.Fatalf("%d iptables restores, want 1", n)
 	}
 
-	// The same state again, incremental and full: nothing is written.
+	// The same state again, partial and full: nothing is written.
 	for _, full := range []bool{false, true} {
 		w.resetCalls()
 		w.sync(t, full)
@@ -185,22 +185,22 @@ func TestProxierFirstSyncThenNothingToDo(t *testing.T) {
 			t.Errorf("full=%v: iptables restored again (%d restores) though its text did not change", full, n)
 		}
 	}
-	// Incremental syncs do not read the kernel either.
+	// Partial syncs do not read the kernel either.
 	w.resetCalls()
 	w.sync(t, false)
 	if n := w.ipvs.Calls(ipvstest.OpServices) + w.sets.Calls(ipsettest.OpEntries); n != 0 {
-		t.Errorf("an incremental sync read the kernel %d times", n)
+		t.Errorf("a partial sync read the kernel %d times", n)
 	}
 }
 
 func TestProxierEndpointChangeTouchesOnlyIt(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf([]netip.Addr{ep1}, []netip.Addr{ep1})
+	w.plan = planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	w.sync(t, true)
 	w.resetCalls()
-	d := desiredOf([]netip.Addr{ep1}, []netip.Addr{ep1})
+	d := planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	d.Services[vsOf(protoTCP, vip, 80)].Reals = reals(8080, ep1, ep2)
-	w.desired = d
+	w.plan = d
 	w.sync(t, false)
 	if n := w.ipvs.Calls(ipvstest.OpAddDestination); n != 1 || w.writes() != 1 {
 		t.Errorf("one added endpoint: %d AddDestination, %d writes; want 1 and 1", n, w.writes())
@@ -217,11 +217,11 @@ func TestProxierEndpointChangeTouchesOnlyIt(t *testing.T) {
 	}
 	// A removed service goes with its address and set member.
 	w.resetCalls()
-	d2 := desiredOf([]netip.Addr{ep1}, []netip.Addr{ep1})
+	d2 := planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	d2.Addresses = []netip.Addr{vip2}
 	d2.Services = map[ipvs.VirtualServer]*VirtualServer{}
 	d2.Sets["KUBE-CLUSTER-IP"].Entries = nil
-	w.desired = d2
+	w.plan = d2
 	w.sync(t, false)
 	for _, vs := range sortedServices(d.Services) {
 		if hasService(t, w.ipvs, vs) {
@@ -277,7 +277,7 @@ func TestProxierLeavesForeignVirtualServers(t *testing.T) {
 	if err := w.ipvs.AddService(ipvs.Service{VirtualServer: staleNP, Scheduler: "rr"}); err != nil {
 		t.Fatal(err)
 	}
-	w.desired = desiredOf([]netip.Addr{ep1}, nil)
+	w.plan = planOf([]netip.Addr{ep1}, nil)
 	check := func(when string) {
 		t.Helper()
 		for _, vs := range foreign {
@@ -306,7 +306,7 @@ func TestProxierLeavesForeignVirtualServers(t *testing.T) {
 
 func TestProxierRestartWritesNothing(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
+	w.plan = planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
 	w.sync(t, true)
 	w.resetCalls()
 	w.restart(ProxierOptions{})
@@ -316,13 +316,13 @@ func TestProxierRestartWritesNothing(t *testing.T) {
 	}
 }
 
-func TestProxierFailedStepIsRetriedWhole(t *testing.T) {
+func TestProxierFailedStepIsRetriedInFull(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	w.desired = desiredOf([]netip.Addr{ep1}, []netip.Addr{ep1})
+	w.plan = planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	w.sync(t, true)
-	d := desiredOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
+	d := planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
 	d.IPTables = append(d.IPTables, "*filter\n:KUBE-FORWARD - [0:0]\nCOMMIT\n"...)
-	w.desired = d
+	w.plan = d
 	w.ipvs.FailNext(ipvstest.OpAddDestination, syscall.ENOMEM)
 	if _, err := w.p.Sync(context.Background(), &proxy.Request{State: model.NewState(model.IPv4)}); err == nil || !errors.Is(err, syscall.ENOMEM) {
 		t.Fatalf("sync with a failing AddDestination: %v, want ENOMEM", err)
@@ -346,9 +346,9 @@ func TestProxierFailedStepIsRetriedWhole(t *testing.T) {
 
 func TestProxierBadSetEntryIsAnError(t *testing.T) {
 	w := newWorld(t, ProxierOptions{})
-	d := desiredOf([]netip.Addr{ep1}, nil)
+	d := planOf([]netip.Addr{ep1}, nil)
 	d.Sets["KUBE-CLUSTER-IP"].Entries = append(d.Sets["KUBE-CLUSTER-IP"].Entries, "not-an-entry")
-	w.desired = d
+	w.plan = d
 	_, err := w.p.Sync(context.Background(), &proxy.Request{State: model.NewState(model.IPv4), Full: true})
 	if err == nil || !strings.Contains(err.Error(), "KUBE-CLUSTER-IP") {
 		t.Fatalf("a bad set member: %v, want an error naming the set", err)
@@ -360,7 +360,7 @@ func TestProxierBadSetEntryIsAnError(t *testing.T) {
 
 func TestProxierTimeouts(t *testing.T) {
 	w := newWorld(t, ProxierOptions{Timeouts: ipvs.Timeouts{TCP: 100, UDP: 7}})
-	w.desired = desiredOf(nil, nil)
+	w.plan = planOf(nil, nil)
 	w.sync(t, true)
 	w.sync(t, true)
 	if got := w.ipvs.Timeouts(); got != (ipvs.Timeouts{TCP: 100, TCPFin: 120, UDP: 7}) {
@@ -379,7 +379,7 @@ func TestProxierTimeouts(t *testing.T) {
 func TestProxierExampleWithRender(t *testing.T) {
 	s := flowtest.Example(t, example.NodeA)
 	w := newWorld(t, ProxierOptions{})
-	render := func(req *proxy.Request, h Host) (*Desired, error) {
+	render := func(req *proxy.Request, h Host) (*Plan, error) {
 		return Render(exampleConfig(model.IPv4), req.State, req.Node, h)
 	}
 	h := Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev, IPTables: w.ipt, Conntrack: w.ct,
@@ -392,7 +392,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Fatalf("sync: %v", err)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(exampleConfig(model.IPv4)), h)
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
 	res, err := w.p.Sync(context.Background(), req)
 	if err != nil {
 		t.Fatalf("sync: %v", err)
@@ -430,7 +430,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Errorf("full=%v: unchanged state wrote %d times, %d restores", full, n, len(w.ipt.Restores())-restores)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewIncremental(exampleConfig(model.IPv4)), h)
+	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
 	w.resetCalls()
 	sync(true)
 	// A new process does not know what its predecessor wrote into its

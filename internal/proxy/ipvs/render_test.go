@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/example"
@@ -24,6 +23,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 var nodeA = &model.Node{
@@ -44,45 +44,10 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-func testConfig(f v1.IPFamily) *RenderConfig {
+func testConfig(f v1.IPFamily) *Config {
 	c := exampleConfig(f)
 	c.LocalDetect.Mode = localdetect.ClusterCIDR
 	return c
-}
-
-func spName(name, port string, proto v1.Protocol) model.ServicePortName {
-	return model.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: name}, Port: port, Protocol: proto}
-}
-
-// makeSP returns a ClusterIP service port demo/name:p80 (TCP), edited by
-// tweak.
-func makeSP(name, clusterIP string, port int32, tweak func(*model.ServicePort)) *model.ServicePort {
-	ip := netip.MustParseAddr(clusterIP)
-	sp := &model.ServicePort{
-		Name:      spName(name, "p80", model.TCP),
-		Family:    model.FamilyOf(ip),
-		Type:      v1.ServiceTypeClusterIP,
-		ClusterIP: ip,
-		Port:      port,
-		Protocol:  model.TCP,
-	}
-	if tweak != nil {
-		tweak(sp)
-	}
-	sp.Name.Protocol = sp.Protocol
-	return sp
-}
-
-// makeEP returns a ready endpoint, on node-a when local.
-func makeEP(addr string, port int32, local bool, tweak func(*model.Endpoint)) *model.Endpoint {
-	e := &model.Endpoint{IP: netip.MustParseAddr(addr), Port: port, Ready: true, Serving: true, NodeName: example.NodeB}
-	if local {
-		e.Local, e.NodeName = true, example.NodeA
-	}
-	if tweak != nil {
-		tweak(e)
-	}
-	return e
 }
 
 type svcEps struct {
@@ -99,7 +64,7 @@ func stateOf(f v1.IPFamily, list ...svcEps) *model.State {
 	return s
 }
 
-func render(t *testing.T, cfg *RenderConfig, list ...svcEps) *Desired {
+func render(t *testing.T, cfg *Config, list ...svcEps) *Plan {
 	t.Helper()
 	d, err := Render(cfg, stateOf(cfg.Family, list...), nodeA, Host{Addrs: hostAddrs})
 	if err != nil {
@@ -110,7 +75,7 @@ func render(t *testing.T, cfg *RenderConfig, list ...svcEps) *Desired {
 
 // services lists the virtual servers as "proto addr:port" with their real
 // servers and, when set, flags and timeout.
-func services(d *Desired) map[string][]string {
+func services(d *Plan) map[string][]string {
 	out := map[string][]string{}
 	for _, vs := range d.Sorted() {
 		k := serviceArg(vs.VirtualServer)
@@ -135,7 +100,7 @@ func services(d *Desired) map[string][]string {
 func fmtUint(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
 // entries returns the non-empty sets' members by name.
-func entries(d *Desired) map[string][]string {
+func entries(d *Plan) map[string][]string {
 	out := map[string][]string{}
 	for n, s := range d.Sets {
 		if len(s.Entries) > 0 {
@@ -147,7 +112,7 @@ func entries(d *Desired) map[string][]string {
 
 // chainRules returns the rules of one chain of one table in the restore
 // input, without the "-A CHAIN " prefix.
-func chainRules(d *Desired, table, chain string) []string {
+func chainRules(d *Plan, table, chain string) []string {
 	var out []string
 	in := ""
 	for _, l := range strings.Split(string(d.IPTables), "\n") {
@@ -165,12 +130,12 @@ func chainRules(d *Desired, table, chain string) []string {
 func TestRenderRefusesBadConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*RenderConfig)
+		edit func(*Config)
 		want string
 	}{
-		{"scheduler", func(c *RenderConfig) { c.Scheduler = "roundrobin" }, `unknown scheduler "roundrobin"`},
-		{"family", func(c *RenderConfig) { c.Family = "IPv5" }, "unknown IP family"},
-		{"mark", func(c *RenderConfig) { c.MasqueradeBit = 32 }, "masqueradeBit 32"},
+		{"scheduler", func(c *Config) { c.Scheduler = "roundrobin" }, `unknown scheduler "roundrobin"`},
+		{"family", func(c *Config) { c.Family = "IPv5" }, "unknown IP family"},
+		{"mark", func(c *Config) { c.MasqueradeBit = 32 }, "masqueradeBit 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig(model.IPv4)
@@ -191,14 +156,14 @@ func TestRenderRefusesBadConfig(t *testing.T) {
 // with two ports is one address on kube-ipvs0 and two virtual servers; a
 // service without endpoints still has its virtual server.
 func TestClusterIP(t *testing.T) {
-	p80 := makeSP("web", "198.19.0.10", 80, nil)
-	p443 := makeSP("web", "198.19.0.10", 443, func(sp *model.ServicePort) { sp.Name.Port = "p443" })
-	udp := makeSP("dns", "198.19.0.11", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
-	empty := makeSP("empty", "198.19.0.12", 80, nil)
-	eps := []*model.Endpoint{makeEP("198.18.129.10", 8080, true, nil), makeEP("198.18.130.10", 8080, false, nil)}
+	p80 := fixtures.ServicePort("web", "198.19.0.10", 80, nil)
+	p443 := fixtures.ServicePort("web", "198.19.0.10", 443, func(sp *model.ServicePort) { sp.Name.Port = "p443" })
+	udp := fixtures.ServicePort("dns", "198.19.0.11", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
+	empty := fixtures.ServicePort("empty", "198.19.0.12", 80, nil)
+	eps := []*model.Endpoint{fixtures.Endpoint("198.18.129.10", 8080, true, nil), fixtures.Endpoint("198.18.130.10", 8080, false, nil)}
 	d := render(t, testConfig(model.IPv4),
 		svcEps{p80, eps}, svcEps{p443, eps},
-		svcEps{udp, []*model.Endpoint{makeEP("198.18.130.53", 53, false, nil)}},
+		svcEps{udp, []*model.Endpoint{fixtures.Endpoint("198.18.130.53", 53, false, nil)}},
 		svcEps{empty, nil})
 
 	want := map[string][]string{
@@ -238,22 +203,22 @@ func TestClusterIP(t *testing.T) {
 
 // Masquerade of cluster IP traffic per masqueradeAll and detectLocalMode.
 func TestClusterIPMasquerade(t *testing.T) {
-	sp := makeSP("web", "198.19.0.10", 80, nil)
+	sp := fixtures.ServicePort("web", "198.19.0.10", 80, nil)
 	const match = `-m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP `
 	for _, tc := range []struct {
 		name string
-		edit func(*RenderConfig)
+		edit func(*Config)
 		want string
 	}{
 		{"cluster CIDR", nil, match + "dst,dst ! -s 198.18.128.0/17 -j KUBE-MARK-MASQ"},
-		{"masqueradeAll", func(c *RenderConfig) { c.MasqueradeAll = true }, match + "dst,dst -j KUBE-MARK-MASQ"},
-		{"node CIDR", func(c *RenderConfig) { c.LocalDetect.Mode = localdetect.NodeCIDR }, match + "dst,dst ! -s 198.18.129.0/24 -j KUBE-MARK-MASQ"},
-		{"interface prefix", func(c *RenderConfig) {
+		{"masqueradeAll", func(c *Config) { c.MasqueradeAll = true }, match + "dst,dst -j KUBE-MARK-MASQ"},
+		{"node CIDR", func(c *Config) { c.LocalDetect.Mode = localdetect.NodeCIDR }, match + "dst,dst ! -s 198.18.129.0/24 -j KUBE-MARK-MASQ"},
+		{"interface prefix", func(c *Config) {
 			c.LocalDetect = localdetect.Config{Mode: localdetect.InterfaceNamePrefix, InterfaceNamePrefix: "veth"}
 		}, match + "dst,dst ! -i veth+ -j KUBE-MARK-MASQ"},
 		// Nothing tells pods apart: the node's own connections from a
 		// service address are masqueraded.
-		{"no detector", func(c *RenderConfig) { c.LocalDetect.ClusterCIDRs = nil }, match + "src,dst -j KUBE-MARK-MASQ"},
+		{"no detector", func(c *Config) { c.LocalDetect.ClusterCIDRs = nil }, match + "src,dst -j KUBE-MARK-MASQ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig(model.IPv4)
@@ -273,11 +238,11 @@ func TestClusterIPMasquerade(t *testing.T) {
 // for SCTP; nodePortAddresses narrows the addresses.
 func TestNodePorts(t *testing.T) {
 	np := func(name, ip string, proto v1.Protocol, port int32) *model.ServicePort {
-		return makeSP(name, ip, 80, func(sp *model.ServicePort) {
+		return fixtures.ServicePort(name, ip, 80, func(sp *model.ServicePort) {
 			sp.Type, sp.Protocol, sp.NodePort = v1.ServiceTypeNodePort, proto, port
 		})
 	}
-	ep := []*model.Endpoint{makeEP("198.18.130.10", 8080, false, nil)}
+	ep := []*model.Endpoint{fixtures.Endpoint("198.18.130.10", 8080, false, nil)}
 	list := []svcEps{{np("a", "198.19.0.10", model.TCP, 30080), ep}, {np("b", "198.19.0.11", model.UDP, 30053), ep}, {np("c", "198.19.0.12", model.SCTP, 30099), ep}}
 
 	d := render(t, testConfig(model.IPv4), list...)
@@ -349,7 +314,7 @@ func TestNodePorts(t *testing.T) {
 // traffic to local endpoints only, keeps the source (RETURN before the
 // masquerade), and the cluster IP still uses every endpoint.
 func TestExternalPolicyLocal(t *testing.T) {
-	sp := makeSP("etp", "198.19.0.14", 80, func(sp *model.ServicePort) {
+	sp := fixtures.ServicePort("etp", "198.19.0.14", 80, func(sp *model.ServicePort) {
 		sp.Type = v1.ServiceTypeLoadBalancer
 		sp.NodePort = 30081
 		sp.ExternalIPs = addrs("198.19.200.4")
@@ -357,7 +322,7 @@ func TestExternalPolicyLocal(t *testing.T) {
 		sp.ExternalPolicyLocal = true
 		sp.HealthCheckNodePort = 32081
 	})
-	eps := []*model.Endpoint{makeEP("198.18.129.20", 8080, true, nil), makeEP("198.18.130.20", 8080, false, nil)}
+	eps := []*model.Endpoint{fixtures.Endpoint("198.18.129.20", 8080, true, nil), fixtures.Endpoint("198.18.130.20", 8080, false, nil)}
 	d := render(t, testConfig(model.IPv4), svcEps{sp, eps})
 	local, all := []string{"198.18.129.20:8080"}, []string{"198.18.129.20:8080", "198.18.130.20:8080"}
 	want := map[string][]string{
@@ -430,7 +395,7 @@ func TestExternalPolicyLocal(t *testing.T) {
 // policy external IPs are masqueraded; one that is a node address is not
 // put on kube-ipvs0; a family's other external IPs are not its business.
 func TestExternalIPs(t *testing.T) {
-	sp := makeSP("ext", "198.19.0.13", 8080, func(sp *model.ServicePort) {
+	sp := fixtures.ServicePort("ext", "198.19.0.13", 8080, func(sp *model.ServicePort) {
 		sp.ExternalIPs = addrs("198.19.200.10", "198.18.1.10")
 	})
 	d := render(t, testConfig(model.IPv4), svcEps{sp, nil})
@@ -459,7 +424,7 @@ func TestExternalIPs(t *testing.T) {
 // drop the node's connections to the LB IP.
 func TestLoadBalancerSourceRanges(t *testing.T) {
 	lb := func(ranges ...string) *model.ServicePort {
-		return makeSP("lb", "198.19.0.12", 443, func(sp *model.ServicePort) {
+		return fixtures.ServicePort("lb", "198.19.0.12", 443, func(sp *model.ServicePort) {
 			sp.Type = v1.ServiceTypeLoadBalancer
 			sp.LoadBalancerIngress = []model.LoadBalancerIngress{{IP: netip.MustParseAddr("198.19.200.1")}}
 			for _, r := range ranges {
@@ -467,7 +432,7 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 			}
 		})
 	}
-	ep := []*model.Endpoint{makeEP("198.18.130.10", 8080, false, nil)}
+	ep := []*model.Endpoint{fixtures.Endpoint("198.18.130.10", 8080, false, nil)}
 
 	d := render(t, testConfig(model.IPv4), svcEps{lb("203.0.113.0/24"), ep})
 	want := map[string][]string{
@@ -523,7 +488,7 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 
 // Upstream's TestSessionAffinity and the mh scheduler's flag.
 func TestAffinityAndScheduler(t *testing.T) {
-	sp := makeSP("aff", "198.19.0.16", 80, func(sp *model.ServicePort) {
+	sp := fixtures.ServicePort("aff", "198.19.0.16", 80, func(sp *model.ServicePort) {
 		sp.StickyMaxAgeSeconds = 600
 		sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30016
 	})
@@ -560,16 +525,16 @@ func TestEndpointSelection(t *testing.T) {
 		eps   []*model.Endpoint
 		want  []string
 	}{
-		{"cluster", false, []*model.Endpoint{makeEP("198.18.129.30", 80, true, nil), makeEP("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80", "198.18.130.30:80"}},
-		{"internal local", true, []*model.Endpoint{makeEP("198.18.129.30", 80, true, nil), makeEP("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80"}},
-		{"internal local, none local", true, []*model.Endpoint{makeEP("198.18.130.30", 80, false, nil)}, []string{}},
-		{"ready beat terminating", false, []*model.Endpoint{makeEP("198.18.129.30", 80, true, terminating(true)), makeEP("198.18.130.30", 80, false, nil)}, []string{"198.18.130.30:80"}},
-		{"only terminating: serving ones", false, []*model.Endpoint{makeEP("198.18.129.30", 80, true, terminating(true)), makeEP("198.18.130.30", 80, false, terminating(false))}, []string{"198.18.129.30:80"}},
-		{"local only terminating", true, []*model.Endpoint{makeEP("198.18.129.30", 80, true, terminating(true)), makeEP("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80"}},
-		{"not ready", false, []*model.Endpoint{makeEP("198.18.130.30", 80, false, func(e *model.Endpoint) { e.Ready, e.Serving = false, false })}, []string{}},
+		{"cluster", false, []*model.Endpoint{fixtures.Endpoint("198.18.129.30", 80, true, nil), fixtures.Endpoint("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80", "198.18.130.30:80"}},
+		{"internal local", true, []*model.Endpoint{fixtures.Endpoint("198.18.129.30", 80, true, nil), fixtures.Endpoint("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80"}},
+		{"internal local, none local", true, []*model.Endpoint{fixtures.Endpoint("198.18.130.30", 80, false, nil)}, []string{}},
+		{"ready beat terminating", false, []*model.Endpoint{fixtures.Endpoint("198.18.129.30", 80, true, terminating(true)), fixtures.Endpoint("198.18.130.30", 80, false, nil)}, []string{"198.18.130.30:80"}},
+		{"only terminating: serving ones", false, []*model.Endpoint{fixtures.Endpoint("198.18.129.30", 80, true, terminating(true)), fixtures.Endpoint("198.18.130.30", 80, false, terminating(false))}, []string{"198.18.129.30:80"}},
+		{"local only terminating", true, []*model.Endpoint{fixtures.Endpoint("198.18.129.30", 80, true, terminating(true)), fixtures.Endpoint("198.18.130.30", 80, false, nil)}, []string{"198.18.129.30:80"}},
+		{"not ready", false, []*model.Endpoint{fixtures.Endpoint("198.18.130.30", 80, false, func(e *model.Endpoint) { e.Ready, e.Serving = false, false })}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sp := makeSP("itp", "198.19.0.15", 80, func(sp *model.ServicePort) { sp.InternalPolicyLocal = tc.local })
+			sp := fixtures.ServicePort("itp", "198.19.0.15", 80, func(sp *model.ServicePort) { sp.InternalPolicyLocal = tc.local })
 			if diff := cmp.Diff(tc.want, services(render(t, testConfig(model.IPv4), svcEps{sp, tc.eps}))["-t 198.19.0.15:80"]); diff != "" {
 				t.Errorf("real servers (-want +got):\n%s", diff)
 			}
@@ -581,8 +546,8 @@ func TestEndpointSelection(t *testing.T) {
 	}
 	node := *nodeA
 	node.Labels = map[string]string{v1.LabelTopologyZone: "zone-a"}
-	sp := makeSP("topo", "198.19.0.22", 80, nil)
-	st := stateOf(model.IPv4, svcEps{sp, []*model.Endpoint{makeEP("198.18.129.80", 80, true, hint("zone-a")), makeEP("198.18.130.80", 80, false, hint("zone-b"))}})
+	sp := fixtures.ServicePort("topo", "198.19.0.22", 80, nil)
+	st := stateOf(model.IPv4, svcEps{sp, []*model.Endpoint{fixtures.Endpoint("198.18.129.80", 80, true, hint("zone-a")), fixtures.Endpoint("198.18.130.80", 80, false, hint("zone-b"))}})
 	d, err := Render(testConfig(model.IPv4), st, &node, Host{Addrs: hostAddrs})
 	if err != nil {
 		t.Fatal(err)
@@ -595,13 +560,13 @@ func TestEndpointSelection(t *testing.T) {
 // Upstream's TestIPv6Proxier: IPv6 set names ("KUBE-6-", cut to 31
 // characters), inet6 hash sets, ::1 left alone, AF_INET6 virtual servers.
 func TestIPv6(t *testing.T) {
-	sp := makeSP("v6", "fd00:19::17", 80, func(sp *model.ServicePort) {
+	sp := fixtures.ServicePort("v6", "fd00:19::17", 80, func(sp *model.ServicePort) {
 		sp.Type = v1.ServiceTypeLoadBalancer
 		sp.NodePort = 30017
 		sp.LoadBalancerIngress = []model.LoadBalancerIngress{{IP: netip.MustParseAddr("fd00:19::c8:1")}}
 		sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}
 	})
-	d := render(t, testConfig(model.IPv6), svcEps{sp, []*model.Endpoint{makeEP("fd00:18:1:a::50", 8080, true, nil)}})
+	d := render(t, testConfig(model.IPv6), svcEps{sp, []*model.Endpoint{fixtures.Endpoint("fd00:18:1:a::50", 8080, true, nil)}})
 	want := map[string][]string{
 		"-t [fd00:19::17]:80":    {"[fd00:18:1:a::50]:8080"},
 		"-t [fd00:19::c8:1]:80":  {"[fd00:18:1:a::50]:8080"},
@@ -647,7 +612,7 @@ func TestIPv6(t *testing.T) {
 // go in once: a second sync that sees them in the kernel does not insert
 // them again.
 func TestJumpRulesOnce(t *testing.T) {
-	sp := makeSP("web", "198.19.0.10", 80, nil)
+	sp := fixtures.ServicePort("web", "198.19.0.10", 80, nil)
 	fake := xtablestest.NewFake(xtables.NFT, xtables.IPv4)
 	present := func() map[string]sets.Set[string] {
 		out := map[string]sets.Set[string]{}
@@ -703,10 +668,10 @@ func TestJumpRulesOnce(t *testing.T) {
 // its set when no address carries node ports (upstream skips it then).
 func TestNodePortsLocalPerProtocol(t *testing.T) {
 	mk := func(name, ip string, proto v1.Protocol, port int32) svcEps {
-		return svcEps{makeSP(name, ip, 80, func(sp *model.ServicePort) {
+		return svcEps{fixtures.ServicePort(name, ip, 80, func(sp *model.ServicePort) {
 			sp.Type, sp.Protocol, sp.NodePort = v1.ServiceTypeNodePort, proto, port
 			sp.ExternalPolicyLocal, sp.HealthCheckNodePort = true, port+2000
-		}), []*model.Endpoint{makeEP("fd00:18:1:a::20", 8080, true, nil)}}
+		}), []*model.Endpoint{fixtures.Endpoint("fd00:18:1:a::20", 8080, true, nil)}}
 	}
 	list := []svcEps{mk("u", "fd00:19::1", model.UDP, 30053), mk("s", "fd00:19::2", model.SCTP, 30099)}
 	c := testConfig(model.IPv6)

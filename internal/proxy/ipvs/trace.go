@@ -12,7 +12,7 @@ import (
 
 // TraceServices converts the rendered virtual servers for the iptables
 // tracer (trace.Host.IPVS), in Sorted order.
-func (d *Desired) TraceServices() []trace.IPVSService {
+func (d *Plan) TraceServices() []trace.IPVSService {
 	var out []trace.IPVSService
 	for _, vs := range d.Sorted() {
 		out = append(out, TraceService(vs.Service, vs.Reals))
@@ -22,7 +22,7 @@ func (d *Desired) TraceServices() []trace.IPVSService {
 
 // TraceSets converts the rendered ipsets for the iptables tracer
 // (trace.Host.IPSets), by name.
-func (d *Desired) TraceSets() map[string]*trace.IPSet {
+func (d *Plan) TraceSets() map[string]*trace.IPSet {
 	out := map[string]*trace.IPSet{}
 	for _, s := range d.SortedSets() {
 		out[s.Name] = &trace.IPSet{Name: s.Name, Type: s.Type, IPv6: s.IPv6, Entries: s.Entries}

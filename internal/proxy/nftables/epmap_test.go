@@ -15,16 +15,18 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // TestEndpointMapKeys follows the keys of a service port with chains of its
 // own (a NodePort service; plain ClusterIP ports have no chain, see
 // plain_test.go).
 func TestEndpointMapKeys(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
-	web := spName("web-nodeport", "http", model.TCP)
+	web := fixtures.SPName("web-nodeport", "http", model.TCP)
 	shard, m := s.shardOf(web), endpointMapName(web)
 	chain := serviceChainName(prefixServiceChain, web)
 	mapRule := func(off string) string {

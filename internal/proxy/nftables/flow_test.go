@@ -15,7 +15,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -44,18 +44,9 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 func flowOptions(f v1.IPFamily, c flowtest.Config) Options {
 	o := exampleOptions(f)
 	o.MasqueradeAll = c.MasqueradeAll
-	o.LocalDetect = localdetect.Config{Mode: c.DetectLocalMode, BridgeInterface: c.BridgeInterface, InterfaceNamePrefix: c.InterfaceNamePrefix}
-	for _, p := range c.ClusterCIDRs {
-		if model.FamilyOf(p.Addr()) == f {
-			o.LocalDetect.ClusterCIDRs = append(o.LocalDetect.ClusterCIDRs, p)
-		}
-	}
+	o.LocalDetect = c.LocalDetect(f)
 	o.NodePortAddresses = c.NodePortAddresses
-	for _, p := range c.ServiceCIDRs {
-		if model.FamilyOf(p.Addr()) == f {
-			o.ServiceCIDRs = append(o.ServiceCIDRs, p)
-		}
-	}
+	o.ServiceCIDRs = model.PrefixesOf(c.ServiceCIDRs, f)
 	// c.NoLocalhostNodePorts: nftables mode never serves node ports on
 	// loopback, as upstream.
 	return o
@@ -69,11 +60,11 @@ func TestPacketFlow(t *testing.T) {
 // all elsewhere (the table's "ETP Local without local endpoints") is
 // counted by the sync as Local without local endpoints.
 func TestNoLocalTallyETPLocal(t *testing.T) {
-	c := loadExample(t, example.NodeA)
-	s := &flowtest.Snapshot{Node: c.node, States: c.states}
-	flowtest.OnlyRemoteEndpoints(t, s, spName("etp-local", "http", model.TCP), 1)
+	c := flowtest.Example(t, example.NodeA)
+	s := &flowtest.Snapshot{Node: c.Node, States: c.States}
+	flowtest.OnlyRemoteEndpoints(t, s, fixtures.SPName("etp-local", "http", model.TCP), 1)
 	a := NewApplied()
-	c.renderFull(t, exampleOptions(model.IPv4)).Commit(a)
+	renderFull(t, c, exampleOptions(model.IPv4)).Commit(a)
 	if internal, external := a.NoLocal(); internal != 0 || external != 1 {
 		t.Errorf("NoLocal() = %d internal, %d external; want 0, 1", internal, external)
 	}

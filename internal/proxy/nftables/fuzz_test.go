@@ -30,21 +30,9 @@ import (
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
-// fuzzSeeds are byte strings for fuzzsnap.Build: an empty one, hand-made
-// runs that make services share cluster IPs and node ports, and
-// fuzzsnap.Seeds' fixed pseudo-random ones.
-var fuzzSeeds = append([][]byte{
-	nil,
-	[]byte("\x05\x01\x02\x00\x01\x00\x01\x03\x00\x02\x04\x01\x03\x07\x02\x05\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09"),
-	[]byte("\x03\x02\x02\x02\x00\x02\x00\x00\x02\x01\x01\x00\x00\x03\x03\x0f\x00\x02\x03\x00\x01\x0f\x01\x00\x04\x07"),
-	[]byte(strings.Repeat("\x01\x00", 64)),
-	[]byte(strings.Repeat("\xff\x7f\x13", 50)),
-	[]byte("\x00\x00\x00\x00\x04\x06\x05\x06\x00\x00\x00\x00\x00\x00\x00\x00\x00"),
-}, fuzzsnap.Seeds(6)...)
-
 func FuzzRender(f *testing.F) {
 	fuzzsnap.Quiet()
-	for i, s := range fuzzSeeds {
+	for i, s := range fuzzsnap.RenderSeeds() {
 		f.Add(s, []string{"http", "a", hostile.NFTInjection, hostile.Injection, hostile.Long.Name, "café\"\n"}[i%6])
 	}
 	var ns *netns.NS

@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,6 +10,8 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -19,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // built-in example on node-a. Layout changes show up here as a diff; what
 // the rules do is checked by the packet-flow tests.
 func TestGoldenExample(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, tc := range []struct {
 		family v1.IPFamily
 		file   string
@@ -29,35 +30,19 @@ func TestGoldenExample(t *testing.T) {
 		{model.IPv6, "example-ipv6.nft", 2},
 	} {
 		t.Run(string(tc.family), func(t *testing.T) {
-			if n := len(c.states[tc.family].Services); n != tc.ports {
+			if n := len(c.States[tc.family].Services); n != tc.ports {
 				t.Fatalf("the example has %d %s service ports, the golden file expects %d", n, tc.family, tc.ports)
 			}
-			plan := c.renderFull(t, exampleOptions(tc.family))
+			plan := renderFull(t, c, exampleOptions(tc.family))
 			if len(plan.Conflicts) > 0 {
 				t.Errorf("conflicts: %v", plan.Conflicts)
 			}
 			got := plan.Tx.String()
-			path := filepath.Join("testdata", tc.file)
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("full sync of the example differs from %s (-want +got; run with -update if intended):\n%s", path, diff)
-			}
+			fixtures.Golden(t, filepath.Join("testdata", tc.file), got, *update)
 			// The golden text must be something the kernel would load.
 			parse(t, got)
 			// Rendering is deterministic: a second render is identical.
-			if again := c.renderFull(t, exampleOptions(tc.family)).Tx.String(); again != got {
+			if again := renderFull(t, c, exampleOptions(tc.family)).Tx.String(); again != got {
 				t.Errorf("two renders of the same input differ:\n%s", cmp.Diff(got, again))
 			}
 		})

@@ -27,6 +27,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
@@ -40,11 +41,11 @@ var nftName = regexp.MustCompile(`^[A-Za-z_.][A-Za-z0-9/_.-]*$`)
 // hostile services.
 func hostilePlan(t *testing.T, f v1.IPFamily) (*Plan, []hostile.Service) {
 	t.Helper()
-	c := loadExample(t, "node-a")
-	st := c.states[f].Clone()
+	c := flowtest.Example(t, "node-a")
+	st := c.States[f].Clone()
 	svcs := hostile.Add(st, example.NodeA, example.NodeB)
-	c.states[f] = st
-	plan := c.renderFull(t, exampleOptions(f))
+	c.States[f] = st
+	plan := renderFull(t, c, exampleOptions(f))
 	if len(plan.Conflicts) > 0 {
 		t.Fatalf("conflicts: %v", plan.Conflicts)
 	}

@@ -7,10 +7,7 @@ package nftables
 // is at the top of fixtures_test.go.
 
 import (
-	"context"
-	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,291 +18,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/example"
-	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
-	"github.com/kproxy/kproxy/internal/trace"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
-
-// syncer plays a proxier's part for one family without a kernel: it keeps
-// Applied and the cumulative ruleset that the transactions so far add up to.
-type syncer struct {
-	t       testing.TB
-	cfg     *Config
-	node    *model.Node
-	state   *model.State
-	applied *Applied
-	// fake is the kernel the syncs are applied to; rs traces its state.
-	fake  *nfttest.Fake
-	rs    *trace.Ruleset
-	texts []string // every transaction applied, in order
-	now   time.Time
-	// seen are all service ports ever synced, so that packets to removed
-	// services are traced too.
-	seen map[model.ServicePortName]*model.ServicePort
-}
-
-func newSyncer(t testing.TB, c *exampleCluster, f v1.IPFamily) *syncer {
-	t.Helper()
-	o := exampleOptions(f)
-	return &syncer{
-		t:       t,
-		cfg:     o.RenderConfig(c.node, c.node.Addresses),
-		node:    c.node,
-		state:   c.states[f].Clone(),
-		applied: NewApplied(),
-		fake:    nfttest.New(),
-		rs:      &trace.Ruleset{},
-		now:     epoch,
-		seen:    map[model.ServicePortName]*model.ServicePort{},
-	}
-}
-
-func (s *syncer) input(full bool, changed sets.Set[model.ServicePortName]) *Input {
-	if changed == nil {
-		changed = sets.New[model.ServicePortName]()
-	}
-	return &Input{State: s.state, NodeName: s.node.Name, Zone: s.node.Zone(), Full: full, Changed: changed, Now: s.now}
-}
-
-// run applies a plan to the cumulative ruleset and commits it.
-func (s *syncer) run(in *Input) *Plan {
-	s.t.Helper()
-	plan := Render(s.cfg, in, s.applied)
-	text := plan.Tx.String()
-	if err := s.fake.Apply(context.Background(), plan.Tx); err != nil {
-		s.t.Fatalf("transaction refused (full=%v) at %s: %v\n%s", in.Full, in.Now.Sub(epoch), err, text)
-	}
-	s.texts = append(s.texts, text)
-	plan.Commit(s.applied)
-	if plan.Cleanup != nil {
-		ct := plan.Cleanup.String()
-		if err := s.fake.Apply(context.Background(), plan.Cleanup); err != nil {
-			s.t.Fatalf("clean-up transaction refused at %s: %v\n%s", in.Now.Sub(epoch), err, ct)
-		}
-		s.texts = append(s.texts, ct)
-		plan.CommitCleanup(s.applied)
-	}
-	s.rs = trace.Of(s.fake.State())
-	for n, sp := range s.state.Services {
-		s.seen[n] = sp
-	}
-	return plan
-}
-
-func (s *syncer) full() *Plan {
-	s.t.Helper()
-	in := s.input(true, nil)
-	in.Existing = objectNames(s.rs, s.cfg.table())
-	return s.run(in)
-}
-
-// shardOf is the shard table of a service port in the synced tables.
-func (s *syncer) shardOf(n model.ServicePortName) string {
-	return ShardTable(s.cfg.table(), ShardOf(n, s.applied.shards))
-}
-
-func (s *syncer) partial(changed ...model.ServicePortName) *Plan {
-	s.t.Helper()
-	return s.run(s.input(false, sets.New(changed...)))
-}
-
-// apply folds a delta into the state and syncs what really changed.
-func (s *syncer) apply(d *model.FamilyDelta) *Plan {
-	s.t.Helper()
-	changed := s.state.Apply(d)
-	return s.run(s.input(false, changed))
-}
-
-var (
-	tableLineRE = regexp.MustCompile(`^add table ip6? (\S+)`)
-	chainLineRE = regexp.MustCompile(`^add chain ip6? (\S+) (\S+)`)
-	setLineRE   = regexp.MustCompile(`^add (?:set|map) ip6? (\S+) (\S+)`)
-)
-
-// objectNames lists our tables of a ruleset with their chains and sets, as
-// the proxier reads them from the kernel before a full sync.
-func objectNames(rs *trace.Ruleset, main string) map[string]Objects {
-	out := map[string]Objects{}
-	for _, l := range strings.Split(rs.String(), "\n") {
-		if m := tableLineRE.FindStringSubmatch(l); m != nil && len(OurTables(main, []string{m[1]})) > 0 {
-			out[m[1]] = Objects{}
-		} else if m := chainLineRE.FindStringSubmatch(l); m != nil {
-			if o, ok := out[m[1]]; ok {
-				o.Chains = append(o.Chains, m[2])
-				out[m[1]] = o
-			}
-		} else if m := setLineRE.FindStringSubmatch(l); m != nil {
-			if o, ok := out[m[1]]; ok {
-				o.Sets = append(o.Sets, m[2])
-				out[m[1]] = o
-			}
-		}
-	}
-	return out
-}
-
-// packets are the packets that tell services apart: every address and
-// port of every service port ever seen, from a local pod, from outside
-// and from the node itself, plus a port nobody uses.
-func (s *syncer) packets() []trace.Packet {
-	v6 := s.cfg.Family == model.IPv6
-	type src struct {
-		addr string
-		iif  string
-	}
-	srcs := []src{{localPod, podIIF}, {outside, lanIIF}, {thisNode, ""}}
-	nodeIP := nodeAIPv4
-	if v6 {
-		srcs = []src{{localPod6, podIIF}, {outside6, lanIIF}, {thisNode6, ""}}
-		nodeIP = nodeAIPv6
-	}
-	var out []trace.Packet
-	add := func(proto v1.Protocol, dst netip.Addr, port int32) {
-		for _, sr := range srcs {
-			out = append(out, trace.Packet{Src: netip.MustParseAddr(sr.addr), SrcPort: 40000, Dst: dst, DstPort: uint16(port), Proto: proto, IIF: sr.iif})
-		}
-	}
-	names := make([]model.ServicePortName, 0, len(s.seen))
-	for n := range s.seen {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, model.ServicePortName.Compare)
-	for _, n := range names {
-		sp := s.seen[n]
-		add(sp.Protocol, sp.ClusterIP, sp.Port)
-		add(sp.Protocol, sp.ClusterIP, sp.Port+1000)
-		for _, ip := range sp.ExternalIPs {
-			add(sp.Protocol, ip, sp.Port)
-		}
-		for _, in := range sp.LoadBalancerIngress {
-			add(sp.Protocol, in.IP, sp.Port)
-		}
-		if sp.NodePort != 0 {
-			add(sp.Protocol, nodeIP, sp.NodePort)
-		}
-	}
-	return out
-}
-
-// conflicted are the destinations more than one service port of the
-// current state claims: who gets them depends on history (the first
-// claimant keeps them), so a fresh full render may differ there.
-func (s *syncer) conflicted() sets.Set[string] {
-	owners := map[string]sets.Set[model.ServicePortName]{}
-	for n := range s.state.Services {
-		for _, k := range s.claims(n) {
-			if owners[k] == nil {
-				owners[k] = sets.New[model.ServicePortName]()
-			}
-			owners[k].Insert(n)
-		}
-	}
-	out := sets.New[string]()
-	for k, o := range owners {
-		if o.Len() > 1 {
-			out.Insert(k)
-		}
-	}
-	return out
-}
-
-// claims are the destinations a service port of the state wants.
-func (s *syncer) claims(n model.ServicePortName) []string {
-	sp := s.state.Services[n]
-	proto := strings.ToLower(string(sp.Protocol))
-	key := func(ip netip.Addr, port int32) string { return fmt.Sprintf("%s/%s/%d", proto, ip, port) }
-	out := []string{key(sp.ClusterIP, sp.Port)}
-	for _, ip := range sp.ExternalIPs {
-		out = append(out, key(ip, sp.Port))
-	}
-	for _, ip := range sp.LoadBalancerVIPs() {
-		out = append(out, key(ip, sp.Port))
-	}
-	if sp.NodePort != 0 {
-		out = append(out, fmt.Sprintf("%s/nodeport/%d", proto, sp.NodePort))
-	}
-	return out
-}
-
-func packetKeys(p trace.Packet, nodeIP netip.Addr) []string {
-	proto := strings.ToLower(string(p.Proto))
-	keys := []string{fmt.Sprintf("%s/%s/%d", proto, p.Dst, p.DstPort)}
-	if p.Dst == nodeIP {
-		keys = append(keys, fmt.Sprintf("%s/nodeport/%d", proto, p.DstPort))
-	}
-	return keys
-}
-
-// checkLikeFull compares the cumulative ruleset with a fresh full render of
-// the current state, packet by packet.
-func (s *syncer) checkLikeFull(step string) {
-	s.t.Helper()
-	fresh := Render(s.cfg, s.input(true, nil), NewApplied())
-	frs, err := trace.ParseNFT(fresh.Tx.String())
-	if err != nil {
-		s.t.Fatalf("%s: fresh full render does not load: %v", step, err)
-	}
-	host := hostA
-	skip := s.conflicted()
-	nodeIP := nodeAIPv4
-	if s.cfg.Family == model.IPv6 {
-		nodeIP = nodeAIPv6
-	}
-	bad := 0
-	for _, p := range s.packets() {
-		if slices.ContainsFunc(packetKeys(p, nodeIP), skip.Has) {
-			continue
-		}
-		got, err := s.rs.Trace(p, host)
-		if err != nil {
-			s.t.Fatalf("%s: trace %s over the partial syncs: %v", step, p, err)
-		}
-		want, err := frs.Trace(p, host)
-		if err != nil {
-			s.t.Fatalf("%s: trace %s over a full render: %v", step, p, err)
-		}
-		if diff := cmp.Diff(outcomeKeys(want), outcomeKeys(got)); diff != "" {
-			bad++
-			if bad <= 3 {
-				s.t.Errorf("%s: %s: partial syncs and a full render differ (-full +partial):\n%s\npartial:\n%s\nfull:\n%s", step, p, diff, got, want)
-			}
-		}
-	}
-	if bad > 3 {
-		s.t.Errorf("%s: %d more packets differ", step, bad-3)
-	}
-}
-
-// opTexts returns the operations of a plan, one line each.
-func opTexts(p *Plan) []string {
-	out := make([]string, p.Tx.Len())
-	for i := range out {
-		out[i] = p.Tx.OpText(i)
-	}
-	return out
-}
-
-var exampleServiceRE = regexp.MustCompile(`demo/[a-z-]+[/:]`)
-
-// servicesMentioned lists the example services an operation names.
-func servicesMentioned(op string) sets.Set[string] {
-	out := sets.New[string]()
-	for _, m := range exampleServiceRE.FindAllString(op, -1) {
-		out.Insert(strings.TrimRight(strings.TrimPrefix(m, "demo/"), "/:"))
-	}
-	return out
-}
 
 // TestPartialSyncOneEndpointChange follows an endpoint change of a
 // service port with chains of its own (a NodePort service); plain
 // ClusterIP ports are in plain_test.go.
 func TestPartialSyncOneEndpointChange(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
 	s.checkLikeFull("full")
 
-	web := spName("web-nodeport", "http", model.TCP)
+	web := fixtures.SPName("web-nodeport", "http", model.TCP)
 	old := s.state.Endpoints[web]
 	if len(old) != 2 || old[1].IP != netip.MustParseAddr("198.18.130.10") {
 		t.Fatalf("unexpected endpoints of %s in the example: %v", web, old)
@@ -423,7 +150,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 }
 
 func TestPartialSyncNothingChanged(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 		t.Run(string(f), func(t *testing.T) {
 			s := newSyncer(t, c, f)
@@ -461,11 +188,11 @@ func TestPartialSyncNothingChanged(t *testing.T) {
 }
 
 func TestPartialSyncRemoveAndRevive(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	// Service ports with chains of their own (plain ClusterIP ports have
 	// none; see plain_test.go).
-	itp := spName("itp-local", "http", model.TCP)
-	aff := spName("affinity", "http", model.TCP)
+	itp := fixtures.SPName("itp-local", "http", model.TCP)
+	aff := fixtures.SPName("affinity", "http", model.TCP)
 	for _, tc := range []struct {
 		name string
 		n    model.ServicePortName
@@ -616,18 +343,18 @@ func TestPartialSyncRemoveAndRevive(t *testing.T) {
 // service ports want (a State filled by hand, bypassing the model's
 // resolution), then the normal case where State.Apply resolves it.
 func TestPartialSyncConflicts(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	const extIP = "198.19.201.1"
-	claimA := makeSP("claim-a", "198.19.1.1", 80, func(sp *model.ServicePort) {
+	claimA := fixtures.ServicePort("claim-a", "198.19.1.1", 80, func(sp *model.ServicePort) {
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
 	})
-	claimB := makeSP("claim-b", "198.19.1.2", 80, func(sp *model.ServicePort) {
+	claimB := fixtures.ServicePort("claim-b", "198.19.1.2", 80, func(sp *model.ServicePort) {
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr(extIP)}
 	})
-	epA := makeEP("198.18.129.101", 8080, true, nil)
-	epB := makeEP("198.18.130.102", 8080, false, nil)
-	epB2 := makeEP("198.18.130.103", 8080, false, nil)
+	epA := fixtures.Endpoint("198.18.129.101", 8080, true, nil)
+	epB := fixtures.Endpoint("198.18.130.102", 8080, false, nil)
+	epB2 := fixtures.Endpoint("198.18.130.103", 8080, false, nil)
 	s.state.Services[claimA.Name], s.state.Endpoints[claimA.Name] = claimA, []*model.Endpoint{epA}
 	s.state.Services[claimB.Name], s.state.Endpoints[claimB.Name] = claimB, []*model.Endpoint{epB}
 
@@ -701,10 +428,10 @@ func TestPartialSyncConflicts(t *testing.T) {
 	// the model first (model/resolve.go): the older service keeps the node
 	// port whatever the order, the renderer sees no conflict, and the
 	// service that loses or regains it is re-rendered.
-	npA := makeSP("np-a", "198.19.1.3", 80, func(sp *model.ServicePort) {
+	npA := fixtures.ServicePort("np-a", "198.19.1.3", 80, func(sp *model.ServicePort) {
 		sp.Type, sp.NodePort, sp.Created = v1.ServiceTypeNodePort, 30500, 2000
 	})
-	npB := makeSP("np-b", "198.19.1.4", 81, func(sp *model.ServicePort) {
+	npB := fixtures.ServicePort("np-b", "198.19.1.4", 81, func(sp *model.ServicePort) {
 		sp.Type, sp.NodePort, sp.Created = v1.ServiceTypeNodePort, 30500, 1000
 	})
 	s.now = s.now.Add(time.Second)
@@ -742,12 +469,12 @@ func TestPartialSyncConflicts(t *testing.T) {
 // TestPartialSyncUDPConntrack: the plan says which UDP conntrack entries
 // must go.
 func TestPartialSyncUDPConntrack(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	if p := s.full(); len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
 		t.Errorf("first full sync reported UDP work: %+v %+v", p.StaleUDP, p.NewlyServedUDP)
 	}
-	dns := spName("dns-udp", "dns", model.UDP)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
 	eps := s.state.Endpoints[dns]
 	s.now = s.now.Add(time.Second)
 	p := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps[:1]}})
@@ -771,7 +498,7 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 		t.Errorf("endpoints back: NewlyServedUDP = %v, StaleUDP = %v", p.NewlyServedUDP, p.StaleUDP)
 	}
 	// The TCP port of the same service never asks for UDP work.
-	dnsTCP := spName("dns-udp", "dns-tcp", model.TCP)
+	dnsTCP := fixtures.SPName("dns-udp", "dns-tcp", model.TCP)
 	s.now = s.now.Add(time.Second)
 	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dnsTCP: s.state.Endpoints[dnsTCP][:1]}})
 	if len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
@@ -810,175 +537,4 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 	if p := s.full(); len(p.StaleUDP) != 0 || len(p.NewlyServedUDP) != 0 {
 		t.Errorf("restart: %+v %v", p.StaleUDP, p.NewlyServedUDP)
 	}
-}
-
-// TestFullSyncOverExistingTable: a full sync over a table that already
-// holds our rules (every sync period in the same process, or a restart with
-// a fresh Applied) rewrites the fixed chains and maps without ever
-// scheduling them for deletion, and turns leftovers into stale objects:
-// leftover chains are emptied in the sync's transaction (so that a service
-// reusing one finds no old rules that use sets it cannot know the owner
-// of) and deleted, with leftover sets, by a later clean-up.
-func TestFullSyncOverExistingTable(t *testing.T) {
-	c := loadExample(t, example.NodeA)
-	// A service port with chains of its own (see plain_test.go for the
-	// chains plain ports share).
-	gone := spName("web-nodeport", "http", model.TCP)
-	for _, tc := range []struct {
-		name    string
-		restart bool
-	}{
-		{"same process", false},
-		{"restart", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newSyncer(t, c, model.IPv4)
-			s.full()
-			leftovers := []string{serviceChainName(prefixServiceChain, gone), serviceChainName(prefixExternalChain, gone)}
-			// The service goes away while no sync runs (a restart, or
-			// a change folded into the periodic full sync).
-			delete(s.state.Services, gone)
-			delete(s.state.Endpoints, gone)
-			if tc.restart {
-				s.applied = NewApplied()
-			}
-			s.now = s.now.Add(time.Minute)
-			p := s.full()
-			fixed := sets.New(fixedNames(s.cfg)...)
-			var flushedLeftovers []string
-			for i, op := range opTexts(p) {
-				f := strings.Fields(op)
-				if len(f) < 5 {
-					continue
-				}
-				name := f[4]
-				if f[0] == "delete" && (f[1] == "chain" || f[1] == "set" || f[1] == "map") {
-					t.Errorf("op %d: a full sync deletes at once: %s", i, op)
-				}
-				if f[0] == "flush" && f[1] == "chain" && slices.Contains(leftovers, name) {
-					flushedLeftovers = append(flushedLeftovers, name)
-				}
-				// A fixed chain or map is only flushed before it is
-				// filled: never after one of its rules or elements.
-				if f[0] == "flush" && fixed.Has(name) {
-					for _, prev := range opTexts(p)[:i] {
-						if strings.HasPrefix(prev, "add rule ip "+f[3]+" "+name+" ") || strings.HasPrefix(prev, "add element ip "+f[3]+" "+name+" ") {
-							t.Fatalf("op %d flushes %s after it was filled: %s", i, name, op)
-						}
-					}
-				}
-			}
-			slices.Sort(flushedLeftovers)
-			if diff := cmp.Diff(slices.Sorted(slices.Values(leftovers)), flushedLeftovers); diff != "" {
-				t.Errorf("leftover chains flushed in the sync transaction (-want +got):\n%s", diff)
-			}
-			if p.Cleanup != nil {
-				t.Errorf("leftovers found now are cleaned up at once:\n%s", p.Cleanup)
-			}
-			s.checkLikeFull("full sync over the old table")
-			runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
-				{name: "source ranges still enforced", src: outsideDenied, iif: lanIIF, dst: "198.19.200.1:443", output: "DROP"},
-				{name: "removed service gone", src: localPod, iif: podIIF, dst: "198.19.0.11:80", output: "ACCEPT"},
-			})
-			// The next full sync, one second later, deletes exactly the
-			// leftovers in its clean-up transaction, and it loads (nothing
-			// in use is deleted).
-			s.now = s.now.Add(staleDelay)
-			cp := s.partial()
-			if cp.Tx.Len() != 0 {
-				t.Errorf("a partial sync after the delay: want only a clean-up, got:\n%s", cp.Tx)
-			}
-			if cp.Cleanup == nil {
-				t.Fatal("no clean-up transaction after the stale delay")
-			}
-			var deleted []string
-			for _, op := range strings.Split(strings.TrimSpace(cp.Cleanup.String()), "\n") {
-				f := strings.Fields(op)
-				if f[0] == "flush" {
-					continue
-				}
-				if f[0] != "delete" {
-					t.Errorf("stale cleanup: unexpected %s", op)
-					continue
-				}
-				deleted = append(deleted, f[4])
-			}
-			slices.Sort(deleted)
-			// The service's endpoint map, which only it used, goes too
-			// (the full sync emptied it with the others).
-			want := append(slices.Clone(leftovers), endpointMapName(gone))
-			slices.Sort(want)
-			if diff := cmp.Diff(want, deleted); diff != "" {
-				t.Errorf("deleted after the stale delay (-want +got):\n%s", diff)
-			}
-			s.now = s.now.Add(time.Hour)
-			if p := s.partial(); p.Tx.Len() != 0 {
-				t.Errorf("after cleanup: want no operations, got:\n%s", p.Tx)
-			}
-			s.checkLikeFull("after cleanup")
-		})
-	}
-}
-
-// TestIsOurs: only per-service objects may be removed as stale; the fixed
-// ones share prefixes with them ("firewall-check" and "firewall-ips" with
-// "firewall-<hash>-...", "service-endpoints-check" and "service-ips" with
-// "service-<hash>-...").
-func TestIsOurs(t *testing.T) {
-	n := spName("web", "http", model.TCP)
-	e := makeEP("198.18.129.10", 8080, true, nil)
-	for _, name := range []string{
-		serviceChainName(prefixServiceChain, n), serviceChainName(prefixExternalChain, n),
-		serviceChainName(prefixLocalChain, n), serviceChainName(prefixFirewallChain, n),
-		endpointChainName(n, e), affinitySetName(n, e, 10800),
-	} {
-		if !isOurs(name) {
-			t.Errorf("isOurs(%q) = false, want true", name)
-		}
-	}
-	for _, name := range fixedNames(&Config{Family: model.IPv4}) {
-		if isOurs(name) {
-			t.Errorf("isOurs(%q) = true for a fixed chain or set", name)
-		}
-	}
-}
-
-// TestHairpinPairBackAtFullSync: an endpoint whose hairpin pair became
-// garbage in a partial sync, and that a full sync brings back, keeps its
-// pair: the full sync flushed the set, so it must add the pair again.
-func TestHairpinPairBackAtFullSync(t *testing.T) {
-	c := loadExample(t, example.NodeA)
-	s := newSyncer(t, c, model.IPv4)
-	s.full()
-	sp := makeSP("hp", "198.19.1.50", 80, nil)
-	ep := makeEP("198.18.129.150", 8080, true, nil)
-	s.apply(&model.FamilyDelta{Services: map[model.ServicePortName]*model.ServicePort{sp.Name: sp}, Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: {ep}}})
-	// The endpoint goes: its pair is garbage, still in the kernel.
-	s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{sp.Name: nil}})
-	// It comes back, picked up by a full sync.
-	s.state.Endpoints[sp.Name] = []*model.Endpoint{ep}
-	s.full()
-	if !strings.Contains(s.rs.String(), "198.18.129.150 . 198.18.129.150") {
-		t.Errorf("hairpin pair missing after the full sync:\n%s", s.rs.String())
-	}
-	runPacketFlowTests(t, s.rs, hostA, []packetFlowTest{
-		{name: "pod to itself through its service", src: "198.18.129.150", iif: podIIF, dst: "198.19.1.50:80", output: "198.18.129.150:8080", masq: true},
-	})
-}
-
-// fixedNames are the names of the fixed chains, sets and maps of the main
-// and the shard tables.
-func fixedNames(cfg *Config) []string {
-	r := &renderer{cfg: cfg}
-	var out []string
-	for _, l := range []tableLayout{r.mainLayout(), r.shardLayout()} {
-		out = append(out, l.chains...)
-		for _, b := range l.base {
-			out = append(out, b.name)
-		}
-		for _, s := range l.sets {
-			out = append(out, s.Name)
-		}
-	}
-	return out
 }

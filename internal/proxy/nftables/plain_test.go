@@ -19,6 +19,8 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // settleAll runs partial syncs a stale delay apart until no clean-up is
@@ -47,18 +49,18 @@ func (s *syncer) settleAll(step string) {
 
 func webEndpoint(t *testing.T, s *syncer, ip string) *model.Endpoint {
 	t.Helper()
-	e := *s.state.Endpoints[spName("web-clusterip", "http", model.TCP)][0]
+	e := *s.state.Endpoints[fixtures.SPName("web-clusterip", "http", model.TCP)][0]
 	e.IP = netip.MustParseAddr(ip)
 	return &e
 }
 
 func TestPlainEndpointChange(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
-	web := spName("web-clusterip", "http", model.TCP)
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	shard := s.shardOf(web)
-	if dns := spName("dns-udp", "dns-tcp", model.TCP); s.shardOf(dns) != shard {
+	if dns := fixtures.SPName("dns-udp", "dns-tcp", model.TCP); s.shardOf(dns) != shard {
 		t.Fatalf("the example changed: %s is not in %s's shard", dns, web)
 	}
 	for _, op := range opTexts(s.full()) {
@@ -128,10 +130,10 @@ func TestPlainEndpointChange(t *testing.T) {
 // sends (adds only until the tiers run out), the clean-up that settles,
 // and that chains of counts no longer used go.
 func TestPlainCountChanges(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
-	web := spName("web-clusterip", "http", model.TCP)
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	shard := s.shardOf(web)
 	e0, e1 := s.state.Endpoints[web][0], s.state.Endpoints[web][1]
 	e2 := webEndpoint(t, s, "198.18.130.12")
@@ -241,12 +243,12 @@ func TestPlainCountChanges(t *testing.T) {
 func TestPlainSwitches(t *testing.T) {
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 		t.Run(string(f), func(t *testing.T) {
-			c := loadExample(t, example.NodeA)
+			c := flowtest.Example(t, example.NodeA)
 			s := newSyncer(t, c, f)
 			s.full()
-			web := spName("web-clusterip", "http", model.TCP)
+			web := fixtures.SPName("web-clusterip", "http", model.TCP)
 			if f == model.IPv6 {
-				web = spName("dual-stack", "http", model.TCP) // web-clusterip is IPv4 only
+				web = fixtures.SPName("dual-stack", "http", model.TCP) // web-clusterip is IPv4 only
 			}
 			orig := s.state.Services[web]
 			origEps := s.state.Endpoints[web]

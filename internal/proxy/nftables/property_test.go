@@ -28,6 +28,8 @@ import (
 
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -61,7 +63,7 @@ func (g *randomizer) service(i int) *model.ServicePort {
 	if r.IntN(4) == 0 {
 		port = "" // unnamed
 	}
-	sp.Name = spName(fmt.Sprintf("rnd-%d", i), port, sp.Protocol)
+	sp.Name = fixtures.SPName(fmt.Sprintf("rnd-%d", i), port, sp.Protocol)
 	// External addresses come from small pools so that services
 	// sometimes claim the same ones.
 	extIP := func() netip.Addr { return g.addr("198.19.201.%d", "fd00:19::c9:%x", 1+r.IntN(3)) }
@@ -112,7 +114,7 @@ func (g *randomizer) endpoints(sp *model.ServicePort) []*model.Endpoint {
 			continue
 		}
 		used.Insert(ip)
-		e := makeEP(ip.String(), []int32{8080, 8081}[r.IntN(2)], local, nil)
+		e := fixtures.Endpoint(ip.String(), []int32{8080, 8081}[r.IntN(2)], local, nil)
 		switch r.IntN(6) {
 		case 0: // terminating, still serving
 			e.Ready, e.Serving, e.Terminating = false, true, true
@@ -241,7 +243,7 @@ func TestPartialSyncRandomized(t *testing.T) {
 	if testing.Short() {
 		seeds, steps = 4, 20
 	}
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for seed := range seeds {
 		for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 			if f == model.IPv6 && seed%3 != 0 {
@@ -268,7 +270,7 @@ func TestPartialSyncRandomized(t *testing.T) {
 // that finds a port plain once the services in conflict with it are
 // gone: the final check must allow for objects that sync left unused.
 func TestPartialSyncRandomizedRegressions(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, tc := range []struct {
 		f     v1.IPFamily
 		seed  int
@@ -289,7 +291,7 @@ func TestPartialSyncRandomizedRegressions(t *testing.T) {
 // randomizedSyncs runs seeded random changes through partial syncs (with
 // occasional full syncs and restarts), checking every step against a fresh
 // full render, and at the end that the tables are identical.
-func randomizedSyncs(t *testing.T, c *exampleCluster, f v1.IPFamily, seed, steps int) {
+func randomizedSyncs(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily, seed, steps int) {
 	g := &randomizer{r: rand.New(rand.NewPCG(uint64(seed), 0x6b70726f7879)), v6: f == model.IPv6}
 	s := newSyncer(t, c, f)
 	s.full()

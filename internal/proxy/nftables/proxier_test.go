@@ -28,6 +28,8 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
 )
 
@@ -50,9 +52,9 @@ type proxierRig struct {
 // requireFakeSupport skips the test while nfttest.Fake refuses a statement
 // the renderer writes (EOPNOTSUPP: not implemented in the fake), so that
 // the fake's gaps show as skips rather than as proxier failures.
-func requireFakeSupport(t *testing.T, c *exampleCluster, f v1.IPFamily) {
+func requireFakeSupport(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily) {
 	t.Helper()
-	err := nfttest.New().Apply(context.Background(), c.renderFull(t, exampleOptions(f)).Tx)
+	err := nfttest.New().Apply(context.Background(), renderFull(t, c, exampleOptions(f)).Tx)
 	if errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("nfttest.Fake does not support what the renderer writes yet: %v", err)
 	}
@@ -61,15 +63,15 @@ func requireFakeSupport(t *testing.T, c *exampleCluster, f v1.IPFamily) {
 	}
 }
 
-func newProxierRig(t *testing.T, c *exampleCluster, f v1.IPFamily) *proxierRig {
+func newProxierRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily) *proxierRig {
 	requireFakeSupport(t, c, f)
 	r := &proxierRig{
 		t:       t,
 		fake:    nfttest.New(),
 		ct:      &conntrack.Fake{},
 		opts:    exampleOptions(f),
-		node:    c.node,
-		state:   c.states[f].Clone(),
+		node:    c.Node,
+		state:   c.States[f].Clone(),
 		pending: sets.New[model.ServicePortName](),
 		now:     epoch,
 	}
@@ -141,7 +143,7 @@ func (r *proxierRig) rules() *trace.Ruleset {
 }
 
 func TestProxierSync(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 
 	// The first sync is full even when not asked for.
@@ -172,7 +174,7 @@ func TestProxierSync(t *testing.T) {
 	}
 
 	// One change: a partial transaction naming only that service.
-	web := spName("web-clusterip", "http", model.TCP)
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
 	r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: r.state.Endpoints[web][:1]}})
 	r.mustSync(false)
 	a := r.lastApply()
@@ -215,7 +217,7 @@ func TestProxierSync(t *testing.T) {
 // (a NodePort service), so that a chain deleted behind our back is one the
 // partial transaction uses.
 func TestProxierApplyFailure(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, tc := range []struct {
 		name   string
 		break_ func(r *proxierRig)
@@ -248,7 +250,7 @@ func TestProxierApplyFailure(t *testing.T) {
 		// believes exists, and the kernel refuses it.
 		name: "service chain deleted by someone else",
 		break_: func(r *proxierRig) {
-			web := spName("web-nodeport", "http", model.TCP)
+			web := fixtures.SPName("web-nodeport", "http", model.TCP)
 			sp := r.state.Services[web]
 			tx := nft.NewTransaction(r.family(), ShardTable(DefaultTableName, ShardOf(web, r.p.applied.shards)))
 			tx.Delete(&nft.Element{Set: mapServiceIPs, Key: []nft.Value{{Addr: sp.ClusterIP}, {Proto: sp.Protocol}, {Port: uint16(sp.Port)}}})
@@ -269,7 +271,7 @@ func TestProxierApplyFailure(t *testing.T) {
 
 			tc.break_(r)
 			before := r.dump()
-			web := spName("web-nodeport", "http", model.TCP)
+			web := fixtures.SPName("web-nodeport", "http", model.TCP)
 			r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: r.state.Endpoints[web][1:]}})
 			r.now = r.now.Add(time.Second)
 			if _, err := r.sync(false); err == nil {
@@ -309,14 +311,14 @@ func TestProxierApplyFailure(t *testing.T) {
 // over; what the old one had and the new state lacks is removed after the
 // stale delay.
 func TestProxierRestart(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	old := newProxierRig(t, c, model.IPv4)
 	old.mustSync(false)
 
 	r := newProxierRig(t, c, model.IPv4)
 	r.fake = old.fake
 	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
-	gone := spName("affinity", "http", model.TCP)
+	gone := fixtures.SPName("affinity", "http", model.TCP)
 	delete(r.state.Services, gone)
 	delete(r.state.Endpoints, gone)
 	r.now = r.now.Add(time.Hour)
@@ -403,10 +405,10 @@ func TestProxierInvalidService(t *testing.T) {
 		t.Errorf("reported invalid parts (-want +got):\n%s", diff)
 	}
 
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	st := model.NewState(model.IPv4)
 	st.Apply(u.Families[model.IPv4])
-	c.states[model.IPv4] = st
+	c.States[model.IPv4] = st
 	r := newProxierRig(t, c, model.IPv4)
 	r.mustSync(false)
 	runPacketFlowTests(t, r.rules(), hostA, []packetFlowTest{
@@ -427,11 +429,11 @@ func TestProxierInvalidService(t *testing.T) {
 // TestProxierUDPConntrack: the conntrack entries the proxier asks to
 // delete when UDP endpoints go away or a UDP service gets endpoints.
 func TestProxierUDPConntrack(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 	// A UDP service reachable every way: cluster IP, external IP, an LB
 	// VIP, an ipMode Proxy ingress IP (not ours) and a NodePort.
-	game := makeSP("game", "198.19.1.7", 7777, func(sp *model.ServicePort) {
+	game := fixtures.ServicePort("game", "198.19.1.7", 7777, func(sp *model.ServicePort) {
 		sp.Protocol = model.UDP
 		sp.Type, sp.NodePort = v1.ServiceTypeLoadBalancer, 30777
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("198.19.201.7")}
@@ -440,7 +442,7 @@ func TestProxierUDPConntrack(t *testing.T) {
 			{IP: netip.MustParseAddr("198.19.201.9"), Proxy: true},
 		}
 	})
-	gameEps := []*model.Endpoint{makeEP("198.18.129.77", 7777, true, nil), makeEP("198.18.130.77", 7777, false, nil)}
+	gameEps := []*model.Endpoint{fixtures.Endpoint("198.18.129.77", 7777, true, nil), fixtures.Endpoint("198.18.130.77", 7777, false, nil)}
 	r.apply(&model.FamilyDelta{
 		Services:  map[model.ServicePortName]*model.ServicePort{game.Name: game},
 		Endpoints: map[model.ServicePortName][]*model.Endpoint{game.Name: gameEps},
@@ -470,12 +472,12 @@ func TestProxierUDPConntrack(t *testing.T) {
 			t.Errorf("%s: conntrack filters (-want +got):\n%s", name, diff)
 		}
 	}
-	dns := spName("dns-udp", "dns", model.UDP)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
 	dnsEpsAll := r.state.Endpoints[dns]
 
 	step("a UDP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: dnsEpsAll[:1]}},
 		[]conntrack.Filter{{OrigDst: addr("198.19.0.18"), OrigDstPort: 53, ReplySrc: addr("198.18.130.53")}})
-	step("a TCP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{spName("dns-udp", "dns-tcp", model.TCP): dnsEpsAll[:1]}},
+	step("a TCP endpoint goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{fixtures.SPName("dns-udp", "dns-tcp", model.TCP): dnsEpsAll[:1]}},
 		nil)
 	step("a UDP endpoint of an externally reachable service goes away", &model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{game.Name: gameEps[1:]}},
 		[]conntrack.Filter{
@@ -512,10 +514,10 @@ func TestProxierUDPConntrack(t *testing.T) {
 			t.Fatalf("flows to a serving terminating endpoint were deleted: %+v", r.ct.Calls)
 		}
 	})
-	newUDP := makeSP("new-udp", "198.19.1.8", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
+	newUDP := fixtures.ServicePort("new-udp", "198.19.1.8", 53, func(sp *model.ServicePort) { sp.Protocol = model.UDP })
 	step("a new UDP service with endpoints", &model.FamilyDelta{
 		Services:  map[model.ServicePortName]*model.ServicePort{newUDP.Name: newUDP},
-		Endpoints: map[model.ServicePortName][]*model.Endpoint{newUDP.Name: {makeEP("198.18.129.88", 53, true, nil)}},
+		Endpoints: map[model.ServicePortName][]*model.Endpoint{newUDP.Name: {fixtures.Endpoint("198.18.129.88", 53, true, nil)}},
 	}, []conntrack.Filter{{OrigDst: addr("198.19.1.8"), OrigDstPort: 53}})
 }
 
@@ -602,7 +604,7 @@ add rule ip kube-proxy nat-postrouting jump masquerading
 // upstream kube-proxy ran in nftables mode takes its table over (the names
 // say so) and ends with exactly the table of a fresh node.
 func TestProxierTakeOverUpstreamTable(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, tc := range []struct {
 		name      string
 		preDNAT   bool
@@ -613,7 +615,7 @@ func TestProxierTakeOverUpstreamTable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newProxierRig(t, c, model.IPv4)
-			old := upstreamLayout(c.renderFull(t, exampleOptions(model.IPv4)).Tx.String(), tc.preDNAT)
+			old := upstreamLayout(renderFull(t, c, exampleOptions(model.IPv4)).Tx.String(), tc.preDNAT)
 			if err := r.fake.Load(old); err != nil {
 				t.Fatalf("loading the upstream table: %v\n%s", err, old)
 			}
@@ -646,7 +648,7 @@ func TestProxierTakeOverUpstreamTable(t *testing.T) {
 // what a full sync writes (the drop of unallocated cluster IPs), and a full
 // sync without them removes the drop again.
 func TestProxierServiceCIDRsFromRequest(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 	unallocated := packetFlowTest{name: "unallocated", src: localPod, iif: podIIF, dst: "198.19.0.99:80", output: "DROP"}
 	allocated := packetFlowTest{name: "allocated", src: localPod, iif: podIIF, dst: "198.19.0.10:80", output: webEps}
@@ -670,7 +672,7 @@ func TestProxierServiceCIDRsFromRequest(t *testing.T) {
 // the kernel and aborted: nothing is applied, the applied state stays, and
 // a refused check is reported as the trial's failure.
 func TestProxierTrialIsChecked(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 	r.mustSync(true)
 	before, applies := r.dump(), len(r.fake.Applies())

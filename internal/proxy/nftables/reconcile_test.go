@@ -24,7 +24,9 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // udpFlow is a client at src:sport sending to dst (ip:port) and answered
@@ -35,7 +37,7 @@ func udpFlow(src string, sport uint16, dst, reply string) conntrack.Flow {
 }
 
 func udpSP(name, clusterIP string, port int32, tweak func(*model.ServicePort)) *model.ServicePort {
-	return makeSP(name, clusterIP, port, func(sp *model.ServicePort) {
+	return fixtures.ServicePort(name, clusterIP, port, func(sp *model.ServicePort) {
 		sp.Protocol = model.UDP
 		if tweak != nil {
 			tweak(sp)
@@ -77,9 +79,9 @@ func TestStaleFlows(t *testing.T) {
 			{IP: netip.MustParseAddr("198.19.201.9"), Proxy: true},
 		}
 	})
-	gameEps := []*model.Endpoint{makeEP("198.18.129.77", 7777, true, nil), makeEP("198.18.130.77", 7777, false, nil)}
-	dnsTCP := makeSP("dns", "198.19.1.10", 53, nil)
-	dnsTCPEps := []*model.Endpoint{makeEP("198.18.129.53", 53, true, nil)}
+	gameEps := []*model.Endpoint{fixtures.Endpoint("198.18.129.77", 7777, true, nil), fixtures.Endpoint("198.18.130.77", 7777, false, nil)}
+	dnsTCP := fixtures.ServicePort("dns", "198.19.1.10", 53, nil)
+	dnsTCPEps := []*model.Endpoint{fixtures.Endpoint("198.18.129.53", 53, true, nil)}
 
 	for _, tc := range []struct {
 		name  string
@@ -136,9 +138,9 @@ func TestStaleFlows(t *testing.T) {
 		{
 			name: "serving terminating endpoints are kept, non-serving ones are not",
 			state: stateOf(model.IPv4, game, []*model.Endpoint{
-				makeEP("198.18.129.77", 7777, true, terminatingServing),
-				makeEP("198.18.130.77", 7777, false, terminatingGone),
-				makeEP("198.18.130.78", 7777, false, notReady),
+				fixtures.Endpoint("198.18.129.77", 7777, true, terminatingServing),
+				fixtures.Endpoint("198.18.130.77", 7777, false, terminatingGone),
+				fixtures.Endpoint("198.18.130.78", 7777, false, notReady),
 			}),
 			flows: []conntrack.Flow{
 				udpFlow("203.0.113.1", 5000, "198.19.1.7:7777", "198.18.129.77:7777"),
@@ -155,8 +157,8 @@ func TestStaleFlows(t *testing.T) {
 				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30053
 				sp.InternalPolicyLocal, sp.ExternalPolicyLocal = true, true
 			}), []*model.Endpoint{
-				makeEP("198.18.129.53", 53, true, nil),
-				makeEP("198.18.130.53", 53, false, func(e *model.Endpoint) { e.NodeHints = sets.New(example.NodeB) }),
+				fixtures.Endpoint("198.18.129.53", 53, true, nil),
+				fixtures.Endpoint("198.18.130.53", 53, false, func(e *model.Endpoint) { e.NodeHints = sets.New(example.NodeB) }),
 			}),
 			flows: []conntrack.Flow{
 				// Remote endpoint: not selected under Local policy, but serving.
@@ -166,7 +168,7 @@ func TestStaleFlows(t *testing.T) {
 		},
 		{
 			name:  "a UDP service port without serving endpoints loses all its flows",
-			state: stateOf(model.IPv4, game, []*model.Endpoint{makeEP("198.18.130.77", 7777, false, terminatingGone)}),
+			state: stateOf(model.IPv4, game, []*model.Endpoint{fixtures.Endpoint("198.18.130.77", 7777, false, terminatingGone)}),
 			flows: []conntrack.Flow{
 				udpFlow("203.0.113.1", 5000, "198.19.1.7:7777", "198.18.130.77:7777"),
 				udpFlow("203.0.113.1", 5001, "198.18.0.10:30777", "198.18.130.77:7777"),
@@ -187,7 +189,7 @@ func TestStaleFlows(t *testing.T) {
 			name: "IPv6",
 			state: stateOf(model.IPv6, udpSP("dns6", "fd00:19::18", 53, func(sp *model.ServicePort) {
 				sp.Type, sp.NodePort = v1.ServiceTypeNodePort, 30053
-			}), []*model.Endpoint{makeEP("fd00:18:1:a::53", 53, true, nil)}),
+			}), []*model.Endpoint{fixtures.Endpoint("fd00:18:1:a::53", 53, true, nil)}),
 			flows: []conntrack.Flow{
 				udpFlow("2001:db8::1", 5000, "[fd00:19::18]:53", "[fd00:18:1:a::53]:53"),
 				udpFlow("2001:db8::1", 5001, "[fd00:19::18]:53", "[fd00:18:1:b::53]:53"),
@@ -227,9 +229,9 @@ func TestStaleFlows(t *testing.T) {
 // and by later full syncs, not by partial ones; a conntrack failure does
 // not fail the sync.
 func TestProxierReconcilesConntrackOnFullSyncs(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
-	dns := spName("dns-udp", "dns", model.UDP)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
 	sp, eps := r.state.Services[dns], r.state.Endpoints[dns]
 	if sp == nil || len(eps) < 2 {
 		t.Fatalf("the example lacks dns-udp with two endpoints: %v %v", sp, eps)

@@ -17,6 +17,8 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 func TestShardNames(t *testing.T) {
@@ -52,14 +54,14 @@ func TestShardNames(t *testing.T) {
 
 func TestShardOfIsStableAndSpread(t *testing.T) {
 	// The hash must never change: an upgrade would move every service.
-	n := spName("web", "http", model.TCP)
+	n := fixtures.SPName("web", "http", model.TCP)
 	if h := shardHash(n); h != 0x8fb4139c {
 		t.Errorf("shardHash(%s) = %#08x; the shard hash changed", n, h)
 	}
 	// 4096 services over 16 shards: every shard gets 256 ± 25 %.
 	count := make([]int, 16)
 	for i := range 4096 {
-		count[ShardOf(spName(fmt.Sprintf("svc-%d", i), "http", model.TCP), 16)]++
+		count[ShardOf(fixtures.SPName(fmt.Sprintf("svc-%d", i), "http", model.TCP), 16)]++
 	}
 	for i, c := range count {
 		if c < 192 || c > 320 {
@@ -115,7 +117,7 @@ func tablesOf(text string) []string {
 // tables beyond the new count; traffic is the same at every step, and
 // once stale objects are cleaned up the tables are those of a fresh node.
 func TestShardCountChanges(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full() // 14 service ports, 4 per shard: 4 shards
 	if s.applied.shards != 4 {
@@ -167,7 +169,7 @@ func TestShardCountChanges(t *testing.T) {
 // shard table (and the main table's plain sets), never to other shards:
 // the kernel validates only the tables a transaction touches.
 func TestPartialSyncTouchesOneShard(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	s := newSyncer(t, c, model.IPv4)
 	s.full()
 	for _, n := range s.state.SortedNames() {
@@ -198,7 +200,7 @@ func TestPartialSyncTouchesOneShard(t *testing.T) {
 // TestProxierShrinkRemovesShardTables: the proxier deletes shard tables it
 // no longer uses, and a restart with fewer services picks a smaller count.
 func TestProxierShrinkRemovesShardTables(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 	r.mustSync(true)
 	list := func() []string {

@@ -23,33 +23,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 var cmpAddr = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-// udpSP returns a UDP ClusterIP service port default/name:p.
+// udpSP returns a UDP ClusterIP service port demo/name:http.
 func udpSP(name, clusterIP string, port int32, tweak func(*model.ServicePort)) *model.ServicePort {
-	ip := addr(clusterIP)
-	sp := &model.ServicePort{
-		Name:      model.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}, Port: "p", Protocol: model.UDP},
-		Family:    model.FamilyOf(ip),
-		Type:      v1.ServiceTypeClusterIP,
-		ClusterIP: ip,
-		Port:      port,
-		Protocol:  model.UDP,
-	}
-	if tweak != nil {
-		tweak(sp)
-	}
-	sp.Name.Protocol = sp.Protocol
-	return sp
+	return fixtures.ServicePort(name, clusterIP, port, func(sp *model.ServicePort) {
+		sp.Protocol = model.UDP
+		if tweak != nil {
+			tweak(sp)
+		}
+	})
 }
 
 func ep(ip string, port int32, serving bool) *model.Endpoint {

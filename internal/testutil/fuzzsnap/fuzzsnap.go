@@ -339,6 +339,20 @@ func Quiet() {
 	})
 }
 
+// RenderSeeds are the renderers' fuzz seeds for Build: an empty one,
+// hand-made runs that make services share cluster IPs and node ports,
+// and six of Seeds.
+func RenderSeeds() [][]byte {
+	return append([][]byte{
+		nil,
+		[]byte("\x05\x01\x02\x00\x01\x00\x01\x03\x00\x02\x04\x01\x03\x07\x02\x05\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09"),
+		[]byte("\x03\x02\x02\x02\x00\x02\x00\x00\x02\x01\x01\x00\x00\x03\x03\x0f\x00\x02\x03\x00\x01\x0f\x01\x00\x04\x07"),
+		[]byte(strings.Repeat("\x01\x00", 64)),
+		[]byte(strings.Repeat("\xff\x7f\x13", 50)),
+		[]byte("\x00\x00\x00\x00\x04\x06\x05\x06\x00\x00\x00\x00\x00\x00\x00\x00\x00"),
+	}, Seeds(6)...)
+}
+
 // Seeds returns n byte strings for Build drawn from a fixed
 // pseudo-random sequence (the same every run): each makes a snapshot of
 // several services, most with endpoints.

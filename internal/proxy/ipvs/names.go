@@ -6,6 +6,69 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/ipset"
 )
 
+// DummyDevice is the interface that holds the service addresses.
+const DummyDevice = "kube-ipvs0"
+
+// Tables and chains of ipvs mode, with upstream's names
+// (pkg/proxy/ipvs/proxier.go).
+const (
+	TableNAT    = "nat"
+	TableFilter = "filter"
+
+	ChainServices             = "KUBE-SERVICES"
+	ChainProxyFirewall        = "KUBE-PROXY-FIREWALL"
+	ChainSourceRangesFirewall = "KUBE-SOURCE-RANGES-FIREWALL"
+	ChainPostrouting          = "KUBE-POSTROUTING"
+	ChainMarkMasq             = "KUBE-MARK-MASQ"
+	ChainNodePort             = "KUBE-NODE-PORT"
+	ChainForward              = "KUBE-FORWARD"
+	ChainLoadBalancer         = "KUBE-LOAD-BALANCER"
+	ChainIPVSFilter           = "KUBE-IPVS-FILTER"
+	ChainIPVSOutFilter        = "KUBE-IPVS-OUT-FILTER"
+)
+
+// Chain is one chain kproxy owns in ipvs mode.
+type Chain struct{ Table, Name string }
+
+// Chains are upstream's iptablesChains, in its order: ipvs mode declares
+// (and so flushes) each of them in every sync, and --cleanup deletes them.
+var Chains = []Chain{
+	{TableNAT, ChainServices},
+	{TableNAT, ChainPostrouting},
+	{TableNAT, ChainNodePort},
+	{TableNAT, ChainLoadBalancer},
+	{TableNAT, ChainMarkMasq},
+	{TableFilter, ChainForward},
+	{TableFilter, ChainNodePort},
+	{TableFilter, ChainProxyFirewall},
+	{TableFilter, ChainSourceRangesFirewall},
+	{TableFilter, ChainIPVSFilter},
+	{TableFilter, ChainIPVSOutFilter},
+}
+
+// JumpRule hooks one of ipvs mode's chains into a built-in chain. Line is
+// the rule as iptables-save prints it.
+type JumpRule struct{ Table, Chain, Line string }
+
+// JumpRules are upstream's iptablesJumpChain, in its order. Each missing
+// one is inserted at the head of its built-in chain (upstream's
+// EnsureRule with Prepend), so a fresh node ends up with upstream's order.
+var JumpRules = []JumpRule{
+	jump(TableNAT, "OUTPUT", ChainServices, "kubernetes service portals"),
+	jump(TableNAT, "PREROUTING", ChainServices, "kubernetes service portals"),
+	jump(TableNAT, "POSTROUTING", ChainPostrouting, "kubernetes postrouting rules"),
+	jump(TableFilter, "FORWARD", ChainForward, "kubernetes forwarding rules"),
+	jump(TableFilter, "INPUT", ChainNodePort, "kubernetes health check rules"),
+	jump(TableFilter, "INPUT", ChainProxyFirewall, "kube-proxy firewall rules"),
+	jump(TableFilter, "FORWARD", ChainProxyFirewall, "kube-proxy firewall rules"),
+	jump(TableFilter, "INPUT", ChainIPVSFilter, "kubernetes ipvs access filter"),
+	jump(TableFilter, "OUTPUT", ChainIPVSOutFilter, "kubernetes ipvs access filter"),
+}
+
+func jump(table, from, to, comment string) JumpRule {
+	return JumpRule{table, from, "-A " + from + ` -m comment --comment "` + comment + `" -j ` + to}
+}
+
 // Upstream's ipsets of ipvs mode (pkg/proxy/ipvs/ipset.go), with its
 // names, types and comments, so that `ipset list` reads the same.
 const (

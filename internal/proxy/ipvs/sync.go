@@ -17,7 +17,7 @@ import (
 // composer counts every service port's share into what the family
 // wants: each virtual server with the service ports claiming it, each
 // set member, kube-ipvs0 address and LB triple with the number of shares
-// holding it. Replacing one share (update) then says exactly which
+// holding it. Replacing one share (partialPlan) then says exactly which
 // objects appear or go, in time that follows the share, not the cluster.
 type composer struct {
 	r      *renderer
@@ -37,7 +37,7 @@ type composer struct {
 }
 
 // newComposer renders every service port of state.
-func newComposer(cfg *RenderConfig, state *model.State, node *model.Node, host Host) (*composer, error) {
+func newComposer(cfg *Config, state *model.State, node *model.Node, host Host) (*composer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -175,9 +175,9 @@ func compareLB(a, b lbEntry) int {
 	return cmp.Or(a.ip.Compare(b.ip), cmp.Compare(a.proto, b.proto), cmp.Compare(a.port, b.port))
 }
 
-// desired writes out everything the family wants.
-func (c *composer) desired(present map[string]sets.Set[string]) *Desired {
-	d := &Desired{
+// plan writes out everything the family wants.
+func (c *composer) plan(present map[string]sets.Set[string]) *Plan {
+	d := &Plan{
 		Services: make(map[ipvs.VirtualServer]*VirtualServer, len(c.services)),
 		Sets:     map[string]*Set{},
 	}
@@ -214,24 +214,9 @@ func (c *composer) desired(present map[string]sets.Set[string]) *Desired {
 	return d
 }
 
-// Delta is what one partial sync changes: the touched virtual servers
-// (nil: no longer wanted), the set members and kube-ipvs0 addresses
-// that appear or go, and the iptables input when its inputs changed.
-type Delta struct {
-	Services           map[ipvs.VirtualServer]*VirtualServer
-	AddEntries         map[string][]string
-	DelEntries         map[string][]string
-	AddAddrs, DelAddrs []netip.Addr
-	// IPTables is the whole restore input; nil: its inputs (which sets
-	// are empty, the LB triples) did not change.
-	IPTables []byte
-	// Health is the sync's whole report, as Desired.Health.
-	Health proxy.Result
-}
-
-// update renders the service ports of names again against state and
-// returns the difference.
-func (c *composer) update(state *model.State, names sets.Set[model.ServicePortName], present map[string]sets.Set[string]) *Delta {
+// partialPlan renders the service ports of names again against state
+// and returns the difference.
+func (c *composer) partialPlan(state *model.State, names sets.Set[model.ServicePortName], present map[string]sets.Set[string]) *PartialPlan {
 	t := &touched{services: map[ipvs.VirtualServer]bool{}, entries: map[setEntry]bool{}, bind: map[netip.Addr]bool{}}
 	wasEmpty := map[string]bool{}
 	for _, s := range setInfo {
@@ -251,7 +236,7 @@ func (c *composer) update(state *model.State, names sets.Set[model.ServicePortNa
 			c.count(n, sh, 1, t)
 		}
 	}
-	d := &Delta{Services: make(map[ipvs.VirtualServer]*VirtualServer, len(t.services)),
+	d := &PartialPlan{Services: make(map[ipvs.VirtualServer]*VirtualServer, len(t.services)),
 		AddEntries: map[string][]string{}, DelEntries: map[string][]string{}}
 	for k := range t.services {
 		d.Services[k] = c.services[k] // nil when gone
@@ -295,63 +280,63 @@ func (c *composer) update(state *model.State, names sets.Set[model.ServicePortNa
 	return d
 }
 
-// Planner turns sync requests into what the proxier applies.
-type Planner interface {
+// Renderer turns sync requests into the plans the proxier applies.
+type Renderer interface {
 	// Render renders everything the kernel should hold for req and
-	// changes nothing of the planner's (trials).
-	Render(req *proxy.Request, host Host) (*Desired, error)
-	// Rebuild renders everything, and is what the next Update diffs
-	// against (full syncs).
-	Rebuild(req *proxy.Request, host Host) (*Desired, error)
-	// Update renders req.Changed again and returns what differs since
-	// the last Rebuild or Update; nil, nil: it cannot (no Rebuild yet),
-	// Rebuild.
-	Update(req *proxy.Request, host Host) (*Delta, error)
+	// changes nothing of the renderer's (trials).
+	Render(req *proxy.Request, host Host) (*Plan, error)
+	// RenderFull renders everything, and is what the next RenderPartial
+	// diffs against (full syncs).
+	RenderFull(req *proxy.Request, host Host) (*Plan, error)
+	// RenderPartial renders req.Changed again and returns what differs
+	// since the last RenderFull or RenderPartial; nil, nil: it cannot
+	// (no RenderFull yet), render in full.
+	RenderPartial(req *proxy.Request, host Host) (*PartialPlan, error)
 }
 
-// Incremental is the Planner of kproxy's ipvs mode: a whole render at
-// full syncs, and only the changed service ports in between.
-type Incremental struct {
-	cfg *RenderConfig
+// PartialRenderer is the Renderer of kproxy's ipvs mode: a full render
+// at full syncs, and only the changed service ports at partial ones.
+type PartialRenderer struct {
+	cfg *Config
 	c   *composer
 }
 
-// NewIncremental returns the Planner for one family's configuration.
-func NewIncremental(cfg *RenderConfig) *Incremental { return &Incremental{cfg: cfg} }
+// NewPartialRenderer returns the Renderer for one family's configuration.
+func NewPartialRenderer(cfg *Config) *PartialRenderer { return &PartialRenderer{cfg: cfg} }
 
-// Render implements Planner.
-func (p *Incremental) Render(req *proxy.Request, host Host) (*Desired, error) {
+// Render implements Renderer.
+func (p *PartialRenderer) Render(req *proxy.Request, host Host) (*Plan, error) {
 	return Render(p.cfg, req.State, req.Node, host)
 }
 
-// Rebuild implements Planner.
-func (p *Incremental) Rebuild(req *proxy.Request, host Host) (*Desired, error) {
+// RenderFull implements Renderer.
+func (p *PartialRenderer) RenderFull(req *proxy.Request, host Host) (*Plan, error) {
 	p.c = nil
 	c, err := newComposer(p.cfg, req.State, req.Node, host)
 	if err != nil {
 		return nil, err
 	}
 	p.c = c
-	return c.desired(host.Rules), nil
+	return c.plan(host.Rules), nil
 }
 
-// Update implements Planner.
-func (p *Incremental) Update(req *proxy.Request, host Host) (*Delta, error) {
+// RenderPartial implements Renderer.
+func (p *PartialRenderer) RenderPartial(req *proxy.Request, host Host) (*PartialPlan, error) {
 	if p.c == nil {
 		return nil, nil
 	}
-	return p.c.update(req.State, req.Changed, host.Rules), nil
+	return p.c.partialPlan(req.State, req.Changed, host.Rules), nil
 }
 
-// Whole is a Planner that renders everything at every sync with render
-// (tests, and any render that cannot say what changed).
-type Whole RenderFunc
+// FullRenderer is a Renderer that renders everything at every sync with
+// the function (tests, and any render that cannot say what changed).
+type FullRenderer RenderFunc
 
-// Render implements Planner.
-func (w Whole) Render(req *proxy.Request, host Host) (*Desired, error) { return w(req, host) }
+// Render implements Renderer.
+func (w FullRenderer) Render(req *proxy.Request, host Host) (*Plan, error) { return w(req, host) }
 
-// Rebuild implements Planner.
-func (w Whole) Rebuild(req *proxy.Request, host Host) (*Desired, error) { return w(req, host) }
+// RenderFull implements Renderer.
+func (w FullRenderer) RenderFull(req *proxy.Request, host Host) (*Plan, error) { return w(req, host) }
 
-// Update implements Planner: never.
-func (w Whole) Update(*proxy.Request, Host) (*Delta, error) { return nil, nil }
+// RenderPartial implements Renderer: never.
+func (w FullRenderer) RenderPartial(*proxy.Request, Host) (*PartialPlan, error) { return nil, nil }

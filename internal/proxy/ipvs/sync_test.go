@@ -21,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // kernelOf is one namespace's worth of fakes.
@@ -91,15 +92,15 @@ func (k *kernelOf) dump(t *testing.T) string {
 	return strings.Join(lines, "\n")
 }
 
-// countingPlanner counts whole renders.
-type countingPlanner struct {
-	Planner
-	rebuilds int
+// countingRenderer counts full renders.
+type countingRenderer struct {
+	Renderer
+	fullRenders int
 }
 
-func (c *countingPlanner) Rebuild(req *proxy.Request, host Host) (*Desired, error) {
-	c.rebuilds++
-	return c.Planner.Rebuild(req, host)
+func (c *countingRenderer) RenderFull(req *proxy.Request, host Host) (*Plan, error) {
+	c.fullRenders++
+	return c.Renderer.RenderFull(req, host)
 }
 
 // randomCluster makes random service ports over a few shared addresses,
@@ -124,7 +125,7 @@ func (c *randomCluster) servicePort(i int) (*model.ServicePort, []*model.Endpoin
 	proto := []v1.Protocol{model.TCP, model.TCP, model.UDP, model.SCTP}[c.pick(4)]
 	cip := c.addr(fmt.Sprintf("198.19.0.%d", 1+i%36), fmt.Sprintf("fd00:19::%x", 1+i%36))
 	sp := &model.ServicePort{
-		Name:      spName(name, "p", proto),
+		Name:      fixtures.SPName(name, "p", proto),
 		Family:    c.f,
 		Type:      v1.ServiceTypeClusterIP,
 		ClusterIP: cip,
@@ -174,12 +175,12 @@ func (c *randomCluster) servicePort(i int) (*model.ServicePort, []*model.Endpoin
 	return sp, eps
 }
 
-// TestIncrementalMatchesWhole: after every partial sync of random
-// changes, the kernel the incremental planner programmed holds exactly
+// TestPartialMatchesFull: after every partial sync of random
+// changes, the kernel the partial renderer programmed holds exactly
 // what a fresh proxier's full sync of the same state programs, and the
 // sync reports the same health check ports and counts; partial
 // syncs render no whole state unless a virtual server is contested.
-func TestIncrementalMatchesWhole(t *testing.T) {
+func TestPartialMatchesFull(t *testing.T) {
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 		t.Run(string(f), func(t *testing.T) {
 			c := &randomCluster{f: f, rnd: rand.New(rand.NewPCG(7, uint64(len(f))))}
@@ -201,8 +202,8 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 			}
 			cfg := testConfig(f)
 			k := newKernel(f)
-			planner := &countingPlanner{Planner: NewIncremental(cfg)}
-			p := NewProxier(ProxierOptions{Family: f}, planner, k.handles(f))
+			counting := &countingRenderer{Renderer: NewPartialRenderer(cfg)}
+			p := NewProxier(ProxierOptions{Family: f}, counting, k.handles(f))
 			req := &proxy.Request{State: state, Node: nodeA, Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -229,19 +230,19 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 						changed.Insert(names[i])
 					}
 				}
-				before := planner.rebuilds
+				before := counting.fullRenders
 				req := &proxy.Request{State: state, Changed: changed, Node: nodeA}
 				got, err := p.Sync(context.Background(), req)
 				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
-				if planner.rebuilds == before {
+				if counting.fullRenders == before {
 					partial++
 				} else {
 					contested++
 				}
 				fresh := newKernel(f)
-				fp := NewProxier(ProxierOptions{Family: f}, NewIncremental(cfg), fresh.handles(f))
+				fp := NewProxier(ProxierOptions{Family: f}, NewPartialRenderer(cfg), fresh.handles(f))
 				want, err := fp.Sync(context.Background(), &proxy.Request{State: state, Node: nodeA, Full: true})
 				if err != nil {
 					t.Fatal(err)
