@@ -7,11 +7,13 @@
 //
 // ParseNFT reads the `nft -f` text the nft package prints (one add, insert,
 // create, flush or delete per line; nft.Read is the reader, shared with
-// nfttest.Fake) and applies the operations in order,
-// so a full sync followed by partial syncs gives the state the kernel would
-// hold. It checks what the kernel checks at commit time (a rule in a missing
-// chain, a jump to a missing or base chain, deleting a chain something still
-// jumps to, a map lookup whose key has the wrong shape, ...). Only the ip
+// nfttest.Fake) and applies the operations in order with nftstate's
+// applier, the one nfttest.Fake applies transactions with, so a full sync
+// followed by partial syncs gives the state the kernel would hold. It
+// refuses what the kernel refuses (a rule in a missing chain, a jump to a
+// missing or base chain, deleting a chain something still jumps to, a map
+// lookup whose key has the wrong shape, a loop, NAT at a hook that forbids
+// it, ...), in nftstate's File dialect: the error names the line. Only the ip
 // and ip6 families and the statements kproxy writes are understood; any
 // other syntax is an error naming the line, never skipped, because a
 // tracer that skipped a rule would describe a ruleset that does not exist.
@@ -44,9 +46,9 @@
 // and once a nat chain of a hook has set up a binding (dnat on prerouting
 // or output, masquerade on postrouting) the later nat chains of that hook
 // are skipped. Routing uses the destination as DNAT left it, and filter
-// chains after the nat chain see the rewritten destination. NAT statements
-// reached from a filter chain or from a hook the kernel forbids are errors,
-// since the kernel would not have loaded such a ruleset.
+// chains after the nat chain see the rewritten destination. (NAT statements
+// reached from a filter chain or from a hook the kernel forbids never get
+// into a ruleset: the applier refuses them.)
 //
 // Session affinity: "update @set { ip saddr }" is recorded in the outcome
 // as the nft operation that adds the source to the set; Remember (or Apply

@@ -233,7 +233,7 @@ func TestNestedErrors(t *testing.T) {
 		{"unclosed chain", "table ip t {\n\tchain c {\n", 2, "chain block is not closed"},
 		{"bad element", "table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.1,\n\t\t\t10.0.0.999 }\n\t}\n}\n", 2, `set s (lines 2-6): element of "s": invalid address "10.0.0.999"`},
 		{"inet family", "table inet t {\n}\n", 1, `unsupported family "inet"`},
-		{"jump to a chain no block declares", "table ip t {\n\tchain c {\n\t\tjump nope\n\t}\n}\n", 3, `no chain "nope"`},
+		{"jump to a chain no block declares", "table ip t {\n\tchain c {\n\t\tjump nope\n\t}\n}\n", 3, `jump to chain "nope", which does not exist`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseNFT(tc.text)

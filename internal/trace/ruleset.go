@@ -1,8 +1,6 @@
 package trace
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
@@ -28,197 +26,10 @@ type Ruleset struct {
 func Of(st *nftstate.State) *Ruleset { return &Ruleset{state: *st} }
 
 type (
-	table   = nftstate.Table
-	chain   = nftstate.Chain
-	rule    = nftstate.Rule
-	element = nftstate.Element
+	table = nftstate.Table
+	chain = nftstate.Chain
+	rule  = nftstate.Rule
 )
-
-// clone copies the ruleset deeply enough that Apply can work on the copy
-// and drop it on error.
-func (r *Ruleset) clone() *Ruleset {
-	return &Ruleset{state: *r.state.Clone(), gen: r.gen}
-}
-
-// chainUsers reports where a chain is still referenced from, ignoring the
-// rules of the chain itself (deleting a chain deletes its rules first).
-func chainUsers(t *table, name string) string {
-	for _, cn := range t.ChainOrder {
-		if cn == name {
-			continue
-		}
-		for _, r := range t.Chains[cn].Rules {
-			for _, s := range r.Stmts {
-				if cs, _ := nft.Refs([]nft.Stmt{s}); slices.Contains(cs, name) {
-					return "a rule in chain " + cn
-				}
-			}
-		}
-	}
-	for _, sn := range t.SetOrder {
-		for _, e := range t.Sets[sn].Elems {
-			if e.Verdict != nil && e.Verdict.Chain == name {
-				return "an element of map " + sn
-			}
-		}
-	}
-	return ""
-}
-
-func setUsers(t *table, name string) string {
-	for _, cn := range t.ChainOrder {
-		for _, r := range t.Chains[cn].Rules {
-			for _, s := range r.Stmts {
-				if _, ss := nft.Refs([]nft.Stmt{s}); slices.Contains(ss, name) {
-					return "a rule in chain " + cn
-				}
-			}
-		}
-	}
-	return ""
-}
-
-// validate checks what the kernel checks when a transaction commits: every
-// chain and set a rule or map element names exists and has the right shape.
-func validate(t *table) *ParseError {
-	fail := func(at origin, format string, args ...any) *ParseError {
-		err := fmt.Errorf(format, args...)
-		if at.gen != t.Gen {
-			// Added by an earlier text: its line number means nothing here.
-			return &ParseError{Err: fmt.Errorf("%w (from line %d of an earlier text)", err, at.line)}
-		}
-		return &ParseError{Line: at.line, Err: err}
-	}
-	checkChain := func(line origin, name string) *ParseError {
-		c := t.Chains[name]
-		if c == nil {
-			return fail(line, "no chain %q in table %s %s", name, t.Family, t.Name)
-		}
-		if c.Base() {
-			return fail(line, "cannot jump or goto base chain %q", name)
-		}
-		return nil
-	}
-	for _, cn := range t.ChainOrder {
-		for _, r := range t.Chains[cn].Rules {
-			for _, st := range r.Stmts {
-				cs, _ := nft.Refs([]nft.Stmt{st})
-				for _, c := range cs {
-					if err := checkChain(origin{r.Line, r.Gen}, c); err != nil {
-						return err
-					}
-				}
-				switch st := st.(type) {
-				case nft.VmapLookup:
-					m := t.Sets[st.Map]
-					if m == nil {
-						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
-					}
-					if m.Def.Data != nft.TypeVerdict {
-						return fail(origin{r.Line, r.Gen}, "%q is not a verdict map", st.Map)
-					}
-					if len(m.Def.Key) != len(st.Fields) {
-						return fail(origin{r.Line, r.Gen}, "map %q has %d key fields, lookup gives %d", st.Map, len(m.Def.Key), len(st.Fields))
-					}
-					for i, f := range st.Fields {
-						if want := fieldType(t.Family, f); m.Def.Key[i] != want {
-							return fail(origin{r.Line, r.Gen}, "map %q key field %d is %s, lookup gives %s", st.Map, i+1, m.Def.Key[i], want)
-						}
-					}
-				case nft.MatchInSet:
-					m := t.Sets[st.Set]
-					if m == nil {
-						return fail(origin{r.Line, r.Gen}, "no set %q in table %s %s", st.Set, t.Family, t.Name)
-					}
-					if m.Def.IsMap() || len(m.Def.Key) != len(st.Fields) {
-						return fail(origin{r.Line, r.Gen}, "set %q does not match a lookup of %d fields", st.Set, len(st.Fields))
-					}
-					for i, f := range st.Fields {
-						if want := fieldType(t.Family, f); m.Def.Key[i] != want {
-							return fail(origin{r.Line, r.Gen}, "set %q key field %d is %s, lookup gives %s", st.Set, i+1, m.Def.Key[i], want)
-						}
-					}
-				case nft.MatchAddr:
-					if st.Set == "" {
-						continue
-					}
-					if err := checkAddrSet(t, origin{r.Line, r.Gen}, st.Set, false, fail); err != nil {
-						return err
-					}
-				case nft.UpdateSaddr:
-					if err := checkAddrSet(t, origin{r.Line, r.Gen}, st.Set, true, fail); err != nil {
-						return err
-					}
-				case nft.DNATMap:
-					m := t.Sets[st.Map]
-					if m == nil {
-						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
-					}
-					if m.Def.Endpoints != st.Proto || m.Def.ByService {
-						return fail(origin{r.Line, r.Gen}, "%q is not a map of %s endpoints", st.Map, nft.ProtoName(st.Proto))
-					}
-				case nft.DNATByService:
-					m := t.Sets[st.Map]
-					if m == nil {
-						return fail(origin{r.Line, r.Gen}, "no map %q in table %s %s", st.Map, t.Family, t.Name)
-					}
-					if m.Def.Endpoints != st.Proto || !m.Def.ByService {
-						return fail(origin{r.Line, r.Gen}, "%q is not a map of %s endpoints keyed by service", st.Map, nft.ProtoName(st.Proto))
-					}
-				default:
-					// Statements without checks of their own: what they
-					// name must exist.
-					_, ss := nft.Refs([]nft.Stmt{st})
-					for _, n := range ss {
-						if t.Sets[n] == nil {
-							return fail(origin{r.Line, r.Gen}, "no set %q in table %s %s", n, t.Family, t.Name)
-						}
-					}
-				}
-			}
-		}
-	}
-	for _, sn := range t.SetOrder {
-		for _, e := range t.Sets[sn].Elems {
-			if e.Verdict != nil && (e.Verdict.Kind == nft.Jump || e.Verdict.Kind == nft.Goto) {
-				if err := checkChain(origin{e.Line, e.Gen}, e.Verdict.Chain); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func checkAddrSet(t *table, at origin, name string, dynamic bool, fail func(origin, string, ...any) *ParseError) *ParseError {
-	s := t.Sets[name]
-	switch {
-	case s == nil:
-		return fail(at, "no set %q in table %s %s", name, t.Family, t.Name)
-	case s.Def.IsMap():
-		return fail(at, "%q is a map, not a set", name)
-	case len(s.Def.Key) != 1 || s.Def.Key[0] != nft.AddrType(t.Family):
-		return fail(at, "set %q does not hold %s", name, nft.AddrType(t.Family))
-	case dynamic && !s.Def.Dynamic:
-		// The kernel only lets the packet path add to sets flagged dynamic.
-		return fail(at, "set %q is updated from the packet path but not flagged dynamic", name)
-	}
-	return nil
-}
-
-// origin is where a rule or element came from.
-type origin struct{ line, gen int }
-
-func fieldType(f nft.Family, fl nft.Field) nft.DataType {
-	switch fl {
-	case nft.FieldDaddr, nft.FieldSaddr:
-		return nft.AddrType(f)
-	case nft.FieldL4Proto:
-		return nft.TypeInetProto
-	default:
-		return nft.TypeInetService
-	}
-}
 
 // String dumps the ruleset as one full transaction per table in the text
 // form of the nft package: the table, its chains, sets, elements, then
@@ -264,13 +75,4 @@ func chainLine(t *table, c nft.Chain) string {
 	tx := nft.NewTransaction(t.Family, t.Name)
 	tx.Add(&c)
 	return strings.TrimSuffix(tx.String(), "\n")
-}
-
-// ruleText is the body of a rule as text.go prints it (statements and
-// comment), used in paths and to find the rule a "delete rule" names.
-func ruleText(f nft.Family, stmts []nft.Stmt, comment string) string {
-	tx := nft.NewTransaction(f, "t")
-	tx.Add(&nft.Rule{Chain: "c", Stmts: stmts, Comment: comment})
-	s := strings.TrimSuffix(tx.String(), "\n")
-	return strings.TrimPrefix(strings.TrimPrefix(s, "add rule "+string(f)+" t c"), " ")
 }

@@ -397,7 +397,7 @@ func (w *walker) natDone(s *state) bool {
 func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 	b := s.bases[s.bi]
 	t := b.t
-	text := func() string { return ruleText(t.Family, ru.Stmts, ru.Comment) }
+	text := func() string { return nftstate.RuleText(t.Family, ru.Stmts, ru.Comment) }
 	for _, st := range ru.Stmts {
 		switch st := st.(type) {
 		case nft.MatchCtStateNew:
@@ -447,17 +447,11 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			u := fmt.Sprintf("add element %s %s %s { %s }", t.Family, t.Name, st.Set, s.pkt.Src)
 			s.updates = append(s.updates, u)
 		case nft.Masquerade:
-			if err := w.checkNAT(s, b, c, nft.HookPostrouting); err != nil {
-				return true, err
-			}
 			s.masq, s.srcNATDone = true, true
 			// NAT statements end the base chain with accept.
 			s.step("%s: %s -> masquerade, accept", c.Def.Name, text())
 			return w.endBase(s)
 		case nft.DNAT:
-			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
-				return true, err
-			}
 			if s.pkt.Proto != st.Proto {
 				return false, nil
 			}
@@ -467,9 +461,6 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			s.step("%s: %s -> dnat to %s, accept", c.Def.Name, text(), to)
 			return w.endBase(s)
 		case nft.DNATMap:
-			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
-				return true, err
-			}
 			if s.pkt.Proto != st.Proto {
 				return false, nil
 			}
@@ -500,9 +491,6 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			}
 			return true, nil
 		case nft.DNATByService:
-			if err := w.checkNAT(s, b, c, nft.HookPrerouting, nft.HookOutput); err != nil {
-				return true, err
-			}
 			if s.pkt.Proto != st.Proto {
 				return false, nil
 			}
@@ -607,16 +595,6 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 		}
 	}
 	return false, nil
-}
-
-func (w *walker) checkNAT(s *state, b baseRef, c *chain, okHooks ...string) error {
-	if b.c.Def.Type != nft.TypeNAT || !slices.Contains(okHooks, s.hook) {
-		// The kernel refuses to load such a rule set; a tracer that
-		// went on would describe a ruleset that cannot exist.
-		return fmt.Errorf("chain %s: NAT statement reached from %s chain %s on hook %s; only nat chains on %s may do it",
-			c.Def.Name, b.c.Def.Type, b.c.Def.Name, s.hook, strings.Join(okHooks, "/"))
-	}
-	return nil
 }
 
 // endBase ends the current base chain with accept: the next base chain on
