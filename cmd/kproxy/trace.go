@@ -19,6 +19,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 type traceFlags struct {
@@ -158,7 +159,7 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		if rs, local, err = iptablesRuleset(ctx, errOut, o, tf, dst.Addr(), local); err != nil {
 			return err
 		}
-	} else if rs, err = trace.ParseNFT(text); err != nil {
+	} else if rs, err = nfttrace.ParseNFT(text); err != nil {
 		return fmt.Errorf("parsing the rules: %w", err)
 	}
 

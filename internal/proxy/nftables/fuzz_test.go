@@ -28,6 +28,7 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // fuzzSeeds are byte strings for fuzzsnap.Build: an empty one, hand-made
@@ -69,7 +70,7 @@ func FuzzRender(f *testing.F) {
 			checkHostileOps(t, plan.Tx)
 			text.WriteString(plan.Tx.String())
 		}
-		rs, err := trace.ParseNFT(text.String())
+		rs, err := nfttrace.ParseNFT(text.String())
 		if err != nil {
 			t.Fatalf("the tracer refuses the rules: %v\n%s", err, text.String())
 		}

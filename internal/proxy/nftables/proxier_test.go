@@ -28,7 +28,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
-	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // proxierRig is a Proxier on the fake kernel, fed like the sync loop feeds
@@ -135,7 +135,7 @@ func (r *proxierRig) freshDump() string {
 }
 
 // rules traces the fake kernel's current table.
-func (r *proxierRig) rules() *trace.Ruleset {
+func (r *proxierRig) rules() *nfttrace.Ruleset {
 	r.t.Helper()
 	return parse(r.t, r.dump())
 }

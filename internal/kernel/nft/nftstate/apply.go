@@ -319,7 +319,7 @@ func (x *Txn) Commit() error {
 	if err := x.Validate(); err != nil {
 		return err
 	}
-	// The State's table list may be shared with a copy (trace.Of):
+	// The State's table list may be shared with a copy (the nftables tracer's Of):
 	// replace it rather than change it in place.
 	x.st.Tables = slices.Clone(x.st.Tables)
 	for _, k := range x.order {

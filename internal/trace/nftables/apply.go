@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"errors"
@@ -6,11 +6,8 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
+	"github.com/kproxy/kproxy/internal/trace"
 )
-
-// ParseError is a problem in the ruleset text, or an operation the kernel
-// would refuse (a rule in a missing chain, deleting a referenced chain...).
-type ParseError = nft.ParseError
 
 // ParseNFT parses nftables text and returns the resulting state. The text
 // is a sequence of operations in the `nft -f` form the nft package prints
@@ -39,7 +36,7 @@ func (r *Ruleset) Apply(text string) error {
 		return err
 	}
 	if err := x.Commit(); err != nil {
-		var pe *ParseError
+		var pe *trace.ParseError
 		if errors.As(err, &pe) && pe.Line > 0 {
 			pe.Text = strings.TrimSpace(strings.Split(text, "\n")[pe.Line-1])
 		}

@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -89,9 +90,9 @@ func TestParseErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseNFT(tc.text)
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v, want a *ParseError", err)
+				t.Fatalf("got %v, want a *trace.ParseError", err)
 			}
 			if pe.Line != tc.wantLine || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("got line %d %q, want line %d containing %q", pe.Line, err, tc.wantLine, tc.wantErr)
@@ -111,7 +112,7 @@ func TestApplyIsAtomic(t *testing.T) {
 	}
 	before := r.String()
 	err = r.Apply("flush chain ip kube-proxy services\ndelete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 }\nadd rule ip kube-proxy services bogus")
-	var pe *ParseError
+	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.Line != 3 {
 		t.Fatalf("got %v, want a parse error on line 3", err)
 	}

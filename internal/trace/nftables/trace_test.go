@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/kproxy/kproxy/internal/trace"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -31,7 +32,7 @@ func out(verdict, dnat string, masq bool, p float64) string {
 	return s + fmt.Sprintf(" p=%.4f", p)
 }
 
-func summarize(res *Result) []string {
+func summarize(res *trace.Result) []string {
 	var s []string
 	for _, o := range res.Outcomes {
 		d := ""
@@ -46,8 +47,8 @@ func summarize(res *Result) []string {
 type traceCase struct {
 	name  string
 	rules string
-	host  Host
-	pkt   Packet
+	host  trace.Host
+	pkt   trace.Packet
 	want  []string
 	// pathHas are substrings that must appear in the first outcome's path.
 	pathHas []string
@@ -120,7 +121,7 @@ func TestTraceServices(t *testing.T) {
 		pathHas: []string{"route: 10.0.0.11 is not local -> forward"},
 	}, {
 		name: "node port without a host address list: nothing is local",
-		host: Host{LocalAddrs: []netip.Addr{}},
+		host: trace.Host{LocalAddrs: []netip.Addr{}},
 		pkt:  pkt(tcp, "203.0.113.5:40000", "10.0.0.10:30080", "eth0"),
 		want: []string{out("accept", "", false, 1)},
 	}, {
@@ -171,7 +172,7 @@ func TestTraceServices(t *testing.T) {
 	}}.withRulesAndHost(rules, node4))
 }
 
-func (cs traceCases) withRulesAndHost(rules string, h Host) []traceCase {
+func (cs traceCases) withRulesAndHost(rules string, h trace.Host) []traceCase {
 	for i := range cs {
 		if cs[i].rules == "" {
 			cs[i].rules = rules
@@ -213,7 +214,7 @@ func TestTraceDualStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		pkt  Packet
+		pkt  trace.Packet
 		want []netip.AddrPort
 	}{
 		{pkt(tcp, "10.180.1.7:40000", "10.96.0.10:80", "cali1"), []netip.AddrPort{
@@ -221,7 +222,7 @@ func TestTraceDualStack(t *testing.T) {
 		{pkt(udp, "[fd00:180::5]:40000", "[fd00:96::a]:53", "cali1"), []netip.AddrPort{
 			netip.MustParseAddrPort("[fd00:180::1]:53"), netip.MustParseAddrPort("[fd00:180::2]:53")}},
 	} {
-		res, err := r.Trace(tc.pkt, Host{})
+		res, err := r.Trace(tc.pkt, trace.Host{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +440,7 @@ func TestTraceSemantics(t *testing.T) {
 		name: "a mark set on the packet before the ruleset counts",
 		rules: tHead + "add chain ip t post { type nat hook postrouting priority 100 ; }\n" +
 			"add rule ip t post meta mark & 0x00004000 == 0 return\nadd rule ip t post masquerade\n",
-		pkt:  func() Packet { p := pkt(tcp, "10.0.0.10:1000", "203.0.113.5:80", ""); p.Mark = 0x4000; return p }(),
+		pkt:  func() trace.Packet { p := pkt(tcp, "10.0.0.10:1000", "203.0.113.5:80", ""); p.Mark = 0x4000; return p }(),
 		want: []string{out("accept", "", true, 1)},
 	}, {
 		name: "masquerade only when marked: unmarked packets return first",
@@ -679,7 +680,7 @@ func TestTraceErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		rules   string
-		pkt     Packet
+		pkt     trace.Packet
 		limit   bool
 		wantErr string
 	}{{
@@ -692,17 +693,17 @@ func TestTraceErrors(t *testing.T) {
 	}, {
 		name:    "packet with an unsupported protocol",
 		rules:   tHead,
-		pkt:     Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: "ICMP"},
+		pkt:     trace.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: "ICMP"},
 		wantErr: "not TCP, UDP or SCTP",
 	}, {
 		name:    "packet family that does not match its addresses",
 		rules:   tHead,
-		pkt:     Packet{Family: 6, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: tcp},
+		pkt:     trace.Packet{Family: 6, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: tcp},
 		wantErr: "does not match",
 	}, {
 		name:    "packet with mixed families",
 		rules:   tHead,
-		pkt:     Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("fd00::2"), Proto: tcp},
+		pkt:     trace.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("fd00::2"), Proto: tcp},
 		wantErr: "different families",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -718,8 +719,8 @@ func TestTraceErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
 			}
-			if errors.Is(err, ErrLimit) != tc.limit {
-				t.Errorf("errors.Is(err, ErrLimit) = %v, want %v", !tc.limit, tc.limit)
+			if errors.Is(err, trace.ErrLimit) != tc.limit {
+				t.Errorf("errors.Is(err, trace.ErrLimit) = %v, want %v", !tc.limit, tc.limit)
 			}
 		})
 	}
