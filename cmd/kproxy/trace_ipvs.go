@@ -180,8 +180,13 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			return nil, err
 		}
 		iptText = string(d.IPTables)
-		services = d.TraceServices()
-		sets = d.TraceSets()
+		sets = map[string]*trace.IPSet{}
+		for _, s := range d.SortedSets() {
+			sets[s.Name] = &trace.IPSet{Name: s.Name, Type: s.Type, IPv6: s.IPv6, Entries: s.Entries}
+		}
+		for _, vs := range d.Sorted() {
+			services = append(services, trace.IPVSServiceOf(vs.Service, vs.Reals))
+		}
 		hostLocal = append(hostLocal, d.Addresses...)
 	}
 	rs, err := iptrace.Parse([]byte(iptText))
@@ -270,7 +275,7 @@ func liveIPVS() ([]trace.IPVSService, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing the real servers of %s: %w", s.VirtualServer, err)
 		}
-		out = append(out, ipvsmode.TraceService(s, ds))
+		out = append(out, trace.IPVSServiceOf(s, ds))
 	}
 	return out, nil
 }
