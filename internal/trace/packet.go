@@ -187,3 +187,21 @@ func (p Packet) Check() error {
 	}
 	return fmt.Errorf("packet protocol %q is not TCP, UDP or SCTP", p.Proto)
 }
+
+// Record is what one path of a walk records: its steps (Outcome.Path) and
+// its affinity updates (Outcome.AffinityUpdates). Every walker's per-path
+// state embeds one.
+type Record struct {
+	Path    []string
+	Updates []string
+}
+
+// Step appends a step to the path.
+func (r *Record) Step(format string, args ...any) {
+	r.Path = append(r.Path, fmt.Sprintf(format, args...))
+}
+
+// Clone copies the record for a branch of the walk.
+func (r Record) Clone() Record {
+	return Record{Path: slices.Clone(r.Path), Updates: slices.Clone(r.Updates)}
+}

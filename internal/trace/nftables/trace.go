@@ -47,14 +47,13 @@ type frame struct {
 
 // state is one path of the walk, resumable: numgen clones it per branch.
 type state struct {
-	pkt     trace.Packet // current header: the destination changes with DNAT
-	mark    uint32
-	dnat    *netip.AddrPort
-	masq    bool
-	prob    float64
-	path    []string
-	updates []string
-	evals   int
+	pkt  trace.Packet // current header: the destination changes with DNAT
+	mark uint32
+	dnat *netip.AddrPort
+	masq bool
+	prob float64
+	trace.Record
+	evals int
 
 	hook  string
 	bases []baseRef
@@ -68,14 +67,9 @@ type state struct {
 
 func (s *state) clone() *state {
 	n := *s
-	n.path = slices.Clone(s.path)
-	n.updates = slices.Clone(s.updates)
+	n.Record = s.Record.Clone()
 	n.stack = slices.Clone(s.stack)
 	return &n
-}
-
-func (s *state) step(format string, args ...any) {
-	s.path = append(s.path, fmt.Sprintf(format, args...))
 }
 
 type walker struct {
@@ -141,22 +135,22 @@ func (w *walker) nextHook(s *state) bool {
 		}
 	case nft.HookPrerouting:
 		if w.h.IsLocal(s.pkt.Dst) {
-			s.step("route: %s is local -> input", s.pkt.Dst)
+			s.Step("route: %s is local -> input", s.pkt.Dst)
 			next = nft.HookInput
 		} else {
-			s.step("route: %s is not local -> forward", s.pkt.Dst)
+			s.Step("route: %s is not local -> forward", s.pkt.Dst)
 			next = nft.HookForward
 		}
 	case nft.HookForward:
 		next = nft.HookPostrouting
 	case nft.HookOutput:
-		s.step("route: to %s", s.pkt.Dst)
+		s.Step("route: to %s", s.pkt.Dst)
 		next = nft.HookPostrouting
 	default: // input, postrouting
 		return false
 	}
 	s.hook, s.bases, s.bi = next, w.base[next], 0
-	s.step("hook %s", next)
+	s.Step("hook %s", next)
 	return true
 }
 
@@ -167,7 +161,7 @@ func (w *walker) finish(s *state, verdict string) error {
 	}
 	w.res.Outcomes = append(w.res.Outcomes, trace.Outcome{
 		Verdict: verdict, DNAT: s.dnat, Masquerade: s.masq, Mark: s.mark,
-		Probability: s.prob, Path: s.path, AffinityUpdates: s.updates,
+		Probability: s.prob, Path: s.Path, AffinityUpdates: s.Updates,
 	})
 	return nil
 }
@@ -185,11 +179,11 @@ func (w *walker) run(s *state) error {
 			}
 			b := s.bases[s.bi]
 			if b.c.Def.Type == nft.TypeNAT && w.natDone(s) {
-				s.step("%s: skipped, NAT already set up for this connection", b.c.Def.Name)
+				s.Step("%s: skipped, NAT already set up for this connection", b.c.Def.Name)
 				s.bi++
 				continue
 			}
-			s.step("%s %s %s (%s, priority %d)", b.t.Family, b.t.Name, b.c.Def.Name, b.c.Def.Type, b.c.Def.Priority)
+			s.Step("%s %s %s (%s, priority %d)", b.t.Family, b.t.Name, b.c.Def.Name, b.c.Def.Type, b.c.Def.Priority)
 			s.stack = append(s.stack, frame{c: b.c})
 			continue
 		}
@@ -274,11 +268,11 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 		case nft.Counter:
 		case nft.UpdateSaddr:
 			u := fmt.Sprintf("add element %s %s %s { %s }", t.Family, t.Name, st.Set, s.pkt.Src)
-			s.updates = append(s.updates, u)
+			s.Updates = append(s.Updates, u)
 		case nft.Masquerade:
 			s.masq, s.srcNATDone = true, true
 			// NAT statements end the base chain with accept.
-			s.step("%s: %s -> masquerade, accept", c.Def.Name, text())
+			s.Step("%s: %s -> masquerade, accept", c.Def.Name, text())
 			return w.endBase(s)
 		case nft.DNAT:
 			if s.pkt.Proto != st.Proto {
@@ -287,7 +281,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			to := st.To
 			s.dnat, s.dstNATDone = &to, true
 			s.pkt.Dst, s.pkt.DstPort = to.Addr(), to.Port()
-			s.step("%s: %s -> dnat to %s, accept", c.Def.Name, text(), to)
+			s.Step("%s: %s -> dnat to %s, accept", c.Def.Name, text(), to)
 			return w.endBase(s)
 		case nft.DNATMap:
 			if s.pkt.Proto != st.Proto {
@@ -304,12 +298,12 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				k := st.Offset + i
 				me := m.Get(nftstate.EndpointID(nil, k))
 				if me == nil {
-					br.step("%s: %s -> %d (p=1/%d): not in the map", c.Def.Name, text(), k, st.Mod)
+					br.Step("%s: %s -> %d (p=1/%d): not in the map", c.Def.Name, text(), k, st.Mod)
 				} else {
 					to := me.To
 					br.dnat, br.dstNATDone = &to, true
 					br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
-					br.step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), k, st.Mod, to)
+					br.Step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), k, st.Mod, to)
 					if _, err := w.endBase(br); err != nil {
 						return true, err
 					}
@@ -343,7 +337,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				to := me.To
 				br.dnat, br.dstNATDone = &to, true
 				br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
-				br.step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), nftstate.KeyID(svc), i, st.Mod, to)
+				br.Step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), nftstate.KeyID(svc), i, st.Mod, to)
 				if _, err := w.endBase(br); err != nil {
 					return true, err
 				}
@@ -355,16 +349,16 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				return true, nil
 			}
 			s.prob = s.prob * float64(len(missing)) / n
-			s.step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.Def.Name, text(), nftstate.KeyID(svc), strings.Join(missing, ","), len(missing), st.Mod)
+			s.Step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.Def.Name, text(), nftstate.KeyID(svc), strings.Join(missing, ","), len(missing), st.Mod)
 			return false, nil
 		case nft.Reject:
-			s.step("%s: %s -> reject", c.Def.Name, text())
+			s.Step("%s: %s -> reject", c.Def.Name, text())
 			return true, w.finish(s, trace.VerdictReject)
 		case nft.Verdict:
 			if st.Kind == nft.Return {
 				return w.pop(s, c.Def.Name+": "+text())
 			}
-			s.step("%s: %s", c.Def.Name, text())
+			s.Step("%s: %s", c.Def.Name, text())
 			return w.verdict(s, t, st)
 		case nft.VmapLookup:
 			m := t.Sets[st.Map]
@@ -377,7 +371,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			if v.Kind == nft.Return {
 				return w.pop(s, c.Def.Name+": "+text()+" -> return")
 			}
-			s.step("%s: %s -> %s", c.Def.Name, text(), verdictString(v))
+			s.Step("%s: %s -> %s", c.Def.Name, text(), verdictString(v))
 			return w.verdict(s, t, v)
 		case nft.MatchInSet:
 			if t.Sets[st.Set].Lookup(w.keyOf(s, st.Fields)) == nil {
@@ -390,19 +384,19 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			if st.Mod > 1 {
 				br := s.clone()
 				br.prob = s.prob * (n - 1) / n
-				br.step("%s: numgen random mod %d != %d (p=%d/%d)", c.Def.Name, st.Mod, st.Value, st.Mod-1, st.Mod)
+				br.Step("%s: numgen random mod %d != %d (p=%d/%d)", c.Def.Name, st.Mod, st.Value, st.Mod-1, st.Mod)
 				if err := w.run(br); err != nil {
 					return true, err
 				}
 			}
 			s.prob /= n
-			s.step("%s: numgen random mod %d == %d (p=1/%d)", c.Def.Name, st.Mod, st.Value, st.Mod)
+			s.Step("%s: numgen random mod %d == %d (p=1/%d)", c.Def.Name, st.Mod, st.Value, st.Mod)
 		case nft.NumgenVmap:
 			n := len(st.Chains)
 			for i, target := range st.Chains {
 				br := s.clone()
 				br.prob = s.prob / float64(n)
-				br.step("%s: numgen random mod %d -> %d: goto %s (p=1/%d)", c.Def.Name, n, i, target, n)
+				br.Step("%s: numgen random mod %d -> %d: goto %s (p=1/%d)", c.Def.Name, n, i, target, n)
 				if _, err := w.verdict(br, t, nft.Verdict{Kind: nft.Goto, Chain: target}); err != nil {
 					return true, err
 				}
@@ -419,7 +413,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 	for _, st := range ru.Stmts {
 		switch st.(type) {
 		case nft.SetMarkOr, nft.SetMarkXor, nft.UpdateSaddr, nft.Counter:
-			s.step("%s: %s", c.Def.Name, text())
+			s.Step("%s: %s", c.Def.Name, text())
 			return false, nil
 		}
 	}
@@ -466,15 +460,15 @@ func (w *walker) verdict(s *state, t *table, v nft.Verdict) (bool, error) {
 func (w *walker) pop(s *state, why string) (bool, error) {
 	s.stack = s.stack[:len(s.stack)-1]
 	if len(s.stack) > 0 {
-		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Def.Name)
+		s.Step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Def.Name)
 		return false, nil
 	}
 	b := s.bases[s.bi]
 	if b.c.Policy == nft.Drop {
-		s.step("%s, policy drop", why)
+		s.Step("%s, policy drop", why)
 		return true, w.finish(s, trace.VerdictDrop)
 	}
-	s.step("%s, policy accept", why)
+	s.Step("%s, policy accept", why)
 	s.bi++
 	return false, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kproxy/kproxy/internal/trace"
+	"github.com/kproxy/kproxy/internal/trace/tracetest"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -19,30 +20,11 @@ const (
 	sctp = v1.ProtocolSCTP
 )
 
-// out is the expected shape of one outcome: "accept dnat=10.180.1.1:8080
-// masq p=0.3333".
-func out(verdict, dnat string, masq bool, p float64) string {
-	s := verdict
-	if dnat != "" {
-		s += " dnat=" + dnat
-	}
-	if masq {
-		s += " masq"
-	}
-	return s + fmt.Sprintf(" p=%.4f", p)
-}
-
-func summarize(res *trace.Result) []string {
-	var s []string
-	for _, o := range res.Outcomes {
-		d := ""
-		if o.DNAT != nil {
-			d = o.DNAT.String()
-		}
-		s = append(s, out(o.Verdict, d, o.Masquerade, o.Probability))
-	}
-	return s
-}
+// out and summarize: the outcome's shape, as tracetest writes it.
+var (
+	out       = tracetest.Out
+	summarize = tracetest.Summarize
+)
 
 type traceCase struct {
 	name  string
@@ -66,18 +48,7 @@ func runTraceCases(t *testing.T, cases traceCases) {
 			if err != nil {
 				t.Fatalf("Trace: %v", err)
 			}
-			if diff := cmp.Diff(tc.want, summarize(res)); diff != "" {
-				t.Errorf("outcomes (-want +got):\n%s\n%s", diff, res)
-			}
-			if len(res.Outcomes) == 0 {
-				return
-			}
-			path := strings.Join(res.Outcomes[0].Path, "\n")
-			for _, want := range tc.pathHas {
-				if !strings.Contains(path, want) {
-					t.Errorf("path lacks %q:\n%s", want, path)
-				}
-			}
+			tracetest.Check(t, res, tc.want, tc.pathHas)
 		})
 	}
 }
