@@ -86,6 +86,7 @@ func TestParseErrors(t *testing.T) {
 		{"dnat in a filter chain", head + "add chain ip t f { type filter hook prerouting priority 0 ; }\nadd rule ip t c meta l4proto tcp dnat to 10.1.0.1:80\nadd rule ip t f jump c", 4, "dnat in chain c is reachable from base chain f (filter hook prerouting)"},
 		{"masquerade in a prerouting nat chain", head + "add chain ip t n { type nat hook prerouting priority -100 ; }\nadd rule ip t n masquerade", 4, "masquerade in chain n is reachable from base chain n (nat hook prerouting)"},
 		{"dnat in postrouting", head + "add chain ip t n { type nat hook postrouting priority 100 ; }\nadd rule ip t n meta l4proto tcp dnat to 10.1.0.1:80", 4, "dnat in chain n is reachable from base chain n (nat hook postrouting)"},
+		{"comment longer than nft keeps", head + "add rule ip t c accept comment \"" + strings.Repeat("x", nft.MaxCommentLen+1) + "\"", 3, "comment of 129 bytes"},
 		{"update keyed on the destination", head + "add rule ip t c update @s { ip daddr }", 3, "only update @set { ip saddr }"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

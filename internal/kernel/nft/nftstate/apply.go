@@ -151,6 +151,9 @@ func (x *Txn) refuse(i int, err error) error {
 
 func (x *Txn) do(i int, p *nft.Parsed) error {
 	op := &p.Op
+	if err := nft.CheckComment(op.Comment()); err != nil {
+		return err
+	}
 	if op.Table != nil {
 		return x.tableOp(p)
 	}
@@ -173,9 +176,6 @@ func (x *Txn) do(i int, p *nft.Parsed) error {
 func (x *Txn) tableOp(p *nft.Parsed) error {
 	switch p.Op.Kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(p.Op.Table.Comment); err != nil {
-			return err
-		}
 		if x.t != nil && p.Create {
 			return kerr(unix.EEXIST, "table %s %s exists", x.cur.family, x.cur.name)
 		}
@@ -214,9 +214,6 @@ func (x *Txn) chainOp(p *nft.Parsed) error {
 	old := x.t.Chains[c.Name]
 	switch p.Op.Kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(c.Comment); err != nil {
-			return err
-		}
 		if c.Hook != "" {
 			if !hooks[c.Hook] {
 				return kerr(unix.EOPNOTSUPP, "unknown hook %q", c.Hook)

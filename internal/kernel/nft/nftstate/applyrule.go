@@ -72,9 +72,6 @@ func (x *Txn) ruleOp(i int, p *nft.Parsed) error {
 	if p.Op.Kind != nft.OpAdd && p.Op.Kind != nft.OpInsert {
 		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
 	}
-	if err := nft.CheckComment(r.Comment); err != nil {
-		return err
-	}
 	if x.dialect == Netlink {
 		if err := x.checkRule(*r); err != nil {
 			return err

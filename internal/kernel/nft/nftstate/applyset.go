@@ -57,9 +57,6 @@ func (x *Txn) setOp(p *nft.Parsed) error {
 	old := x.t.Sets[s.Name]
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(s.Comment); err != nil {
-			return err
-		}
 		if old != nil && p.Create {
 			return kerr(unix.EEXIST, "set %s exists", s.Name)
 		}
@@ -253,9 +250,6 @@ func (x *Txn) elementOp(i int, p *nft.Parsed) error {
 	old := s.Get(k)
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(e.Comment); err != nil {
-			return err
-		}
 		if s.Def.IsMap() {
 			if e.Verdict == nil {
 				return kerr(unix.EINVAL, "map element without a verdict")
@@ -338,9 +332,6 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 	old := s.Get(id)
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(e.Comment); err != nil {
-			return err
-		}
 		if old != nil && p.Create {
 			return kerr(unix.EEXIST, "element %s exists in %s", k, e.Set)
 		}
