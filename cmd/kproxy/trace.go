@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/config"
-	"github.com/kproxy/kproxy/internal/kernel/execer"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
+	"github.com/kproxy/kproxy/internal/trace/node"
 )
 
 type traceFlags struct {
@@ -111,72 +112,28 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		}
 		local = append(local, a)
 	}
-
-	if ipvsMode, err := traceIPVSMode(ctx, o, tf); err != nil {
-		return err
-	} else if ipvsMode {
-		p := trace.Packet{Dst: dst.Addr(), Proto: proto, DstPort: dst.Port(), IIF: tf.iif}
-		return runTraceIPVS(ctx, out, errOut, o, tf, p, local)
-	}
-	iptablesRules, err := traceIPTables(ctx, o, tf)
-	if err != nil {
-		return err
-	}
-	var text string
-	switch {
-	case iptablesRules:
-		// handled below, per family
-	case tf.live:
-		var err error
-		if text, err = liveRules(ctx, execer.OS{}, nftables.DefaultTableName); err != nil {
-			return err
-		}
-	case len(tf.rules) > 0:
-		b, err := readRules(tf.rules)
+	p := trace.Packet{Dst: dst.Addr(), Proto: proto, DstPort: dst.Port(), IIF: tf.iif}
+	if tf.src != "" {
+		src, err := netip.ParseAddrPort(tf.src)
 		if err != nil {
-			return err
+			a, err := netip.ParseAddr(tf.src)
+			if err != nil {
+				return usageError{fmt.Errorf("--src: want IP or IP:PORT: %w", err)}
+			}
+			src = netip.AddrPortFrom(a, node.DefaultSrcPort)
 		}
-		text = b
-	default:
-		snap, err := loadSnapshot(errOut, o, tf.file)
-		if err != nil {
-			return err
-		}
-		var b strings.Builder
-		for _, st := range snap.states {
-			opts := nftablesOptions(o.Config, st.Family)
-			cfg := opts.RenderConfig(snap.node, nodeAddrs(snap.node))
-			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
-			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
-		}
-		text = b.String()
-		if len(local) == 0 && snap.node != nil {
-			local = snap.node.Addresses
-		}
+		p.Src, p.SrcPort = src.Addr(), src.Port()
 	}
-	if tf.live && len(local) == 0 {
-		if local, err = localAddrs(); err != nil {
-			return err
-		}
+	res, err := node.Trace(ctx, node.Request{
+		Mode: string(o.Config.Mode), Rules: tf.rules, Live: tf.live, IPTablesMode: o.IPTablesMode,
+		Render: func(mode string, fam v1.IPFamily, local []netip.Addr) (*node.Rendered, error) {
+			return renderForTrace(errOut, o, tf.file, mode, fam, local)
+		},
+		Packet: p, Local: local, Log: errOut,
+	})
+	if errors.Is(err, node.ErrMode) {
+		return usageError{err}
 	}
-	type tracer interface {
-		Trace(trace.Packet, trace.Host) (*trace.Result, error)
-	}
-	var rs tracer
-	if iptablesRules {
-		if rs, local, err = iptablesRuleset(ctx, errOut, o, tf, dst.Addr(), local); err != nil {
-			return err
-		}
-	} else if rs, err = trace.ParseNFT(text); err != nil {
-		return fmt.Errorf("parsing the rules: %w", err)
-	}
-
-	src, err := traceSource(tf, dst.Addr(), local)
-	if err != nil {
-		return err
-	}
-	p := trace.Packet{Src: src.Addr(), Dst: dst.Addr(), Proto: proto, SrcPort: src.Port(), DstPort: dst.Port(), IIF: tf.iif}
-	res, err := rs.Trace(p, trace.Host{LocalAddrs: local})
 	if err != nil {
 		return err
 	}
@@ -184,66 +141,48 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 	return err
 }
 
-// traceSource picks the packet's source: --src (IP or IP:PORT), else the
-// node's own address of the destination's family, else a documentation
-// address standing for "somewhere outside".
-func traceSource(tf traceFlags, dst netip.Addr, local []netip.Addr) (netip.AddrPort, error) {
-	const port = 40000
-	if tf.src != "" {
-		if ap, err := netip.ParseAddrPort(tf.src); err == nil {
-			return ap, nil
-		}
-		a, err := netip.ParseAddr(tf.src)
-		if err != nil {
-			return netip.AddrPort{}, usageError{fmt.Errorf("--src: want IP or IP:PORT: %w", err)}
-		}
-		return netip.AddrPortFrom(a, port), nil
-	}
-	if tf.iif == "" {
-		for _, a := range local {
-			if a.Is4() == dst.Is4() && !a.IsLoopback() {
-				return netip.AddrPortFrom(a, port), nil
-			}
-		}
-	}
-	if dst.Is4() {
-		return netip.AddrPortFrom(netip.MustParseAddr("203.0.113.9"), port), nil
-	}
-	return netip.AddrPortFrom(netip.MustParseAddr("2001:db8::9"), port), nil
-}
-
-func readFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+// renderForTrace renders the snapshot's rules in a mode as a fresh node's
+// first sync: nftables both families, iptables and ipvs the family of
+// the destination.
+func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam v1.IPFamily, local []netip.Addr) (*node.Rendered, error) {
+	snap, err := loadSnapshot(errOut, o, file)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
+		return nil, err
 	}
-	return string(b), nil
-}
-
-// liveRules lists our tables of both families ('nft list table' of the
-// main table and of each of its shard tables): a service's dispatch is in
-// its shard, the filter side and masquerading in the main table.
-func liveRules(ctx context.Context, ex execer.Interface, main string) (string, error) {
-	var text strings.Builder
-	for _, fam := range []string{"ip", "ip6"} {
-		out, err := ex.Run(ctx, []string{"nft", "list", "tables", fam}, "")
-		if err != nil {
-			return "", fmt.Errorf("reading the live rules: %w", err)
+	r := &node.Rendered{NodeAddrs: nodeAddrs(snap.node)}
+	if mode == config.ModeNFTables {
+		var b strings.Builder
+		for _, st := range snap.states {
+			opts := nftablesOptions(o.Config, st.Family)
+			cfg := opts.RenderConfig(snap.node, nodeAddrs(snap.node))
+			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
 		}
-		var tables []string
-		for _, l := range strings.Split(out, "\n") {
-			if name, ok := strings.CutPrefix(strings.TrimSpace(l), "table "+fam+" "); ok {
-				tables = append(tables, name)
-			}
-		}
-		slices.Sort(tables)
-		for _, t := range nftables.OurTables(main, tables) {
-			out, err := ex.Run(ctx, []string{"nft", "list", "table", fam, t}, "")
-			if err != nil {
-				return "", fmt.Errorf("reading the live rules: %w", err)
-			}
-			text.WriteString(out)
+		r.Text = b.String()
+		return r, nil
+	}
+	var st *model.State
+	for _, s := range snap.states {
+		if s.Family == fam {
+			st = s
 		}
 	}
-	return text.String(), nil
+	if st == nil {
+		return nil, fmt.Errorf("the snapshot has no %s services", fam)
+	}
+	if mode == config.ModeIPVS {
+		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, fam, snap.nodeName), st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
+		r.IPVS = d
+		return r, err
+	}
+	if len(local) == 0 {
+		local = r.NodeAddrs
+	}
+	opts := iptablesOptions(o.Config, fam, snap.nodeName)
+	opts.MaxChainsPerRestore = -1
+	cfg := opts.RenderConfig(snap.node, local)
+	in := &iptables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true,
+		Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
+	r.Text = iptables.Render(cfg, in, iptables.NewApplied()).Text()
+	return r, nil
 }

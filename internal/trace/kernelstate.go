@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/ipvs"
 )
 
 // IPSet is one of the kernel's ipsets, as `ipset save` lists it. The
@@ -87,4 +89,37 @@ func ProtocolOf(n uint16) v1.Protocol {
 		return v1.ProtocolSCTP
 	}
 	return ""
+}
+
+// ipvsFlagSHPort is IP_VS_SVC_F_SCHED_SH_PORT, ipvsadm's "sh-port", which
+// ipvs mode sets (as upstream) on every virtual server with the mh
+// scheduler.
+const ipvsFlagSHPort = 0x10
+
+// IPVSServiceOf converts one virtual server with its real servers, as
+// ipvs mode renders it or as read from the kernel.
+func IPVSServiceOf(s ipvs.Service, reals []ipvs.Destination) IPVSService {
+	ts := IPVSService{
+		Proto:      protocolName(s.Protocol),
+		Addr:       netip.AddrPortFrom(s.Addr.Unmap(), s.Port),
+		Scheduler:  s.Scheduler,
+		Persistent: s.Flags&ipvs.FlagPersistent != 0,
+		Timeout:    s.Timeout,
+	}
+	if s.Flags&ipvsFlagSHPort != 0 {
+		ts.Flags = append(ts.Flags, "sh-port")
+	}
+	for _, r := range reals {
+		ts.Reals = append(ts.Reals, IPVSReal{Addr: netip.AddrPortFrom(r.Addr.Unmap(), r.Port), Weight: r.Weight, Method: "masq"})
+	}
+	return ts
+}
+
+// protocolName is the virtual server's protocol, its number when not one
+// of Kubernetes' (a foreign virtual server's).
+func protocolName(p uint16) v1.Protocol {
+	if name := ProtocolOf(p); name != "" {
+		return name
+	}
+	return v1.Protocol(fmt.Sprint(p))
 }

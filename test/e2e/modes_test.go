@@ -12,6 +12,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
@@ -167,7 +168,7 @@ func nftTrace(ns string, pkt trace.Packet, local []netip.Addr) ([]netip.AddrPort
 		}
 		text.WriteString(out)
 	}
-	rs, err := trace.ParseNFT(text.String())
+	rs, err := nfttrace.ParseNFT(text.String())
 	if err != nil {
 		return nil, fmt.Errorf("parsing the live ruleset: %w", err)
 	}

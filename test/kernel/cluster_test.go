@@ -36,7 +36,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
-	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 const (
@@ -169,7 +169,7 @@ var nftablesMode = proxyMode{
 		// "return", above the old ones until the next full sync: only the
 		// rules before the first "return" are live. The dump is read with
 		// the tracer's parser: one element per line, offsets spelled out.
-		rs, err := trace.ParseNFT(dump)
+		rs, err := nfttrace.ParseNFT(dump)
 		if err != nil {
 			return false
 		}

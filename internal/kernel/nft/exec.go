@@ -98,21 +98,7 @@ func (e *Exec) Apply(ctx context.Context, tx *Transaction) error {
 // with the same error the netlink adapter gives.
 func checkComments(tx *Transaction) error {
 	for i := range tx.Ops {
-		op := &tx.Ops[i]
-		var c string
-		switch {
-		case op.Table != nil:
-			c = op.Table.Comment
-		case op.Chain != nil:
-			c = op.Chain.Comment
-		case op.Set != nil:
-			c = op.Set.Comment
-		case op.Element != nil:
-			c = op.Element.Comment
-		case op.Rule != nil:
-			c = op.Rule.Comment
-		}
-		if err := CheckComment(c); err != nil {
+		if err := CheckComment(tx.Ops[i].Comment()); err != nil {
 			return &OpError{Index: i, Op: tx.OpText(i), Err: err}
 		}
 	}

@@ -9,7 +9,8 @@ import (
 
 // ParseError is a problem in nft text, or (from Read) an operation its
 // caller refused (the tracer: a rule in a missing chain, deleting a
-// referenced chain...).
+// referenced chain...). The iptables tracer reports the problems of
+// iptables-restore input with it too (as trace.ParseError).
 type ParseError struct {
 	// Line is the 1-based line number in the text; 0 when the problem
 	// lies in what an earlier text added.

@@ -440,6 +440,23 @@ type Op struct {
 	Rule    *Rule
 }
 
+// Comment is the comment of the operation's object, "" if it has none.
+func (op *Op) Comment() string {
+	switch {
+	case op.Table != nil:
+		return op.Table.Comment
+	case op.Chain != nil:
+		return op.Chain.Comment
+	case op.Set != nil:
+		return op.Set.Comment
+	case op.Element != nil:
+		return op.Element.Comment
+	case op.Rule != nil:
+		return op.Rule.Comment
+	}
+	return ""
+}
+
 // Transaction is an ordered list of operations on the tables of one
 // family, applied atomically: all or nothing, as one nf_tables kernel
 // transaction (one netlink batch; one `nft -f` run). Most operations are

@@ -40,7 +40,7 @@ const (
 var knownModes = []Mode{NFTables, IPTables, IPVS}
 
 // Tracer is a mode's rendered rules loaded into its tracer: it answers
-// where a packet goes. *trace.Ruleset (nftables) is one; the iptables
+// where a packet goes. *nftables.Ruleset of internal/trace/nftables is one; the iptables
 // adapter dispatches to one iptables tracer per family.
 type Tracer interface {
 	// Trace follows the first packet of a new connection through the

@@ -62,7 +62,7 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 		if err := rs.Apply(d.IPTables, true); err != nil {
 			t.Fatalf("%s rules do not load: %v\n%s", f, err, d.IPTables)
 		}
-		ff := &flowFamily{rules: rs, host: trace.Host{IPSets: d.TraceSets(), IPVS: d.TraceServices()}}
+		ff := &flowFamily{rules: rs, host: traceHost(d)}
 		// kube-ipvs0's addresses are local; so is every virtual server's
 		// (a node address for a NodePort, already in the snapshot's).
 		ff.host.LocalAddrs = append(ff.host.LocalAddrs, d.Addresses...)
@@ -95,4 +95,17 @@ func flowConfig(f v1.IPFamily, s *flowtest.Snapshot) *Config {
 
 func TestPacketFlow(t *testing.T) {
 	flowtest.Run(t, flowtest.IPVS, flowAdapter)
+}
+
+// traceHost is the rendered ipsets and virtual servers as the tracer's
+// host holds them.
+func traceHost(d *Plan) trace.Host {
+	h := trace.Host{IPSets: map[string]*trace.IPSet{}}
+	for _, s := range d.SortedSets() {
+		h.IPSets[s.Name] = &trace.IPSet{Name: s.Name, Type: s.Type, IPv6: s.IPv6, Entries: s.Entries}
+	}
+	for _, vs := range d.Sorted() {
+		h.IPVS = append(h.IPVS, trace.IPVSServiceOf(vs.Service, vs.Reals))
+	}
+	return h
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // The address plan of the shared packet-flow table (package flowtest),
@@ -95,9 +96,9 @@ func renderFull(t testing.TB, c *flowtest.Snapshot, o Options) *Plan {
 
 // parse parses rendered text, failing the test when the tracer (which
 // checks what the kernel checks) refuses it.
-func parse(t testing.TB, text string) *trace.Ruleset {
+func parse(t testing.TB, text string) *nfttrace.Ruleset {
 	t.Helper()
-	rs, err := trace.ParseNFT(text)
+	rs, err := nfttrace.ParseNFT(text)
 	if err != nil {
 		t.Fatalf("rendered rules do not load: %v\n%s", err, text)
 	}
@@ -119,7 +120,7 @@ type packetFlowTest struct {
 	knownDiff string
 }
 
-func runPacketFlowTests(t *testing.T, rs *trace.Ruleset, host trace.Host, tests []packetFlowTest) {
+func runPacketFlowTests(t *testing.T, rs *nfttrace.Ruleset, host trace.Host, tests []packetFlowTest) {
 	t.Helper()
 	cases := make([]flowtest.Case, 0, len(tests))
 	for _, tc := range tests {

@@ -16,7 +16,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
-	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // flowAdapter is nftables mode's flowtest.Adapter: a full sync of both
@@ -37,7 +37,7 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 			t.Fatalf("full sync of %s refused: %v", f, err)
 		}
 	}
-	return trace.Of(fake.State())
+	return nfttrace.Of(fake.State())
 }
 
 // flowOptions are exampleOptions with a flowtest configuration.

@@ -28,6 +28,7 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 func FuzzRender(f *testing.F) {
@@ -57,7 +58,7 @@ func FuzzRender(f *testing.F) {
 			checkHostileOps(t, plan.Tx)
 			text.WriteString(plan.Tx.String())
 		}
-		rs, err := trace.ParseNFT(text.String())
+		rs, err := nfttrace.ParseNFT(text.String())
 		if err != nil {
 			t.Fatalf("the tracer refuses the rules: %v\n%s", err, text.String())
 		}

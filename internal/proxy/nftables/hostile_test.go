@@ -32,6 +32,7 @@ import (
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // nftName is what nft reads as an unquoted identifier.
@@ -91,7 +92,7 @@ func checkHostileOps(t *testing.T, tx *nft.Transaction) {
 // checkHostileTraced sends a packet from a local pod to every hostile
 // service: it must reach that service's endpoints, through a chain whose
 // name shows the service.
-func checkHostileTraced(t *testing.T, rs *trace.Ruleset, f v1.IPFamily, svcs []hostile.Service) {
+func checkHostileTraced(t *testing.T, rs *nfttrace.Ruleset, f v1.IPFamily, svcs []hostile.Service) {
 	t.Helper()
 	src := netip.MustParseAddr("198.18.129.5")
 	if f == model.IPv6 {
@@ -181,7 +182,7 @@ func TestHostileNamesKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs, err := trace.ParseNFT(out)
+			rs, err := nfttrace.ParseNFT(out)
 			if err != nil {
 				t.Fatalf("the tracer cannot read nft list ruleset: %v", err)
 			}

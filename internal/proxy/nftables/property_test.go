@@ -30,7 +30,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
-	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 type randomizer struct {
@@ -383,7 +383,7 @@ var (
 // (compact): a rule's "numgen random mod N offset O map @M" becomes the
 // endpoints its keys map to, and the elements lose their keys (keys left
 // behind still show as elements too many).
-func contents(rs *trace.Ruleset) tableContents {
+func contents(rs *nfttrace.Ruleset) tableContents {
 	c := tableContents{Rules: map[string][]string{}}
 	lines := strings.Split(rs.String(), "\n")
 	eps := map[string]string{} // "FAMILY TABLE MAP KEY" -> "ADDR . PORT"

@@ -30,7 +30,7 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
-	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // proxierRig is a Proxier on the fake kernel, fed like the sync loop feeds
@@ -137,7 +137,7 @@ func (r *proxierRig) freshDump() string {
 }
 
 // rules traces the fake kernel's current table.
-func (r *proxierRig) rules() *trace.Ruleset {
+func (r *proxierRig) rules() *nfttrace.Ruleset {
 	r.t.Helper()
 	return parse(r.t, r.dump())
 }

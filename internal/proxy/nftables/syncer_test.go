@@ -25,6 +25,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/trace"
+	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
 )
 
 // syncer plays a proxier's part for one family without a kernel: it keeps
@@ -37,7 +38,7 @@ type syncer struct {
 	applied *Applied
 	// fake is the kernel the syncs are applied to; rs traces its state.
 	fake  *nfttest.Fake
-	rs    *trace.Ruleset
+	rs    *nfttrace.Ruleset
 	texts []string // every transaction applied, in order
 	now   time.Time
 	// seen are all service ports ever synced, so that packets to removed
@@ -55,7 +56,7 @@ func newSyncer(t testing.TB, c *flowtest.Snapshot, f v1.IPFamily) *syncer {
 		state:   c.States[f].Clone(),
 		applied: NewApplied(),
 		fake:    nfttest.New(),
-		rs:      &trace.Ruleset{},
+		rs:      &nfttrace.Ruleset{},
 		now:     epoch,
 		seen:    map[model.ServicePortName]*model.ServicePort{},
 	}
@@ -86,7 +87,7 @@ func (s *syncer) run(in *Input) *Plan {
 		s.texts = append(s.texts, ct)
 		plan.CommitCleanup(s.applied)
 	}
-	s.rs = trace.Of(s.fake.State())
+	s.rs = nfttrace.Of(s.fake.State())
 	for n, sp := range s.state.Services {
 		s.seen[n] = sp
 	}
@@ -125,7 +126,7 @@ var (
 
 // objectNames lists our tables of a ruleset with their chains and sets, as
 // the proxier reads them from the kernel before a full sync.
-func objectNames(rs *trace.Ruleset, main string) map[string]Objects {
+func objectNames(rs *nfttrace.Ruleset, main string) map[string]Objects {
 	out := map[string]Objects{}
 	for _, l := range strings.Split(rs.String(), "\n") {
 		if m := tableLineRE.FindStringSubmatch(l); m != nil && len(OurTables(main, []string{m[1]})) > 0 {
@@ -242,7 +243,7 @@ func packetKeys(p trace.Packet, nodeIP netip.Addr) []string {
 func (s *syncer) checkLikeFull(step string) {
 	s.t.Helper()
 	fresh := Render(s.cfg, s.input(true, nil), NewApplied())
-	frs, err := trace.ParseNFT(fresh.Tx.String())
+	frs, err := nfttrace.ParseNFT(fresh.Tx.String())
 	if err != nil {
 		s.t.Fatalf("%s: fresh full render does not load: %v", step, err)
 	}

@@ -1,5 +1,5 @@
 // Package iptables answers "where does this packet go?" for an iptables
-// ruleset given as iptables-save text, the way package trace does for
+// ruleset given as iptables-save text, the way package nftables does for
 // nftables: the iptables proxier's tests run it on what the proxier
 // restores, and `kproxy trace` runs it on what a live node holds. It
 // returns trace.Result and trace.Outcome, so both tracers report alike.

@@ -66,19 +66,19 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 	}
 	vs := w.h.FindIPVS(trace.ProtocolOf(uint16(s.proto)), netip.AddrPortFrom(s.dst, s.dport))
 	if vs == nil {
-		s.step("ipvs %s (priority %d): no virtual server for %s %s", s.hook, prio, trace.ProtocolOf(uint16(s.proto)), netip.AddrPortFrom(s.dst, s.dport))
+		s.Step("ipvs %s (priority %d): no virtual server for %s %s", s.hook, prio, trace.ProtocolOf(uint16(s.proto)), netip.AddrPortFrom(s.dst, s.dport))
 		return false, nil
 	}
 	s.ipvs = vs
-	s.step("ipvs %s (priority %d): virtual server %s", s.hook, prio, vs)
+	s.Step("ipvs %s (priority %d): virtual server %s", s.hook, prio, vs)
 	if vs.Persistent {
-		s.step("ipvs: persistent %ds: this client's connections in that time go to the real server its first one went to", vs.Timeout)
+		s.Step("ipvs: persistent %ds: this client's connections in that time go to the real server its first one went to", vs.Timeout)
 	}
 	var live []trace.IPVSReal
 	total := 0
 	for _, r := range vs.Reals {
 		if r.Weight <= 0 {
-			s.step("ipvs: real server %s has weight 0 (terminating): no new connections", r.Addr)
+			s.Step("ipvs: real server %s has weight 0 (terminating): no new connections", r.Addr)
 			continue
 		}
 		if r.Method != "" && r.Method != "masq" {
@@ -88,13 +88,13 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		total += r.Weight
 	}
 	if len(live) == 0 {
-		s.step("ipvs: no real server takes new connections: ICMP port unreachable, dropped")
+		s.Step("ipvs: no real server takes new connections: ICMP port unreachable, dropped")
 		return true, w.finish(s, trace.VerdictReject)
 	}
 	if vs.Persistent {
 		if to, ok := w.r.persist[persistKey{vs.Proto, vs.Addr, s.src}]; ok {
 			if i := slices.IndexFunc(live, func(r trace.IPVSReal) bool { return r.Addr == to }); i >= 0 {
-				s.step("ipvs: persistence template of client %s: real server %s", s.src, to)
+				s.Step("ipvs: persistence template of client %s: real server %s", s.src, to)
 				live, total = live[i:i+1], live[i].Weight
 			}
 		}
@@ -116,17 +116,17 @@ func (w *walker) ipvs(s *state, prio int) (bool, error) {
 		b := branches[i]
 		p := float64(r.Weight) / float64(total)
 		b.prob *= p
-		b.step("ipvs: scheduler %s picks real server %s (weight %d, p=%s; %s)", vs.Scheduler, r.Addr, r.Weight, fmtProb(p), schedulerNote(vs.Scheduler))
+		b.Step("ipvs: scheduler %s picks real server %s (weight %d, p=%s; %s)", vs.Scheduler, r.Addr, r.Weight, fmtProb(p), schedulerNote(vs.Scheduler))
 		to := r.Addr
 		if vs.Persistent {
-			b.updates = append(b.updates, persistUpdate(vs, b.src, to))
+			b.Updates = append(b.Updates, persistUpdate(vs, b.src, to))
 		}
 		b.dnat = &to
 		b.dst, b.dport = to.Addr(), to.Port()
 		// ip_vs_nat_send_or_cont: out through LOCAL_OUT from its start.
 		b.stack = b.stack[:0]
 		b.hook, b.tables, b.ti = hookOutput, slices.Clone(hookTables[hookOutput]), 0
-		b.step("ipvs: masq to %s, sent out: hook %s", to, hookOutput)
+		b.Step("ipvs: masq to %s, sent out: hook %s", to, hookOutput)
 	}
 	return false, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 // minimal wraps rules in a filter and a nat table with their built-in
@@ -112,9 +113,9 @@ func TestParseErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Parse accepted:\n%s", tc.input)
 			}
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *ParseError", err)
+				t.Fatalf("error %v is not a *trace.ParseError", err)
 			}
 			if pe.Line != tc.line || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q at line %d, want line %d containing %q", err, pe.Line, tc.line, tc.want)
@@ -284,7 +285,7 @@ func TestApplyFailureKeepsState(t *testing.T) {
 	before := r.String()
 	partial := "*nat\n:KUBE-SVC-EEEEEEEEEEEEEEEE - [0:0]\n-X KUBE-SVC-EEEEEEEEEEEEEEEE\nCOMMIT\n"
 	err = r.Apply([]byte(partial), true)
-	var pe *ParseError
+	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.Line != 3 || !strings.Contains(err.Error(), "a rule in chain KUBE-SERVICES still jumps to it") {
 		t.Fatalf("Apply error %v, want line 3 about KUBE-SERVICES", err)
 	}
@@ -306,7 +307,7 @@ func TestApplyCommitsPerTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r.Apply([]byte("*filter\n-A INPUT -j DROP\nCOMMIT\n*nat\n-A PREROUTING -j NOPE\nCOMMIT\n"), true)
-	var pe *ParseError
+	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.Line != 5 {
 		t.Fatalf("Apply error %v, want one at line 5", err)
 	}
@@ -359,7 +360,7 @@ func TestApplyNamesTheNewLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r.Apply([]byte("*nat\n# a comment line\n-A PREROUTING -p tcp -j MASQ\nCOMMIT\n"), true)
-	var pe *ParseError
+	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.Line != 3 || pe.Text != "-A PREROUTING -p tcp -j MASQ" ||
 		!strings.Contains(err.Error(), "target MASQUERADE in chain MASQ is reached from hook PREROUTING") {
 		t.Fatalf("Apply error %v, want line 3 naming the new jump", err)

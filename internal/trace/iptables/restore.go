@@ -6,6 +6,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/kernel/xtables/restore"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 // Parse reads iptables-save output (or iptables-restore input) and returns
@@ -50,11 +51,11 @@ func (r *Ruleset) Apply(data []byte, noflush bool) error {
 	case !errors.As(err, &e):
 		return err
 	case e.AtCommit && e.RuleLine == 0:
-		return &ParseError{Err: fmt.Errorf("%w (rules of an earlier restore)", e.Err)}
+		return &trace.ParseError{Err: fmt.Errorf("%w (rules of an earlier restore)", e.Err)}
 	case e.AtCommit:
-		return &ParseError{Line: e.RuleLine, Text: e.RuleText, Err: e.Err}
+		return &trace.ParseError{Line: e.RuleLine, Text: e.RuleText, Err: e.Err}
 	}
-	return &ParseError{Line: e.Line, Text: e.Text, Err: e.Err}
+	return &trace.ParseError{Line: e.Line, Text: e.Text, Err: e.Err}
 }
 
 // dialect is the tracer's restore.Dialect: a rule is parsed into its

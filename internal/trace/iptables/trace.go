@@ -76,11 +76,10 @@ type state struct {
 	dstNATed, srcNATed bool
 	dstManip, srcManip bool
 
-	prob    float64
-	path    []string
-	updates []string
-	recent  []recentEntry
-	evals   int
+	prob float64
+	trace.Record
+	recent []recentEntry
+	evals  int
 
 	hook   string
 	tables []hookTable
@@ -91,15 +90,10 @@ type state struct {
 
 func (s *state) clone() *state {
 	n := *s
-	n.path = slices.Clone(s.path)
-	n.updates = slices.Clone(s.updates)
+	n.Record = s.Record.Clone()
 	n.recent = slices.Clone(s.recent)
 	n.stack = slices.Clone(s.stack)
 	return &n
-}
-
-func (s *state) step(format string, args ...any) {
-	s.path = append(s.path, fmt.Sprintf(format, args...))
 }
 
 type walker struct {
@@ -199,12 +193,12 @@ func (w *walker) run(s *state) error {
 				continue
 			}
 			if t.Name == "nat" && w.natDone(s) {
-				s.step("nat %s: not run, NAT is already set up for this connection", s.hook)
+				s.Step("nat %s: not run, NAT is already set up for this connection", s.hook)
 				s.ti++
 				continue
 			}
 			s.t = t
-			s.step("%s %s (priority %d)", t.Name, s.hook, ht.prio)
+			s.Step("%s %s (priority %d)", t.Name, s.hook, ht.prio)
 			s.stack = append(s.stack, frame{c: t.Chain(s.hook)})
 			continue
 		}
@@ -233,7 +227,7 @@ func (w *walker) run(s *state) error {
 func (w *walker) conntrack(s *state) {
 	if !s.hasCT {
 		s.hasCT = true
-		s.step("conntrack: new connection")
+		s.Step("conntrack: new connection")
 	}
 }
 
@@ -257,7 +251,7 @@ func (w *walker) nextHook(s *state) (bool, error) {
 		// IPv6 drops loopback addresses from other devices before the
 		// prerouting hook (ip6_rcv_core).
 		if w.fam == 6 && s.iif != "lo" && (s.src.IsLoopback() || s.dst.IsLoopback()) {
-			s.step("ipv6: loopback address on %s, dropped before prerouting", s.iif)
+			s.Step("ipv6: loopback address on %s, dropped before prerouting", s.iif)
 			return true, w.finish(s, trace.VerdictDrop)
 		}
 		next = hookPrerouting
@@ -267,33 +261,33 @@ func (w *walker) nextHook(s *state) (bool, error) {
 			// ip_route_input_slow: 127.0.0.0/8 from another device is
 			// martian unless route_localnet is set.
 			if s.dst.IsLoopback() {
-				s.step("route: martian destination %s on %s (route_localnet=0), dropped", s.dst, s.iif)
+				s.Step("route: martian destination %s on %s (route_localnet=0), dropped", s.dst, s.iif)
 				return true, w.finish(s, trace.VerdictDrop)
 			}
 			if s.src.IsLoopback() {
-				s.step("route: martian source %s on %s (route_localnet=0), dropped", s.src, s.iif)
+				s.Step("route: martian source %s on %s (route_localnet=0), dropped", s.src, s.iif)
 				return true, w.finish(s, trace.VerdictDrop)
 			}
 		}
 		if w.isLocal(s.dst) {
-			s.step("route: %s is local -> input", s.dst)
+			s.Step("route: %s is local -> input", s.dst)
 			next = hookInput
 		} else {
-			s.step("route: %s is not local -> forward", s.dst)
+			s.Step("route: %s is not local -> forward", s.dst)
 			next = hookForward
 		}
 	case hookForward:
 		next = hookPostrouting
 	case hookOutput:
 		w.conntrack(s)
-		s.step("route: to %s", s.dst)
+		s.Step("route: to %s", s.dst)
 		next = hookPostrouting
 	case hookPostrouting:
 		if s.local && !s.loopback && w.isLocal(s.dst) {
 			// A local destination is reached through lo: the same
 			// packet, with its conntrack entry and NAT bindings, enters
 			// prerouting and input again.
-			s.step("route: %s is local, the packet loops back through lo", s.dst)
+			s.Step("route: %s is local, the packet loops back through lo", s.dst)
 			s.loopback, s.iif = true, "lo"
 			next = hookPrerouting
 			break
@@ -303,7 +297,7 @@ func (w *walker) nextHook(s *state) (bool, error) {
 		return true, w.finish(s, trace.VerdictAccept)
 	}
 	s.hook, s.tables, s.ti = next, hookTables[next], 0
-	s.step("hook %s", next)
+	s.Step("hook %s", next)
 	return false, nil
 }
 
@@ -313,7 +307,7 @@ func (w *walker) finish(s *state, verdict string) error {
 	}
 	w.res.Outcomes = append(w.res.Outcomes, trace.Outcome{
 		Verdict: verdict, DNAT: s.dnat, Masquerade: s.srcNATed, Mark: s.mark,
-		Probability: s.prob, Path: s.path, AffinityUpdates: s.updates,
+		Probability: s.prob, Path: s.Path, AffinityUpdates: s.Updates,
 	})
 	return nil
 }
@@ -339,14 +333,14 @@ func (w *walker) endTable(s *state) {
 func (w *walker) pop(s *state, why string) (bool, error) {
 	s.stack = s.stack[:len(s.stack)-1]
 	if len(s.stack) > 0 {
-		s.step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Name)
+		s.Step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Name)
 		return false, nil
 	}
 	if c := s.t.Chain(s.hook); c.Policy == tDrop {
-		s.step("%s, policy DROP", why)
+		s.Step("%s, policy DROP", why)
 		return true, w.finish(s, trace.VerdictDrop)
 	}
-	s.step("%s, policy ACCEPT", why)
+	s.Step("%s, policy ACCEPT", why)
 	w.endTable(s)
 	return false, nil
 }
@@ -376,7 +370,7 @@ func (w *walker) oif(s *state) (string, bool) {
 }
 
 func (w *walker) ruleStep(s *state, c *chain, ru *rule, extra string) {
-	s.step("%s %s: %s%s", s.t.Name, c.Name, ru, extra)
+	s.Step("%s %s: %s%s", s.t.Name, c.Name, ru, extra)
 }
 
 // evalRule evaluates one rule; done means the path ended.
@@ -441,10 +435,10 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 		}
 		br := s.clone()
 		br.prob *= 1 - p
-		br.step("%s %s: %s: statistic did not match (p=%s)", s.t.Name, c.Name, ru, fmtProb(1-p))
+		br.Step("%s %s: %s: statistic did not match (p=%s)", s.t.Name, c.Name, ru, fmtProb(1-p))
 		w.pending = append(w.pending, br)
 		s.prob *= p
-		s.step("%s %s: statistic matched (p=%s)", s.t.Name, c.Name, fmtProb(p))
+		s.Step("%s %s: statistic matched (p=%s)", s.t.Name, c.Name, fmtProb(p))
 		return true, nil
 	case *recentMatch:
 		a := s.src
@@ -457,8 +451,8 @@ func (w *walker) evalMatch(s *state, c *chain, ru *rule, m match) (bool, error) 
 		if m.op == "set" {
 			s.recent = append(s.recent, recentEntry{m.name, a})
 			u := recentUpdate(m.name, a)
-			s.updates = append(s.updates, u)
-			s.step("%s %s: recent --set: %s", s.t.Name, c.Name, u)
+			s.Updates = append(s.Updates, u)
+			s.Step("%s %s: recent --set: %s", s.t.Name, c.Name, u)
 			return !m.neg, nil
 		}
 		in := w.r.inRecent(m.name, a) || slices.Contains(s.recent, recentEntry{m.name, a})

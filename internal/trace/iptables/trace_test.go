@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/trace"
+	"github.com/kproxy/kproxy/internal/trace/tracetest"
 )
 
 const (
@@ -19,30 +19,7 @@ const (
 	sctp = v1.ProtocolSCTP
 )
 
-// out is the expected shape of one outcome: "accept dnat=10.180.1.1:8080
-// masq p=0.3333".
-func out(verdict, dnat string, masq bool, p float64) string {
-	s := verdict
-	if dnat != "" {
-		s += " dnat=" + dnat
-	}
-	if masq {
-		s += " masq"
-	}
-	return s + fmt.Sprintf(" p=%.4f", p)
-}
-
-func summarize(res *trace.Result) []string {
-	var s []string
-	for _, o := range res.Outcomes {
-		d := ""
-		if o.DNAT != nil {
-			d = o.DNAT.String()
-		}
-		s = append(s, out(o.Verdict, d, o.Masquerade, o.Probability))
-	}
-	return s
-}
+var out, summarize = tracetest.Out, tracetest.Summarize
 
 // pkt builds a packet: iif "" means a local process.
 func pkt(proto v1.Protocol, src, dst string, dport uint16, iif string) trace.Packet {
@@ -85,25 +62,7 @@ func runTraceCases(t *testing.T, cases []traceCase) {
 			if err != nil {
 				t.Fatalf("Trace: %v", err)
 			}
-			if diff := cmp.Diff(tc.want, summarize(res)); diff != "" {
-				t.Errorf("outcomes (-want +got):\n%s\n%s", diff, res)
-			}
-			sum := 0.0
-			for _, o := range res.Outcomes {
-				sum += o.Probability
-			}
-			if sum < 0.999999 || sum > 1.000001 {
-				t.Errorf("probabilities add up to %v", sum)
-			}
-			if len(res.Outcomes) == 0 {
-				return
-			}
-			path := strings.Join(res.Outcomes[0].Path, "\n")
-			for _, want := range tc.pathHas {
-				if !strings.Contains(path, want) {
-					t.Errorf("path lacks %q:\n%s", want, path)
-				}
-			}
+			tracetest.Check(t, res, tc.want, tc.pathHas)
 		})
 	}
 }

@@ -1,11 +1,12 @@
 // Package nftstate is kproxy's one in-memory nf_tables: the tables,
 // chains, rules, sets and elements a sequence of transactions leaves,
-// held as the nft package's objects. nfttest.Fake keeps its state here
-// (applying transactions with the kernel's checks and errnos), and so
-// does the tracer (applying nft text with its line-numbered checks);
-// trace walks packets through a State, whichever of the two built it.
+// held as the nft package's objects, and the one applier of nft
+// operations to them (Txn: apply.go, applyrule.go, applyset.go), which
+// refuses what the kernel refuses. nfttest.Fake applies transactions
+// with it in the Netlink dialect (errnos, operation indexes), the tracer
+// applies nft text in the File dialect (line numbers); trace walks
+// packets through a State, whichever of the two built it.
 //
-// A State only stores: the checks of what may be stored are its users'.
 // Rules and elements are never modified in place once stored, so a Clone
 // shares them.
 package nftstate
@@ -78,8 +79,6 @@ type Table struct {
 	SetOrder []string
 	// Handle is the last rule handle given out.
 	Handle int
-	// Gen is the tracer's count of texts applied (see trace.Ruleset).
-	Gen int
 }
 
 // NewTable returns an empty table.
@@ -176,7 +175,7 @@ type Rule struct {
 	nft.Rule
 	Handle int
 	// Line and Gen are where the tracer read the rule: the line and the
-	// text (see Table.Gen).
+	// text (see State.Begin).
 	Line, Gen int
 }
 

@@ -314,8 +314,13 @@ var fakeCases = []fakeCase{
 	}},
 
 	// Chains.
-	{name: "delete a chain with rules", errno: unix.EBUSY, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
+	{name: "delete a chain a rule jumps to, with rules of its own", errno: unix.EBUSY, index: 0, checkIndex: true, build: func(tx *nft.Transaction) {
 		tx.Delete(&nft.Chain{Name: "masq"})
+	}},
+	// The kernel deletes a chain's own rules with it.
+	{name: "delete a chain with rules nothing jumps to", build: func(tx *nft.Transaction) {
+		tx.Add(rule("unused", nft.Counter{}, nft.Verdict{Kind: nft.Accept}))
+		tx.Delete(&nft.Chain{Name: "unused"})
 	}},
 	{name: "delete a chain a rule jumps to", errno: unix.EBUSY, index: 1, checkIndex: true, build: func(tx *nft.Transaction) {
 		tx.Add(rule("unused", nft.Verdict{Kind: nft.Jump, Chain: "via-map"}))

@@ -1,18 +1,16 @@
 // Package nfttest provides a stateful fake of nft.Interface for tests:
 // it keeps tables, chains, sets, elements and rules in memory, rejects
-// what the kernel rejects (with the kernel's errno), applies each
-// transaction atomically and dumps its state as `nft -f` text.
+// what the kernel rejects (with the kernel's errno: nftstate's applier in
+// its Netlink dialect), applies each transaction atomically and dumps its
+// state as `nft -f` text.
 package nfttest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
@@ -55,7 +53,6 @@ func New() *Fake { return &Fake{state: &nftstate.State{}} }
 
 type (
 	table = nftstate.Table
-	chain = nftstate.Chain
 	set   = nftstate.Set
 )
 
@@ -107,10 +104,10 @@ func (f *Fake) Check(ctx context.Context, tx *nft.Transaction) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Checks++
-	saved := f.state
-	f.state = &nftstate.State{Tables: slices.Clone(saved.Tables)} // apply copies a table before changing it
-	err := f.apply(tx)
-	f.state = saved
+	x, err := f.run(tx)
+	if err == nil {
+		err = opText(tx, x.Validate())
+	}
 	if err != nil {
 		return fmt.Errorf("nft: check of a transaction of %d operations on %s: %w", tx.Len(), tx.Where(), err)
 	}
@@ -118,230 +115,37 @@ func (f *Fake) Check(ctx context.Context, tx *nft.Transaction) error {
 }
 
 func (f *Fake) apply(tx *nft.Transaction) error {
+	x, err := f.run(tx)
+	if err != nil {
+		return err
+	}
+	return opText(tx, x.Commit())
+}
+
+// run applies the operations of tx to a transaction on the state, with
+// the kernel's checks (nftstate's Netlink dialect), without committing.
+func (f *Fake) run(tx *nft.Transaction) (*nftstate.Txn, error) {
 	if f.BeforeApply != nil {
 		if err := f.BeforeApply(tx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if tx.Len() == 0 {
-		return nil
-	}
-	if tx.Family != nft.IPv4 && tx.Family != nft.IPv6 {
-		return &nft.OpError{Index: -1, Err: unix.EAFNOSUPPORT, Message: fmt.Sprintf("unsupported family %q", tx.Family)}
-	}
-	a := &applier{f: f, tx: tx, work: map[string]*table{}, added: map[*nftstate.Rule]int{}}
+	x := f.state.Begin(nftstate.Netlink, 0)
 	for i := range tx.Ops {
-		if err := a.op(i); err != nil {
-			var oe *nft.OpError
-			if errors.As(err, &oe) {
-				return err
-			}
-			return &nft.OpError{Index: i, Op: tx.OpText(i), Err: err}
+		op := &tx.Ops[i]
+		p := &nft.Parsed{Family: tx.Family, Table: tx.TableOf(op), Op: *op}
+		if err := x.Apply(p); err != nil {
+			return nil, opText(tx, err)
 		}
 	}
-	// The kernel validates every table the transaction touched, then
-	// commits all of them at once.
-	names := slices.Sorted(maps.Keys(a.work))
-	for _, name := range names {
-		if a.t = a.work[name]; a.t != nil {
-			if err := a.validate(); err != nil {
-				return err
-			}
-		}
-	}
-	for _, name := range names {
-		if t := a.work[name]; t != nil {
-			f.state.Put(t)
-		} else {
-			f.state.Delete(tx.Family, name)
-		}
-	}
-	return nil
+	return x, nil
 }
 
-// applier applies the operations of one transaction to copies of the
-// tables it touches.
-type applier struct {
-	f  *Fake
-	tx *nft.Transaction
-	// work holds the copy of each table touched so far (nil: it does not
-	// exist, or no longer).
-	work map[string]*table
-	cur  string
-	t    *table // work[cur]
-	// added maps the rules this transaction added to their operation.
-	added map[*nftstate.Rule]int
-}
-
-// opOf is the index of the operation that added r in this transaction,
-// or -1.
-func (a *applier) opOf(r *nftstate.Rule) int {
-	if i, ok := a.added[r]; ok {
-		return i
-	}
-	return -1
-}
-
-// use makes the table of an operation current, copying it on first use.
-func (a *applier) use(name string) {
-	if a.cur == name && a.t != nil {
-		return
-	}
-	a.cur = name
-	t, ok := a.work[name]
-	if !ok {
-		if old := a.f.state.Table(a.tx.Family, name); old != nil {
-			t = old.Clone()
-		}
-		a.work[name] = t
-	}
-	a.t = t
-}
-
-// kerr is an error with the kernel's errno and nft's wording.
-func kerr(errno unix.Errno, format string, args ...any) error {
-	return &nft.OpError{Index: -2, Message: fmt.Sprintf(format, args...), Err: errno}
-}
-
-func (a *applier) op(i int) error {
-	op := &a.tx.Ops[i]
-	a.use(a.tx.TableOf(op))
-	err := a.do(i, op)
-	a.work[a.cur] = a.t // table operations create or delete it
-	if err == nil {
-		return nil
-	}
+// opText adds the text of the operation an *nft.OpError names.
+func opText(tx *nft.Transaction, err error) error {
 	var oe *nft.OpError
-	if errors.As(err, &oe) && oe.Index == -2 {
-		oe.Index, oe.Op = i, a.tx.OpText(i)
+	if errors.As(err, &oe) && oe.Index >= 0 && oe.Op == "" {
+		oe.Op = tx.OpText(oe.Index)
 	}
 	return err
-}
-
-func (a *applier) do(i int, op *nft.Op) error {
-	if op.Table != nil {
-		return a.tableOp(op)
-	}
-	if a.t == nil {
-		return kerr(unix.ENOENT, "table %s %s does not exist", a.tx.Family, a.cur)
-	}
-	switch {
-	case op.Chain != nil:
-		return a.chainOp(op.Kind, op.Chain)
-	case op.Set != nil:
-		return a.setOp(op.Kind, op.Set)
-	case op.Element != nil:
-		return a.elementOp(op.Kind, op.Element)
-	case op.Rule != nil:
-		return a.ruleOp(i, op.Kind, op.Rule)
-	}
-	return kerr(unix.EINVAL, "operation without an object")
-}
-
-func (a *applier) tableOp(op *nft.Op) error {
-	switch op.Kind {
-	case nft.OpAdd:
-		if err := nft.CheckComment(op.Table.Comment); err != nil {
-			return err
-		}
-		// Re-adding a table keeps its comment, as the kernel does.
-		if a.t == nil {
-			a.t = nftstate.NewTable(a.tx.Family, a.cur)
-			a.t.Comment = op.Table.Comment
-		}
-	case nft.OpFlush:
-		if a.t == nil {
-			return kerr(unix.ENOENT, "table does not exist")
-		}
-		// "flush table" removes every rule; sets keep their elements.
-		for _, c := range a.t.Chains {
-			c.Rules = nil
-		}
-	case nft.OpDelete:
-		if a.t == nil {
-			return kerr(unix.ENOENT, "table does not exist")
-		}
-		a.t = nil
-	default:
-		return kerr(unix.EINVAL, "unknown operation %q", op.Kind)
-	}
-	return nil
-}
-
-var hooks = map[string]bool{nft.HookPrerouting: true, nft.HookInput: true, nft.HookForward: true, nft.HookOutput: true, nft.HookPostrouting: true}
-
-func (a *applier) chainOp(kind nft.OpKind, c *nft.Chain) error {
-	if c.Name == "" {
-		return kerr(unix.EINVAL, "chain without a name")
-	}
-	old := a.t.Chains[c.Name]
-	switch kind {
-	case nft.OpAdd:
-		if err := nft.CheckComment(c.Comment); err != nil {
-			return err
-		}
-		if c.Hook != "" {
-			if !hooks[c.Hook] {
-				return kerr(unix.EOPNOTSUPP, "unknown hook %q", c.Hook)
-			}
-			if c.Type != nft.TypeFilter && c.Type != nft.TypeNAT {
-				return kerr(unix.ENOENT, "unknown chain type %q", c.Type)
-			}
-			if c.Type == nft.TypeNAT && c.Hook == nft.HookForward {
-				return kerr(unix.EOPNOTSUPP, "nat chains cannot hook forward")
-			}
-		}
-		if old == nil {
-			a.t.AddChain(&chain{Def: *c})
-			return nil
-		}
-		switch {
-		case c.Hook == "":
-			// Adding a chain that exists is a no-op, also for a base chain.
-		case old.Def.Hook == "":
-			return kerr(unix.EEXIST, "chain %s exists and is not a base chain", c.Name)
-		case old.Def.Hook != c.Hook || old.Def.Type != c.Type || old.Def.Priority != c.Priority:
-			return kerr(unix.EOPNOTSUPP, "base chain %s exists with a different type, hook or priority", c.Name)
-		}
-	case nft.OpFlush:
-		if old == nil {
-			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
-		}
-		old.Rules = nil
-	case nft.OpDelete:
-		if old == nil {
-			return kerr(unix.ENOENT, "chain %s does not exist", c.Name)
-		}
-		if len(old.Rules) > 0 {
-			return kerr(unix.EBUSY, "chain %s still has rules (flush it first)", c.Name)
-		}
-		if by := a.chainUser(c.Name); by != "" {
-			return kerr(unix.EBUSY, "chain %s is still used by %s", c.Name, by)
-		}
-		a.t.DeleteChain(c.Name)
-	default:
-		return kerr(unix.EINVAL, "unknown operation %q", kind)
-	}
-	return nil
-}
-
-// chainUser names something that jumps to the chain, or "".
-func (a *applier) chainUser(name string) string {
-	for cn, c := range a.t.Chains {
-		for _, r := range c.Rules {
-			for _, t := range ruleTargets(r.Rule) {
-				if t == name {
-					return "a rule in chain " + cn
-				}
-			}
-		}
-	}
-	for sn, s := range a.t.Sets {
-		for _, e := range s.Elems {
-			if v := e.Verdict; v != nil && (v.Kind == nft.Jump || v.Kind == nft.Goto) && v.Chain == name {
-				return "an element of map " + sn
-			}
-		}
-	}
-	return ""
 }

@@ -205,7 +205,7 @@ func (f *Fake) Load(text string) error {
 }
 
 // State returns a copy of the fake's state, the tables of every family:
-// trace.Of(f.State()) traces packets through what the fake holds.
+// nftables.Of(f.State()) of internal/trace/nftables traces packets through what the fake holds.
 func (f *Fake) State() *nftstate.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()

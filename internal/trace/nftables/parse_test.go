@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -37,55 +38,62 @@ func TestParseErrors(t *testing.T) {
 		{"numgen branch missing", head + "add chain ip t a\nadd rule ip t c numgen random mod 3 vmap { 0 : goto a, 1 : goto a }", 4, "numgen index 2 has no branch"},
 		{"numgen branch that is not a goto", head + "add chain ip t a\nadd rule ip t c numgen random mod 1 vmap { 0 : jump a }", 4, "numgen branches must goto"},
 		{"inline vmap", head + "add rule ip t c ip daddr vmap { 10.0.0.1 : drop }", 3, "only named verdict maps"},
-		{"dnat map rule of another protocol", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . udp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @m", 4, `"m" is not a map of tcp endpoints`},
+		{"dnat map rule of another protocol", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . udp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @m", 4, "map m holds UDP endpoints, the rule DNATs TCP"},
 		{"endpoint map element of the other family", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . udp dport ; }\nadd element ip t m { 1 : fd00::1 . 80 }", 4, `bad address "fd00::1"`},
-		{"service dnat rule on an unkeyed endpoint map", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . tcp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to ip daddr . th dport . numgen random mod 2 map @m", 4, `"m" is not a map of tcp endpoints keyed by service`},
-		{"dnat map rule on a keyed endpoint map", head + "add map ip t m { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to numgen random mod 2 map @m", 4, `"m" is not a map of tcp endpoints`},
+		{"service dnat rule on an unkeyed endpoint map", head + "add map ip t m { typeof numgen random mod 1 : ip daddr . tcp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to ip daddr . th dport . numgen random mod 2 map @m", 4, "m is not an endpoint map keyed by service"},
+		{"dnat map rule on a keyed endpoint map", head + "add map ip t m { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\nadd rule ip t c meta l4proto tcp dnat ip to numgen random mod 2 map @m", 4, "m is an endpoint map keyed by service"},
 		{"keyed endpoint map element without the service", head + "add map ip t m { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\nadd element ip t m { 1 : 10.0.0.1 . 80 }", 4, `bad service address "1"`},
 		{"keyed endpoint map of two protocols", head + "add map ip t m { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . udp dport ; }", 3, `keyed by tcp ports maps to udp ports`},
 		{"th dport as a match", head + "add rule ip t c th dport 80 drop", 3, "th dport is only supported as a map lookup key"},
 		{"dnat without a port", head + "add rule ip t c meta l4proto tcp dnat to 10.0.0.1", 3, "invalid dnat destination"},
 		{"IPv4 dnat in an ip6 table", "add table ip6 t\nadd chain ip6 t c\nadd rule ip6 t c meta l4proto tcp dnat to 10.0.0.1:80", 3, "in a table of family ip6"},
 		{"unterminated quote", head + "add rule ip t c accept comment \"x", 3, "unterminated"},
-		{"rule in a missing chain", head + "add rule ip t nope accept", 3, `no chain "nope"`},
-		{"missing table", "add chain ip t c", 1, "no table ip t"},
-		{"jump to a missing chain (checked at commit)", head + "add rule ip t c jump nope\nadd chain ip t other", 3, `no chain "nope"`},
-		{"goto a base chain", head + "add chain ip t b { type filter hook input priority 0 ; }\nadd rule ip t c goto b", 4, `cannot jump or goto base chain "b"`},
-		{"lookup in a missing map", head + "add rule ip t c ip daddr . meta l4proto . th dport vmap @m", 3, `no map "m"`},
-		{"lookup key of the wrong shape", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd rule ip t c ip daddr . th dport vmap @m", 4, "key field 1 is inet_proto, lookup gives ipv4_addr"},
-		{"update of a set that is not dynamic", head + "add set ip t s { type ipv4_addr ; }\nadd rule ip t c update @s { ip saddr }", 4, "not flagged dynamic"},
+		{"rule in a missing chain", head + "add rule ip t nope accept", 3, "chain nope does not exist"},
+		{"missing table", "add chain ip t c", 1, "table ip t does not exist"},
+		{"jump to a missing chain (checked at commit)", head + "add rule ip t c jump nope\nadd chain ip t other", 3, `jump to chain "nope", which does not exist`},
+		{"goto a base chain", head + "add chain ip t b { type filter hook input priority 0 ; }\nadd rule ip t c goto b", 4, "goto to base chain b"},
+		{"lookup in a missing map", head + "add rule ip t c ip daddr . meta l4proto . th dport vmap @m", 3, "map m does not exist"},
+		{"lookup key of the wrong shape", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd rule ip t c ip daddr . th dport vmap @m", 4, "map m has key [inet_proto inet_service], the lookup gives [ipv4_addr inet_service]"},
 		{"map element without a verdict", head + "add map ip t m { type ipv4_addr : verdict ; }\nadd element ip t m { 10.0.0.1 }", 4, "without a verdict"},
 		{"set element with a verdict", head + "add set ip t s { type ipv4_addr ; }\nadd element ip t s { 10.0.0.1 : drop }", 4, "element with a value"},
 		{"prefix in a set without interval", head + "add set ip t s { type ipv4_addr ; }\nadd element ip t s { 10.0.0.0/8 }", 4, "without flags interval"},
 		{"element key too short", head + "add map ip t m { type ipv4_addr . inet_proto . inet_service : verdict ; }\nadd element ip t m { 10.0.0.1 . tcp : drop }", 4, "key of \"m\" has 3 fields"},
 		{"element of the wrong family", head + "add set ip t s { type ipv4_addr ; }\nadd element ip t s { fd00::1 }", 4, "is not an ipv4_addr"},
-		{"element verdict to a missing chain", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd element ip t m { tcp . 80 : goto nope }", 4, `no chain "nope"`},
+		{"element verdict to a missing chain", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd element ip t m { tcp . 80 : goto nope }", 4, `goto to chain "nope", which does not exist`},
 		{"unsupported set type", head + "add set ip t s { type ether_addr ; }", 3, `unsupported data type "ether_addr"`},
 		{"set declared with a value type", head + "add set ip t s { type ipv4_addr : verdict ; }", 3, "use map"},
 		{"unknown chain attribute", head + "add chain ip t b { type filter hook input priority 0 ; device eth0 ; }", 3, `unknown chain attribute "device"`},
 		{"unsupported hook", head + "add chain ip t b { type filter hook ingress priority 0 ; }", 3, `unsupported hook "ingress"`},
 		{"base chain moved to another hook", head + "add chain ip t b { type filter hook input priority 0 ; }\nadd chain ip t b { type filter hook output priority 0 ; }", 4, "different type, hook or priority"},
-		{"delete a chain still jumped to", head + "add chain ip t a\nadd rule ip t c jump a\ndelete chain ip t a", 5, `chain "a" is still referenced by a rule in chain c`},
-		{"delete a chain still in a map", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd element ip t m { tcp . 80 : goto c }\ndelete chain ip t c", 5, `still referenced by an element of map m`},
-		{"delete a set still used", head + "add set ip t s { type ipv4_addr ; }\nadd rule ip t c ip saddr @s drop\ndelete set ip t s", 5, `set "s" is still referenced`},
-		{"delete a missing element", head + "add set ip t s { type ipv4_addr ; }\ndelete element ip t s { 10.0.0.1 }", 4, "no element 10.0.0.1"},
+		{"delete a chain still jumped to", head + "add chain ip t a\nadd rule ip t c jump a\ndelete chain ip t a", 5, "chain a is still used by a rule in chain c"},
+		{"delete a chain still in a map", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd element ip t m { tcp . 80 : goto c }\ndelete chain ip t c", 5, "chain c is still used by an element of map m"},
+		{"delete a set still used", head + "add set ip t s { type ipv4_addr ; }\nadd rule ip t c ip saddr @s drop\ndelete set ip t s", 5, "set s is still used by a rule in chain c"},
+		{"delete a missing element", head + "add set ip t s { type ipv4_addr ; }\ndelete element ip t s { 10.0.0.1 }", 4, "element 10.0.0.1 does not exist"},
 		{"delete a rule that is not there", head + "delete rule ip t c tcp dport 22 drop", 3, "no such rule"},
 		{"delete a missing handle", head + "delete rule ip t c handle 7", 3, "no rule with handle 7"},
-		{"flush a missing chain", head + "flush chain ip t nope", 3, `no chain "nope"`},
-		{"create an existing chain", head + "create chain ip t c", 3, `chain "c" exists`},
+		{"flush a missing chain", head + "flush chain ip t nope", 3, "chain nope does not exist"},
+		{"create an existing chain", head + "create chain ip t c", 3, "chain c exists"},
 		{"create an existing element", head + "add set ip t s { type ipv4_addr ; }\nadd element ip t s { 10.0.0.1 }\ncreate element ip t s { 10.0.0.1 }", 5, "element 10.0.0.1 exists"},
-		{"set redefined with another type", head + "add set ip t s { type ipv4_addr ; }\nadd set ip t s { type ipv6_addr ; }", 4, "different type or flags"},
-		{"address match on a map", head + "add map ip t m { type ipv4_addr : verdict ; }\nadd rule ip t c ip saddr @m drop", 4, `"m" is a map, not a set`},
-		{"address match on a set of ports", head + "add set ip t s { type inet_service ; }\nadd rule ip t c ip saddr @s drop", 4, `set "s" does not hold ipv4_addr`},
+		{"set redefined with another type", head + "add set ip t s { type ipv4_addr ; }\nadd set ip t s { type ipv6_addr ; }", 4, "set s exists with a different definition"},
+		{"address match on a set of ports", head + "add set ip t s { type inet_service ; }\nadd rule ip t c ip saddr @s drop", 4, "set s does not have ipv4_addr keys"},
 		{"numgen index given twice", head + "add chain ip t a\nadd rule ip t c numgen random mod 2 vmap { 0 : goto a, 0 : goto a }", 4, "numgen index 0 given twice"},
 		{"lookup on an unsupported field", head + "add rule ip t c ip daddr . tcp dport vmap @m", 3, `unsupported lookup field "tcp"`},
+		// What nft -f refuses because the kernel does (nftstate's checks).
+		{"element re-added with another verdict", head + "add map ip t m { type ipv4_addr : verdict ; }\nadd element ip t m { 10.0.0.1 : accept }\nadd element ip t m { 10.0.0.1 : drop }", 5, "element 10.0.0.1 exists with a different verdict"},
+		{"flush set on a map", head + "add map ip t m { type ipv4_addr : verdict ; }\nflush set ip t m", 4, "m is a map; flush it as one"},
+		{"jump loop", head + "add chain ip t base { type filter hook prerouting priority 0 ; }\nadd chain ip t a\nadd rule ip t base jump a\nadd rule ip t a jump c\nadd rule ip t c jump a", 7, "chain loop: base -> a -> c -> a"},
+		{"goto loop", head + "add chain ip t base { type filter hook prerouting priority 0 ; }\nadd rule ip t base goto c\nadd rule ip t c goto c", 5, "chain loop: base -> c -> c"},
+		{"dnat in a filter chain", head + "add chain ip t f { type filter hook prerouting priority 0 ; }\nadd rule ip t c meta l4proto tcp dnat to 10.1.0.1:80\nadd rule ip t f jump c", 4, "dnat in chain c is reachable from base chain f (filter hook prerouting)"},
+		{"masquerade in a prerouting nat chain", head + "add chain ip t n { type nat hook prerouting priority -100 ; }\nadd rule ip t n masquerade", 4, "masquerade in chain n is reachable from base chain n (nat hook prerouting)"},
+		{"dnat in postrouting", head + "add chain ip t n { type nat hook postrouting priority 100 ; }\nadd rule ip t n meta l4proto tcp dnat to 10.1.0.1:80", 4, "dnat in chain n is reachable from base chain n (nat hook postrouting)"},
+		{"comment longer than nft keeps", head + "add rule ip t c accept comment \"" + strings.Repeat("x", nft.MaxCommentLen+1) + "\"", 3, "comment of 129 bytes"},
 		{"update keyed on the destination", head + "add rule ip t c update @s { ip daddr }", 3, "only update @set { ip saddr }"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseNFT(tc.text)
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v, want a *ParseError", err)
+				t.Fatalf("got %v, want a *trace.ParseError", err)
 			}
 			if pe.Line != tc.wantLine || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("got line %d %q, want line %d containing %q", pe.Line, err, tc.wantLine, tc.wantErr)
@@ -105,7 +113,7 @@ func TestApplyIsAtomic(t *testing.T) {
 	}
 	before := r.String()
 	err = r.Apply("flush chain ip kube-proxy services\ndelete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 }\nadd rule ip kube-proxy services bogus")
-	var pe *ParseError
+	var pe *trace.ParseError
 	if !errors.As(err, &pe) || pe.Line != 3 {
 		t.Fatalf("got %v, want a parse error on line 3", err)
 	}
@@ -148,7 +156,7 @@ func TestRoundTrip(t *testing.T) {
 		&nft.Element{Set: "service-ips", Key: []nft.Value{{Addr: a("10.96.0.12")}, {Proto: v1.ProtocolSCTP}, {Port: 9}}, Verdict: &nft.Verdict{Kind: nft.Drop}},
 		&nft.Element{Set: "fw", Key: []nft.Value{{Prefix: p4("192.0.2.0/24")}, {Proto: v1.ProtocolTCP}, {Port: 443}}, Verdict: &nft.Verdict{Kind: nft.Accept}},
 		&nft.Element{Set: "fw", Key: []nft.Value{{Addr: a("192.0.2.255")}, {Proto: v1.ProtocolTCP}, {Port: 80}}, Verdict: &nft.Verdict{Kind: nft.Return}},
-		&nft.Rule{Chain: "filter-input", Stmts: []nft.Stmt{nft.MatchCtStateNew{}, nft.Verdict{Kind: nft.Jump, Chain: "svc"}}},
+		&nft.Rule{Chain: "filter-input", Stmts: []nft.Stmt{nft.MatchCtStateNew{}, nft.Verdict{Kind: nft.Jump, Chain: "ep-2"}}},
 		&nft.Rule{Chain: "filter-input", Stmts: []nft.Stmt{nft.MatchIifname{Name: "cali", Prefix: true}, nft.Counter{}, nft.Verdict{Kind: nft.Return}}},
 		&nft.Rule{Chain: "filter-input", Stmts: []nft.Stmt{nft.MatchIifname{Name: "eth0", Negate: true}, nft.MatchFibLocal{Source: true}, nft.Reject{}}},
 		&nft.Rule{Chain: "filter-input", Stmts: []nft.Stmt{nft.MatchAddr{Prefixes: []netip.Prefix{p4("10.96.0.10/32")}}, nft.MatchDport{Proto: v1.ProtocolTCP, Port: 80}, nft.Verdict{Kind: nft.Accept}}},
@@ -197,7 +205,7 @@ func TestRoundTrip(t *testing.T) {
 
 // TestRenderedPartialSync runs a transaction built with the nft package's
 // types through the parser, including the "delete rule" form text.go
-// prints (the rule itself, no handle) and "flush set" on a map.
+// prints (the rule itself, no handle) and "flush map".
 func TestRenderedPartialSync(t *testing.T) {
 	full := nft.NewTransaction(nft.IPv4, "t")
 	full.Add(
@@ -226,7 +234,7 @@ func TestRenderedPartialSync(t *testing.T) {
 	}
 
 	flush := nft.NewTransaction(nft.IPv4, "t")
-	flush.Flush(&nft.Set{Name: "m"}) // prints "flush set", the object is a map
+	flush.Flush(&nft.Set{Name: "m", Data: nft.TypeVerdict}) // prints "flush map", as nft needs for a map
 	flush.Delete(&nft.Chain{Name: "ep"})
 	if err := r.Apply(flush.String()); err != nil {
 		t.Fatalf("Apply(%q): %v", flush.String(), err)

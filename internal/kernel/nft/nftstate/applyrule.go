@@ -1,4 +1,4 @@
-package nfttest
+package nftstate
 
 import (
 	"fmt"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
-	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 // ruleTargets lists the chains a rule jumps or goes to.
@@ -26,12 +25,12 @@ func ruleSets(r nft.Rule) []string {
 	return sets
 }
 
-func (a *applier) checkJump(v nft.Verdict) error {
+func (x *Txn) checkJump(v nft.Verdict) error {
 	switch v.Kind {
 	case nft.Accept, nft.Drop, nft.Return:
 		return nil
 	case nft.Jump, nft.Goto:
-		c := a.t.Chains[v.Chain]
+		c := x.t.Chains[v.Chain]
 		if c == nil {
 			return kerr(unix.ENOENT, "%s to chain %q, which does not exist", v.Kind, v.Chain)
 		}
@@ -43,42 +42,81 @@ func (a *applier) checkJump(v nft.Verdict) error {
 	return kerr(unix.EINVAL, "unknown verdict %q", v.Kind)
 }
 
-func (a *applier) ruleOp(i int, kind nft.OpKind, r *nft.Rule) error {
-	if kind != nft.OpAdd && kind != nft.OpInsert {
-		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
-	}
-	c := a.t.Chains[r.Chain]
+func (x *Txn) ruleOp(i int, p *nft.Parsed) error {
+	r := p.Op.Rule
+	c := x.t.Chains[r.Chain]
 	if c == nil {
 		return kerr(unix.ENOENT, "chain %s does not exist", r.Chain)
 	}
-	if err := nft.CheckComment(r.Comment); err != nil {
-		return err
+	if p.Op.Kind == nft.OpDelete && p.ByHandle {
+		for j, ru := range c.Rules {
+			if ru.Handle == p.Handle {
+				c.Rules = append(c.Rules[:j:j], c.Rules[j+1:]...)
+				return nil
+			}
+		}
+		return kerr(unix.ENOENT, "no rule with handle %d in chain %s", p.Handle, r.Chain)
 	}
-	var l4 uint8
-	for _, st := range r.Stmts {
-		if err := a.checkStmt(st, &l4); err != nil {
+	if p.Op.Kind == nft.OpDelete && x.dialect == File {
+		// text.go prints a rule deletion as the rule itself (the kernel
+		// wants a handle): remove the first rule that reads the same.
+		want := RuleText(x.t.Family, r.Stmts, r.Comment)
+		for j, ru := range c.Rules {
+			if RuleText(x.t.Family, ru.Stmts, ru.Comment) == want {
+				c.Rules = append(c.Rules[:j:j], c.Rules[j+1:]...)
+				return nil
+			}
+		}
+		return kerr(unix.ENOENT, "no such rule in chain %s", r.Chain)
+	}
+	if p.Op.Kind != nft.OpAdd && p.Op.Kind != nft.OpInsert {
+		return kerr(unix.EINVAL, "rules can only be added or inserted (flush or delete their chain instead)")
+	}
+	if x.dialect == Netlink {
+		if err := x.checkRule(*r); err != nil {
 			return err
 		}
 	}
 	nr := *r
 	nr.Stmts = slices.Clone(r.Stmts)
-	a.added[a.t.NewRule(nr, kind == nft.OpInsert, 0, 0)] = i
+	x.added[x.t.NewRule(nr, p.Op.Kind == nft.OpInsert, p.Line, x.gen)] = i
 	return nil
 }
 
-func (a *applier) addrFamily(addr netip.Addr) error {
-	if addr.Is4() != (a.tx.Family == nft.IPv4) || addr.Is4In6() {
-		return kerr(unix.EINVAL, "address %s does not belong to family %s", addr, a.tx.Family)
+// checkRule checks a rule's statements against the current table.
+func (x *Txn) checkRule(r nft.Rule) error {
+	var l4 uint8
+	for _, st := range r.Stmts {
+		if err := x.checkStmt(st, &l4); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
-	addrType := nft.AddrType(a.tx.Family)
+// RuleText is the body of a rule as text.go prints it (statements and
+// comment): how a "delete rule" without a handle names its rule, and how
+// the tracer shows one.
+func RuleText(f nft.Family, stmts []nft.Stmt, comment string) string {
+	tx := nft.NewTransaction(f, "t")
+	tx.Add(&nft.Rule{Chain: "c", Stmts: stmts, Comment: comment})
+	s := strings.TrimSuffix(tx.String(), "\n")
+	return strings.TrimPrefix(strings.TrimPrefix(s, "add rule "+string(f)+" t c"), " ")
+}
+
+func (x *Txn) addrFamily(addr netip.Addr) error {
+	if addr.Is4() != (x.t.Family == nft.IPv4) || addr.Is4In6() {
+		return kerr(unix.EINVAL, "address %s does not belong to family %s", addr, x.t.Family)
+	}
+	return nil
+}
+
+func (x *Txn) checkStmt(st nft.Stmt, l4 *uint8) error {
+	addrType := nft.AddrType(x.t.Family)
 	switch s := st.(type) {
 	case nft.MatchAddr:
 		if s.Set != "" {
-			set := a.t.Sets[s.Set]
+			set := x.t.Sets[s.Set]
 			if set == nil {
 				return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 			}
@@ -95,7 +133,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			if !p.IsValid() {
 				return kerr(unix.EINVAL, "invalid prefix")
 			}
-			if err := a.addrFamily(p.Addr()); err != nil {
+			if err := x.addrFamily(p.Addr()); err != nil {
 				return err
 			}
 		}
@@ -129,7 +167,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if !s.To.IsValid() {
 			return kerr(unix.EINVAL, "invalid dnat destination")
 		}
-		if err := a.addrFamily(s.To.Addr()); err != nil {
+		if err := x.addrFamily(s.To.Addr()); err != nil {
 			return err
 		}
 		*l4 = p
@@ -141,7 +179,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if s.Mod == 0 || s.Offset+s.Mod < s.Offset {
 			return kerr(unix.EINVAL, "numgen mod %d offset %d", s.Mod, s.Offset)
 		}
-		m := a.t.Sets[s.Map]
+		m := x.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
@@ -172,7 +210,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		if s.Mod == 0 {
 			return kerr(unix.EINVAL, "numgen mod 0")
 		}
-		m := a.t.Sets[s.Map]
+		m := x.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
@@ -186,7 +224,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 		}
 		*l4 = p
 	case nft.UpdateSaddr:
-		set := a.t.Sets[s.Set]
+		set := x.t.Sets[s.Set]
 		if set == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 		}
@@ -199,7 +237,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "set %s is not a set of %s", s.Set, addrType)
 		}
 	case nft.MatchInSet:
-		m := a.t.Sets[s.Set]
+		m := x.t.Sets[s.Set]
 		if m == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Set)
 		}
@@ -223,7 +261,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "set %s has key %v, the lookup gives %v", s.Set, m.Def.Key, want)
 		}
 	case nft.VmapLookup:
-		m := a.t.Sets[s.Map]
+		m := x.t.Sets[s.Map]
 		if m == nil {
 			return kerr(unix.ENOENT, "map %s does not exist", s.Map)
 		}
@@ -260,7 +298,7 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "numgen vmap without chains")
 		}
 		for _, c := range s.Chains {
-			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+			if err := x.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
 				return err
 			}
 		}
@@ -271,19 +309,19 @@ func (a *applier) checkStmt(st nft.Stmt, l4 *uint8) error {
 			return kerr(unix.EINVAL, "numgen random mod %d %d can never match", s.Mod, s.Value)
 		}
 	case nft.Verdict:
-		return a.checkJump(s)
+		return x.checkJump(s)
 	default:
 		// Statements without checks of their own (ct state, fib, mark,
 		// masquerade, reject, counter, and any new one): what the kernel
 		// looks up when loading them is what they name.
 		chains, sets := nft.Refs([]nft.Stmt{st})
 		for _, c := range chains {
-			if err := a.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
+			if err := x.checkJump(nft.Verdict{Kind: nft.Goto, Chain: c}); err != nil {
 				return err
 			}
 		}
 		for _, n := range sets {
-			if a.t.Sets[n] == nil {
+			if x.t.Sets[n] == nil {
 				return kerr(unix.ENOENT, "set %s does not exist", n)
 			}
 		}
@@ -305,28 +343,24 @@ var stmtHooks = map[string]map[string]bool{
 // validate walks every chain reachable from a base chain, as the kernel
 // does when it commits: loops, too deep nesting, and statements not
 // allowed at the base chain's hook fail the transaction.
-func (a *applier) validate() error {
-	names := slices.Sorted(maps.Keys(a.t.Chains))
+func (x *Txn) validate() error {
+	names := slices.Sorted(maps.Keys(x.t.Chains))
 	for _, n := range names {
-		base := a.t.Chains[n]
+		base := x.t.Chains[n]
 		if base.Def.Hook == "" {
 			continue
 		}
-		if err := a.walk(base, base, nil); err != nil {
+		if err := x.walk(base, base, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *applier) walk(base, c *chain, stack []string) error {
-	// The kernel finds loops by the nesting limit: EMLINK.
-	if slices.Contains(stack, c.Def.Name) {
-		return &nft.OpError{Index: -1, Message: fmt.Sprintf("chain loop: %s -> %s", strings.Join(stack, " -> "), c.Def.Name), Err: unix.EMLINK}
-	}
+func (x *Txn) walk(base, c *Chain, stack []string) error {
 	stack = append(stack, c.Def.Name)
 	if len(stack) > maxJumpDepth {
-		return &nft.OpError{Index: -1, Message: "chains nested too deep: " + strings.Join(stack, " -> "), Err: unix.EMLINK}
+		return x.refuse(-1, kerr(unix.EMLINK, "chains nested too deep: %s", strings.Join(stack, " -> ")))
 	}
 	for _, r := range c.Rules {
 		for _, st := range r.Rule.Stmts {
@@ -347,36 +381,37 @@ func (a *applier) walk(base, c *chain, stack []string) error {
 				ok = false
 			}
 			if !ok {
-				op := a.opOf(r)
-				oe := &nft.OpError{Index: op, Err: unix.EOPNOTSUPP,
-					Message: fmt.Sprintf("%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.Def.Name, base.Def.Name, base.Def.Type, base.Def.Hook)}
-				if op >= 0 {
-					oe.Op = a.tx.OpText(op)
-				}
-				return oe
+				err := kerr(unix.EOPNOTSUPP, "%s in chain %s is reachable from base chain %s (%s hook %s)", what, c.Def.Name, base.Def.Name, base.Def.Type, base.Def.Hook)
+				return x.refuseRule(r, err)
 			}
 		}
 		for _, t := range ruleTargets(r.Rule) {
-			if next := a.t.Chains[t]; next != nil {
-				if err := a.walk(base, next, stack); err != nil {
+			if next := x.t.Chains[t]; next != nil {
+				if slices.Contains(stack, t) {
+					return x.refuseRule(r, loop(stack, t))
+				}
+				if err := x.walk(base, next, stack); err != nil {
 					return err
 				}
 			}
 		}
 		for _, sn := range ruleSets(r.Rule) {
-			s := a.t.Sets[sn]
+			s := x.t.Sets[sn]
 			if s == nil || !s.Def.IsMap() {
 				continue
 			}
 			elems := slices.Clone(s.Elems)
-			slices.SortFunc(elems, func(x, y *nftstate.Element) int { return strings.Compare(x.ID(), y.ID()) })
+			slices.SortFunc(elems, func(x, y *Element) int { return strings.Compare(x.ID(), y.ID()) })
 			for _, e := range elems {
 				v := e.Verdict
 				if v == nil || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
 					continue
 				}
-				if next := a.t.Chains[v.Chain]; next != nil {
-					if err := a.walk(base, next, stack); err != nil {
+				if next := x.t.Chains[v.Chain]; next != nil {
+					if slices.Contains(stack, v.Chain) {
+						return x.refuseRule(r, loop(stack, v.Chain))
+					}
+					if err := x.walk(base, next, stack); err != nil {
 						return err
 					}
 				}
@@ -384,4 +419,23 @@ func (a *applier) walk(base, c *chain, stack []string) error {
 		}
 	}
 	return nil
+}
+
+// refuseRule reports a refusal found at commit in a rule: at the
+// operation that added it, or (a rule of an earlier transaction) at the
+// transaction.
+func (x *Txn) refuseRule(r *Rule, err error) error {
+	if i, ok := x.added[r]; ok {
+		return x.refuse(i, err)
+	}
+	if x.dialect == File && r.Line > 0 {
+		err = fmt.Errorf("%w (from line %d of an earlier text)", err, r.Line)
+	}
+	return x.refuse(-1, err)
+}
+
+// loop is the refusal of a jump back into the stack: the kernel finds
+// loops by the nesting limit, EMLINK.
+func loop(stack []string, to string) error {
+	return kerr(unix.EMLINK, "chain loop: %s -> %s", strings.Join(stack, " -> "), to)
 }

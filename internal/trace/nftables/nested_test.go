@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 // listedV4 is baseV4 + svcA + svcB as `nft list table ip kube-proxy`
@@ -148,7 +149,7 @@ func TestNestedListingMatchesFlatText(t *testing.T) {
 	if diff := cmp.Diff(sortedLines(want), sortedLines(listed.String())); diff != "" {
 		t.Errorf("listing vs flat text (-flat +listing):\n%s", diff)
 	}
-	for _, p := range []Packet{
+	for _, p := range []trace.Packet{
 		pkt(tcp, "203.0.113.5:40000", "10.0.0.10:30080", "eth0"),
 		pkt(tcp, "10.180.1.7:40000", "10.96.0.20:80", "cali1"),
 		pkt(tcp, "10.180.1.1:40000", "10.96.0.10:80", "cali1"),
@@ -233,13 +234,13 @@ func TestNestedErrors(t *testing.T) {
 		{"unclosed chain", "table ip t {\n\tchain c {\n", 2, "chain block is not closed"},
 		{"bad element", "table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.1,\n\t\t\t10.0.0.999 }\n\t}\n}\n", 2, `set s (lines 2-6): element of "s": invalid address "10.0.0.999"`},
 		{"inet family", "table inet t {\n}\n", 1, `unsupported family "inet"`},
-		{"jump to a chain no block declares", "table ip t {\n\tchain c {\n\t\tjump nope\n\t}\n}\n", 3, `no chain "nope"`},
+		{"jump to a chain no block declares", "table ip t {\n\tchain c {\n\t\tjump nope\n\t}\n}\n", 3, `jump to chain "nope", which does not exist`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseNFT(tc.text)
-			var pe *ParseError
+			var pe *trace.ParseError
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v, want a *ParseError", err)
+				t.Fatalf("got %v, want a *trace.ParseError", err)
 			}
 			if pe.Line != tc.wantLine || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("got line %d %q, want line %d containing %q", pe.Line, err, tc.wantLine, tc.wantErr)

@@ -1,4 +1,4 @@
-package nfttest
+package nftstate
 
 import (
 	"net/netip"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
-	"github.com/kproxy/kproxy/internal/kernel/nft/nftstate"
 )
 
 func addrLen(t nft.DataType) int {
@@ -50,15 +49,16 @@ func sameSetFlags(a, b *nft.Set) bool {
 		a.Dynamic == b.Dynamic && timeoutFlag(a) == timeoutFlag(b)
 }
 
-func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
+func (x *Txn) setOp(p *nft.Parsed) error {
+	kind, s := p.Op.Kind, p.Op.Set
 	if s.Name == "" {
 		return kerr(unix.EINVAL, "set without a name")
 	}
-	old := a.t.Sets[s.Name]
+	old := x.t.Sets[s.Name]
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(s.Comment); err != nil {
-			return err
+		if old != nil && p.Create {
+			return kerr(unix.EEXIST, "set %s exists", s.Name)
 		}
 		if s.Endpoints != "" {
 			if len(s.Key) > 0 || s.Data != "" || s.Interval || s.Dynamic || s.Timeout > 0 {
@@ -68,7 +68,7 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 				return kerr(unix.EOPNOTSUPP, "endpoint map %s: comments are not supported", s.Name)
 			}
 			if old == nil {
-				a.t.AddSet(nftstate.NewSet(*s, a.tx.Family))
+				x.t.AddSet(x.newSet(p))
 			} else if !sameSetFlags(&old.Def, s) {
 				return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
 			}
@@ -85,14 +85,16 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 		if s.IsMap() && s.Data != nft.TypeVerdict {
 			return kerr(unix.EINVAL, "map %s: only verdict maps are supported", s.Name)
 		}
-		if s.Interval && len(s.Key) > 1 {
+		// kproxy's netlink lowering has neither of these (nfnetlink
+		// refuses them before the kernel sees them); nft -f has.
+		if x.dialect == Netlink && s.Interval && len(s.Key) > 1 {
 			return kerr(unix.EOPNOTSUPP, "set %s: interval sets with concatenated keys are not supported", s.Name)
 		}
-		if s.Interval && s.Key[0] != nft.TypeIPv4Addr && s.Key[0] != nft.TypeIPv6Addr {
+		if x.dialect == Netlink && s.Interval && s.Key[0] != nft.TypeIPv4Addr && s.Key[0] != nft.TypeIPv6Addr {
 			return kerr(unix.EOPNOTSUPP, "set %s: only address interval sets are supported", s.Name)
 		}
 		if old == nil {
-			a.t.AddSet(nftstate.NewSet(*s, a.tx.Family))
+			x.t.AddSet(x.newSet(p))
 			return nil
 		}
 		// The kernel refuses to redefine a set but updates its timeout;
@@ -116,14 +118,14 @@ func (a *applier) setOp(kind nft.OpKind, s *nft.Set) error {
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
 		}
-		for cn, c := range a.t.Chains {
+		for cn, c := range x.t.Chains {
 			for _, r := range c.Rules {
 				if slices.Contains(ruleSets(r.Rule), s.Name) {
 					return kerr(unix.EBUSY, "set %s is still used by a rule in chain %s", s.Name, cn)
 				}
 			}
 		}
-		a.t.DeleteSet(s.Name)
+		x.t.DeleteSet(s.Name)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -209,8 +211,15 @@ func sameVerdict(a, b *nft.Verdict) bool {
 	return *a == *b
 }
 
-func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
-	s := a.t.Sets[e.Set]
+func (x *Txn) newSet(p *nft.Parsed) *Set {
+	s := NewSet(*p.Op.Set, x.t.Family)
+	s.Line = p.Line
+	return s
+}
+
+func (x *Txn) elementOp(i int, p *nft.Parsed) error {
+	kind, e := p.Op.Kind, p.Op.Element
+	s := x.t.Sets[e.Set]
 	if s == nil {
 		return kerr(unix.ENOENT, "set %s does not exist", e.Set)
 	}
@@ -218,7 +227,7 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 		return kerr(unix.EINVAL, "elements cannot be flushed")
 	}
 	if s.Def.Endpoints != "" || e.IsEndpoint() {
-		return a.endpointElementOp(kind, s, e)
+		return x.endpointElementOp(i, p, s)
 	}
 	if len(e.Key) != len(s.Def.Key) {
 		return kerr(unix.EINVAL, "key has %d components, set %s has %d", len(e.Key), e.Set, len(s.Def.Key))
@@ -230,26 +239,31 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 	}
 	// The identity of an interval element is its range: a /32 prefix
 	// and its address are one element, as in the kernel.
-	k := nftstate.KeyID(e.Key)
+	k := KeyID(e.Key)
+	// Overlaps are checked for single addresses (nft -f may give
+	// concatenated intervals, which overlap only in every field).
+	ranges := s.Def.Interval && len(s.Def.Key) == 1
 	var lo, hi netip.Addr
-	if s.Def.Interval {
+	if ranges {
 		lo, hi = valueRange(e.Key[0])
 	}
 	old := s.Get(k)
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(e.Comment); err != nil {
-			return err
-		}
 		if s.Def.IsMap() {
 			if e.Verdict == nil {
 				return kerr(unix.EINVAL, "map element without a verdict")
 			}
-			if err := a.checkJump(*e.Verdict); err != nil {
-				return err
+			if x.dialect == Netlink {
+				if err := x.checkJump(*e.Verdict); err != nil {
+					return err
+				}
 			}
 		} else if e.Verdict != nil {
 			return kerr(unix.EINVAL, "set element with a verdict")
+		}
+		if old != nil && p.Create {
+			return kerr(unix.EEXIST, "element %s exists in %s", elemKey(e.Key), e.Set)
 		}
 		if old != nil {
 			// Adding an element that exists is fine if it maps to the
@@ -260,7 +274,7 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 			}
 			return nil
 		}
-		if s.Def.Interval {
+		if ranges {
 			for _, o := range s.Elems {
 				olo, ohi := valueRange(o.Key[0])
 				if lo.Compare(ohi) <= 0 && olo.Compare(hi) <= 0 {
@@ -279,7 +293,7 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 			v := *e.Verdict
 			ne.Verdict = &v
 		}
-		s.Add(&nftstate.Element{Element: ne})
+		x.addElement(i, p, s, ne)
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
@@ -293,14 +307,15 @@ func (a *applier) elementOp(kind nft.OpKind, e *nft.Element) error {
 
 // endpointElementOp adds or deletes "INDEX : ADDR . PORT" in an endpoint
 // map, keyed by INDEX.
-func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) error {
+func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
+	kind, e := p.Op.Kind, p.Op.Element
 	if s.Def.Endpoints == "" || !e.IsEndpoint() || e.Verdict != nil || (len(e.Key) > 0) != s.Def.ByService {
 		if s.Def.ByService {
 			return kerr(unix.EINVAL, "an endpoint map keyed by service holds exactly the elements ADDR . PORT . INDEX : ADDR . PORT (set %s)", e.Set)
 		}
 		return kerr(unix.EINVAL, "an endpoint map holds exactly the elements INDEX : ADDR . PORT (set %s)", e.Set)
 	}
-	if err := a.addrFamily(e.To.Addr()); err != nil {
+	if err := x.addrFamily(e.To.Addr()); err != nil {
 		return err
 	}
 	k := strconv.FormatUint(uint64(e.Index), 10)
@@ -308,17 +323,17 @@ func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) err
 		if len(e.Key) != 2 || !e.Key[0].Addr.IsValid() || e.Key[1].Addr.IsValid() || e.Key[1].Prefix.IsValid() || e.Key[1].Proto != "" {
 			return kerr(unix.EINVAL, "an endpoint map key is ADDR . PORT . INDEX (set %s)", e.Set)
 		}
-		if err := a.addrFamily(e.Key[0].Addr); err != nil {
+		if err := x.addrFamily(e.Key[0].Addr); err != nil {
 			return err
 		}
 		k = elemKey(e.Key) + " . " + k
 	}
-	id := nftstate.EndpointID(e.Key, e.Index)
+	id := EndpointID(e.Key, e.Index)
 	old := s.Get(id)
 	switch kind {
 	case nft.OpAdd:
-		if err := nft.CheckComment(e.Comment); err != nil {
-			return err
+		if old != nil && p.Create {
+			return kerr(unix.EEXIST, "element %s exists in %s", k, e.Set)
 		}
 		if old != nil {
 			if old.To != e.To {
@@ -326,7 +341,7 @@ func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) err
 			}
 			return nil
 		}
-		s.Add(&nftstate.Element{Element: *e})
+		x.addElement(i, p, s, *e)
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
@@ -336,4 +351,11 @@ func (a *applier) endpointElementOp(kind nft.OpKind, s *set, e *nft.Element) err
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
 	return nil
+}
+
+// addElement stores an element the transaction adds.
+func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e nft.Element) {
+	ne := &Element{Element: e, Line: p.Line, Gen: x.gen}
+	s.Add(ne)
+	x.addedElems[ne] = i
 }

@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 // Addresses in these tests:
 //
@@ -14,12 +14,13 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/kproxy/kproxy/internal/trace"
 	v1 "k8s.io/api/core/v1"
 )
 
 var (
-	node4 = Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.10")}}
-	node6 = Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("fd00:10::10")}}
+	node4 = trace.Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.10")}}
+	node6 = trace.Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("fd00:10::10")}}
 )
 
 // baseV4 is the fixed part of the ip table, laid out like kproxy's
@@ -84,10 +85,10 @@ add rule ip kube-proxy endpoint-A3-ns/a/tcp/http__10.180.3.1/8080 ip saddr 10.18
 add rule ip kube-proxy endpoint-A3-ns/a/tcp/http__10.180.3.1/8080 meta l4proto tcp dnat to 10.180.3.1:8080
 `
 
-func pkt(proto v1.Protocol, src, dst string, iif string) Packet {
+func pkt(proto v1.Protocol, src, dst string, iif string) trace.Packet {
 	s := netip.MustParseAddrPort(src)
 	d := netip.MustParseAddrPort(dst)
-	return Packet{Src: s.Addr(), SrcPort: s.Port(), Dst: d.Addr(), DstPort: d.Port(), Proto: proto, IIF: iif}
+	return trace.Packet{Src: s.Addr(), SrcPort: s.Port(), Dst: d.Addr(), DstPort: d.Port(), Proto: proto, IIF: iif}
 }
 
 func join(parts ...string) string { return strings.Join(parts, "") }

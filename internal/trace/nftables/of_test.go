@@ -1,4 +1,4 @@
-package trace
+package nftables
 
 import (
 	"testing"
@@ -6,9 +6,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
-// TestTraceOfFake: the tracer walks nfttest.Fake's state (trace.Of) as it
+// TestTraceOfFake: the tracer walks nfttest.Fake's state (Of) as it
 // walks the state it builds from the same text itself: one in-memory
 // nf_tables, whoever filled it. Every packet of TestTraceServices gives
 // the same report, paths included.
@@ -23,7 +24,7 @@ func TestTraceOfFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Packet{
+	for _, p := range []trace.Packet{
 		pkt(tcp, "10.180.1.7:40000", "10.96.0.10:80", "cali1"),
 		pkt(tcp, "203.0.113.5:40000", "10.96.0.10:80", "eth0"),
 		pkt(tcp, "10.180.1.1:40000", "10.96.0.10:80", "cali1"),
