@@ -195,6 +195,12 @@ func New(opts Options) *Loop {
 			clk = clock.RealClock{}
 		}
 		l.run = runner.New("sync-runner", func() error {
+			if !l.opts.Tracker.HasSynced() {
+				// Not a sync: the runner starts no min-sync-period
+				// for it, so the first sync runs when the sources
+				// report synced, not a min-sync-period later.
+				return errNotSynced
+			}
 			if l.opts.BeforeSync != nil {
 				l.opts.BeforeSync(l.ctx)
 			}
@@ -236,12 +242,17 @@ func (l *Loop) Run(ctx context.Context) {
 	l.run.Run(ctx)
 }
 
+// errNotSynced is what Run's syncs return before the sources synced.
+var errNotSynced = fmt.Errorf("sources have not synced yet: %w", runner.ErrNotReady)
+
 // Changed tells the loop that the tracker has news: the health server
-// hears that work is waiting, and a sync is asked for. Wire it to the
-// tracker's OnChange.
+// hears that work is waiting, and a sync is asked for once the sources
+// have synced (as upstream's proxiers ask only once initialized). The
+// tracker's Synced reports a change too, which asks for the first sync.
+// Wire it to the tracker's OnChange.
 func (l *Loop) Changed() {
 	l.QueuedUpdate()
-	if l.opts.Request != nil {
+	if l.opts.Request != nil && l.opts.Tracker.HasSynced() {
 		l.opts.Request()
 	}
 }
@@ -301,7 +312,13 @@ func (l *Loop) Sync(ctx context.Context) error {
 	metrics.EndpointChangesPending.Set(0)
 	if u.Node != nil || u.NodeDeleted {
 		if nodeNeedsFull(l.node, u.Node) {
-			klog.V(2).InfoS("Node changed in a way that affects rules; next sync is full")
+			if l.node == nil {
+				// At start the Node comes with the first sync, which
+				// is full anyway: no extra sync, nothing to wait for.
+				klog.V(2).InfoS("Node known; next sync is full", "node", u.Node.Name)
+			} else {
+				klog.V(2).InfoS("Node changed in a way that affects rules; next sync is full")
+			}
 			for f := range l.needFull {
 				l.needFull[f] = true
 			}

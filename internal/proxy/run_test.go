@@ -8,7 +8,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kproxy/kproxy/internal/model"
 )
@@ -90,5 +92,63 @@ func TestLoopRun(t *testing.T) {
 	}
 	if n := after.Load(); n != 3 {
 		t.Errorf("AfterSync ran %d times after 3 syncs of the loop", n)
+	}
+}
+
+// TestLoopRunFirstSyncAtOnce: the first sync runs as soon as the sources
+// report synced, however many changes came before, without the clock
+// moving: kproxy's start used to wait out a whole min-sync-period,
+// because a change before the sources synced made the runner run (and
+// then cool down) for nothing.
+func TestLoopRunFirstSyncAtOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	b := &signallingBackend{synced: make(chan Request, 16)}
+	var l *Loop
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4},
+		OnChange: func() { l.Changed() }})
+	l = New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b}, Clock: clk,
+		SyncPeriod: time.Hour, MinSyncPeriod: time.Second, RetryInterval: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// The initial list arrives; the runner has time to act on it.
+	tr.NodeUpdated(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case r := <-b.synced:
+		t.Fatalf("synced before the sources did: %+v", r)
+	default:
+	}
+	tr.ServiceUpdated(makeService("b", "198.19.0.2"))
+	tr.Synced()
+	select {
+	case r := <-b.synced:
+		if !r.Full || r.Changed.Len() != 2 {
+			t.Fatalf("first sync: full=%v changed=%v, want a full sync of 2 service ports", r.Full, r.Changed)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync when the sources synced (the clock did not move)")
+	}
+	// Later changes are paced by min-sync-period, as before.
+	tr.ServiceUpdated(makeService("c", "198.19.0.3"))
+	select {
+	case r := <-b.synced:
+		t.Fatalf("a change synced within min-sync-period of the first sync: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for deadline := time.Now().Add(5 * time.Second); !clk.HasWaiters() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(time.Second)
+	select {
+	case r := <-b.synced:
+		if r.Full || r.Changed.Len() != 1 {
+			t.Fatalf("second sync: full=%v changed=%v, want a partial sync of 1 service port", r.Full, r.Changed)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync after min-sync-period")
 	}
 }
