@@ -23,7 +23,6 @@
 //     minInterval of its own: a change that arrives right after it is not
 //     held back by it. Upstream has no such run; it leaves stale chains to
 //     the next sync, whenever that comes.
-//
 //   - ErrNotReady: fn returns it when it could do nothing yet (the proxy's
 //     sources have not delivered their initial state). Such a run does not
 //     count: it starts no minInterval and is not retried, so that the first
