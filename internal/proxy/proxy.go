@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -122,6 +123,12 @@ type Options struct {
 	// the release of idle memory, which waits for no sync to run).
 	// Optional.
 	BeforeSync, AfterSync func(ctx context.Context)
+	// ParallelFamilies lets the families' backends sync at the same time
+	// (each on its own goroutine), for modes whose families share no
+	// kernel object and no adapter state: nftables mode (a table and a
+	// netlink socket per family). The backends, OnRefused and the
+	// metrics must then be safe for concurrent use across families.
+	ParallelFamilies bool
 	// OnRefused is called for each service port the kernel refused, which
 	// every later sync leaves out until it changes or is retried (see
 	// isolate.go). Optional.
@@ -356,7 +363,12 @@ func (l *Loop) Sync(ctx context.Context) error {
 	// family's state), logged beside each family's sync time.
 	modelSeconds := l.opts.Clock.Since(modelStart).Seconds()
 	var errs []error
-	for f, b := range l.opts.Backends {
+	// Each family's work is decided first, then the backends sync (at
+	// once with ParallelFamilies), then the outcomes are recorded in
+	// family order.
+	var work []*familySync
+	for _, f := range l.families() {
+		b := l.opts.Backends[f]
 		now := l.opts.Clock.Now()
 		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.fullSyncPeriod()
 		if w, ok := b.(FullSyncWanter); ok && !full && w.WantsFullSync() {
@@ -375,15 +387,13 @@ func (l *Loop) Sync(ctx context.Context) error {
 			l.observeTriggers(f)
 			continue
 		}
-		req := &Request{State: view, Changed: l.pending[f], Node: l.node, ServiceCIDRs: model.PrefixesOf(l.serviceCIDRs, f), Full: full, Now: now}
-		start := l.opts.Clock.Now()
-		res, err := b.Sync(ctx, req)
-		if err != nil {
-			res, err = l.isolate(ctx, f, b, req, err)
-		} else {
-			clear(l.retrying[f])
-		}
-		elapsed := l.opts.Clock.Since(start).Seconds()
+		work = append(work, &familySync{f: f, b: b, now: now, full: full,
+			req: &Request{State: view, Changed: l.pending[f], Node: l.node, ServiceCIDRs: model.PrefixesOf(l.serviceCIDRs, f), Full: full, Now: now}})
+	}
+	l.syncBackends(ctx, work)
+	for _, w := range work {
+		f, full, now, res, err := w.f, w.full, w.now, w.res, w.err
+		elapsed := w.seconds
 		fam := string(f)
 		metrics.SyncProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
 		if full {
@@ -459,6 +469,64 @@ func (l *Loop) Sync(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// familySync is one family's backend sync within a Sync of the loop.
+type familySync struct {
+	f       v1.IPFamily
+	b       Backend
+	req     *Request
+	full    bool
+	now     time.Time
+	res     *Result
+	err     error
+	seconds float64
+}
+
+// families returns the families that have a backend, the tracker's
+// (primary first) before any other, each once.
+func (l *Loop) families() []v1.IPFamily {
+	out := make([]v1.IPFamily, 0, len(l.opts.Backends))
+	for _, f := range l.opts.Tracker.Families() {
+		if _, ok := l.opts.Backends[f]; ok && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	for f := range l.opts.Backends {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// syncBackends runs each family's backend sync (and, after a failure, the
+// failure isolation, which touches only that family's part of the loop).
+// With ParallelFamilies and more than one family they run at once, as
+// upstream's two proxiers of a dual-stack node do: a node's first sync
+// takes as long as its slowest family, not as long as both.
+func (l *Loop) syncBackends(ctx context.Context, work []*familySync) {
+	one := func(w *familySync) {
+		start := l.opts.Clock.Now()
+		w.res, w.err = w.b.Sync(ctx, w.req)
+		if w.err != nil {
+			w.res, w.err = l.isolate(ctx, w.f, w.b, w.req, w.err)
+		} else {
+			clear(l.retrying[w.f])
+		}
+		w.seconds = l.opts.Clock.Since(start).Seconds()
+	}
+	if !l.opts.ParallelFamilies || len(work) < 2 {
+		for _, w := range work {
+			one(w)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, w := range work {
+		wg.Go(func() { one(w) })
+	}
+	wg.Wait()
 }
 
 // fullSyncPeriod is Options.FullSyncPeriod, SyncPeriod when unset.

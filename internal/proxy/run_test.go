@@ -152,3 +152,66 @@ func TestLoopRunFirstSyncAtOnce(t *testing.T) {
 		t.Fatal("no sync after min-sync-period")
 	}
 }
+
+// meetingBackend's Sync reports that it started, then waits until the
+// test lets it go.
+type meetingBackend struct {
+	entered chan<- v1.IPFamily
+	release <-chan struct{}
+	f       v1.IPFamily
+}
+
+func (b *meetingBackend) Sync(context.Context, *Request) (*Result, error) {
+	b.entered <- b.f
+	<-b.release
+	return &Result{}, nil
+}
+
+// TestLoopParallelFamilies: with ParallelFamilies, both families' syncs
+// are under way at the same time (the first sync of a dual-stack node
+// takes as long as its slower family); without it, one after the other.
+func TestLoopParallelFamilies(t *testing.T) {
+	for _, parallel := range []bool{true, false} {
+		entered := make(chan v1.IPFamily, 2)
+		release := make(chan struct{})
+		fams := []v1.IPFamily{model.IPv4, model.IPv6}
+		tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: fams})
+		backends := map[v1.IPFamily]Backend{}
+		for _, f := range fams {
+			backends[f] = &meetingBackend{entered: entered, release: release, f: f}
+		}
+		l := New(Options{Tracker: tr, Backends: backends, Clock: clock.RealClock{}, SyncPeriod: time.Hour, ParallelFamilies: parallel})
+		tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+		tr.Synced()
+		done := make(chan error)
+		go func() { done <- l.Sync(context.Background()) }()
+
+		var seen []v1.IPFamily
+		timeout := time.After(5 * time.Second)
+		if !parallel {
+			timeout = time.After(200 * time.Millisecond)
+		}
+	wait:
+		for len(seen) < 2 {
+			select {
+			case f := <-entered:
+				seen = append(seen, f)
+			case <-timeout:
+				break wait
+			}
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("parallel=%v: %v", parallel, err)
+		}
+		switch {
+		case parallel && len(seen) != 2:
+			t.Errorf("parallel: only %v synced at once, want both families", seen)
+		case !parallel && len(seen) != 1:
+			t.Errorf("not parallel: %v synced at once, want one family at a time", seen)
+		}
+		if !parallel && len(seen) == 1 && seen[0] != model.IPv4 {
+			t.Errorf("not parallel: %v synced first, want the primary family", seen[0])
+		}
+	}
+}
