@@ -239,8 +239,9 @@ func New(opts Options) *Loop {
 }
 
 // Run syncs until ctx is done, paced by Options' periods: the first sync
-// at once, then on changes (Changed), repairs and deferred clean-ups, and
-// at least every SyncPeriod. It needs Options.RetryInterval.
+// as soon as the sources have synced (no min-sync-period before it), then
+// on changes (Changed), repairs and deferred clean-ups, and at least every
+// SyncPeriod. It needs Options.RetryInterval.
 func (l *Loop) Run(ctx context.Context) {
 	if l.run == nil {
 		panic("proxy.Loop.Run without Options.RetryInterval")
