@@ -311,7 +311,13 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		Services:       svcHealth,
 		MinSyncPeriod:  minSyncPeriod,
 		RetryInterval:  retryInterval(syncPeriod),
-		BeforeSync:     func(context.Context) { idle.Begin() },
+		// nftables mode: a table and a netlink socket per family. Not
+		// iptables mode: the legacy backend's restores of both families
+		// queue for one xtables lock (-w 5, a bounded wait that a long
+		// restore of the other family could exceed). Not ipvs mode: the
+		// families share kube-ipvs0, IPVS and its ipsets.
+		ParallelFamilies: mode == config.ModeNFTables,
+		BeforeSync:       func(context.Context) { idle.Begin() },
 		AfterSync: func(ctx context.Context) {
 			after.run(ctx)
 			idle.End()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -122,6 +123,12 @@ type Options struct {
 	// the release of idle memory, which waits for no sync to run).
 	// Optional.
 	BeforeSync, AfterSync func(ctx context.Context)
+	// ParallelFamilies lets the families' backends sync at the same time
+	// (each on its own goroutine), for modes whose families share no
+	// kernel object and no adapter state: nftables mode (a table and a
+	// netlink socket per family). The backends, OnRefused and the
+	// metrics must then be safe for concurrent use across families.
+	ParallelFamilies bool
 	// OnRefused is called for each service port the kernel refused, which
 	// every later sync leaves out until it changes or is retried (see
 	// isolate.go). Optional.
@@ -195,6 +202,12 @@ func New(opts Options) *Loop {
 			clk = clock.RealClock{}
 		}
 		l.run = runner.New("sync-runner", func() error {
+			if !l.opts.Tracker.HasSynced() {
+				// Not a sync: the runner starts no min-sync-period
+				// for it, so the first sync runs when the sources
+				// report synced, not a min-sync-period later.
+				return errNotSynced
+			}
 			if l.opts.BeforeSync != nil {
 				l.opts.BeforeSync(l.ctx)
 			}
@@ -226,8 +239,9 @@ func New(opts Options) *Loop {
 }
 
 // Run syncs until ctx is done, paced by Options' periods: the first sync
-// at once, then on changes (Changed), repairs and deferred clean-ups, and
-// at least every SyncPeriod. It needs Options.RetryInterval.
+// as soon as the sources have synced (no min-sync-period before it), then
+// on changes (Changed), repairs and deferred clean-ups, and at least every
+// SyncPeriod. It needs Options.RetryInterval.
 func (l *Loop) Run(ctx context.Context) {
 	if l.run == nil {
 		panic("proxy.Loop.Run without Options.RetryInterval")
@@ -236,12 +250,17 @@ func (l *Loop) Run(ctx context.Context) {
 	l.run.Run(ctx)
 }
 
+// errNotSynced is what Run's syncs return before the sources synced.
+var errNotSynced = fmt.Errorf("sources have not synced yet: %w", runner.ErrNotReady)
+
 // Changed tells the loop that the tracker has news: the health server
-// hears that work is waiting, and a sync is asked for. Wire it to the
-// tracker's OnChange.
+// hears that work is waiting, and a sync is asked for once the sources
+// have synced (as upstream's proxiers ask only once initialized). The
+// tracker's Synced reports a change too, which asks for the first sync.
+// Wire it to the tracker's OnChange.
 func (l *Loop) Changed() {
 	l.QueuedUpdate()
-	if l.opts.Request != nil {
+	if l.opts.Request != nil && l.opts.Tracker.HasSynced() {
 		l.opts.Request()
 	}
 }
@@ -301,7 +320,13 @@ func (l *Loop) Sync(ctx context.Context) error {
 	metrics.EndpointChangesPending.Set(0)
 	if u.Node != nil || u.NodeDeleted {
 		if nodeNeedsFull(l.node, u.Node) {
-			klog.V(2).InfoS("Node changed in a way that affects rules; next sync is full")
+			if l.node == nil {
+				// At start the Node comes with the first sync, which
+				// is full anyway: no extra sync, nothing to wait for.
+				klog.V(2).InfoS("Node known; next sync is full", "node", u.Node.Name)
+			} else {
+				klog.V(2).InfoS("Node changed in a way that affects rules; next sync is full")
+			}
 			for f := range l.needFull {
 				l.needFull[f] = true
 			}
@@ -339,7 +364,12 @@ func (l *Loop) Sync(ctx context.Context) error {
 	// family's state), logged beside each family's sync time.
 	modelSeconds := l.opts.Clock.Since(modelStart).Seconds()
 	var errs []error
-	for f, b := range l.opts.Backends {
+	// Each family's work is decided first, then the backends sync (at
+	// once with ParallelFamilies), then the outcomes are recorded in
+	// family order.
+	var work []*familySync
+	for _, f := range l.families() {
+		b := l.opts.Backends[f]
 		now := l.opts.Clock.Now()
 		full := l.needFull[f] || now.Sub(l.lastFull[f]) >= l.fullSyncPeriod()
 		if w, ok := b.(FullSyncWanter); ok && !full && w.WantsFullSync() {
@@ -358,15 +388,13 @@ func (l *Loop) Sync(ctx context.Context) error {
 			l.observeTriggers(f)
 			continue
 		}
-		req := &Request{State: view, Changed: l.pending[f], Node: l.node, ServiceCIDRs: model.PrefixesOf(l.serviceCIDRs, f), Full: full, Now: now}
-		start := l.opts.Clock.Now()
-		res, err := b.Sync(ctx, req)
-		if err != nil {
-			res, err = l.isolate(ctx, f, b, req, err)
-		} else {
-			clear(l.retrying[f])
-		}
-		elapsed := l.opts.Clock.Since(start).Seconds()
+		work = append(work, &familySync{f: f, b: b, now: now, full: full,
+			req: &Request{State: view, Changed: l.pending[f], Node: l.node, ServiceCIDRs: model.PrefixesOf(l.serviceCIDRs, f), Full: full, Now: now}})
+	}
+	l.syncBackends(ctx, work)
+	for _, w := range work {
+		f, full, now, res, err := w.f, w.full, w.now, w.res, w.err
+		elapsed := w.seconds
 		fam := string(f)
 		metrics.SyncProxyRulesLatency.WithLabelValues(fam).Observe(elapsed)
 		if full {
@@ -442,6 +470,64 @@ func (l *Loop) Sync(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// familySync is one family's backend sync within a Sync of the loop.
+type familySync struct {
+	f       v1.IPFamily
+	b       Backend
+	req     *Request
+	full    bool
+	now     time.Time
+	res     *Result
+	err     error
+	seconds float64
+}
+
+// families returns the families that have a backend, the tracker's
+// (primary first) before any other, each once.
+func (l *Loop) families() []v1.IPFamily {
+	out := make([]v1.IPFamily, 0, len(l.opts.Backends))
+	for _, f := range l.opts.Tracker.Families() {
+		if _, ok := l.opts.Backends[f]; ok && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	for f := range l.opts.Backends {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// syncBackends runs each family's backend sync (and, after a failure, the
+// failure isolation, which touches only that family's part of the loop).
+// With ParallelFamilies and more than one family they run at once, as
+// upstream's two proxiers of a dual-stack node do: a node's first sync
+// takes as long as its slowest family, not as long as both.
+func (l *Loop) syncBackends(ctx context.Context, work []*familySync) {
+	one := func(w *familySync) {
+		start := l.opts.Clock.Now()
+		w.res, w.err = w.b.Sync(ctx, w.req)
+		if w.err != nil {
+			w.res, w.err = l.isolate(ctx, w.f, w.b, w.req, w.err)
+		} else {
+			clear(l.retrying[w.f])
+		}
+		w.seconds = l.opts.Clock.Since(start).Seconds()
+	}
+	if !l.opts.ParallelFamilies || len(work) < 2 {
+		for _, w := range work {
+			one(w)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, w := range work {
+		wg.Go(func() { one(w) })
+	}
+	wg.Wait()
 }
 
 // fullSyncPeriod is Options.FullSyncPeriod, SyncPeriod when unset.

@@ -165,6 +165,36 @@ func TestRunner(t *testing.T) {
 			{step: time.Minute, want: nil},
 		},
 	}, {
+		// kproxy's first sync waited out a whole min interval: a change
+		// that arrived before the sources had synced made a run that could
+		// do nothing, and the run the synced sources asked for waited
+		// for the cooldown of that one.
+		name: "a run that was not ready starts no cooldown",
+		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
+		outcomes:  []outcome{{err: ErrNotReady}, {err: fmt.Errorf("sources: %w", ErrNotReady)}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{requests: 1, want: []string{"run 0s", "idle"}},
+			{step: 100 * time.Millisecond, requests: 1, want: []string{"run 100ms", "idle"}},
+			// Ready now: runs at once, and this run's cooldown applies.
+			{requests: 1, want: []string{"run 100ms", "cooldown"}},
+			{requests: 1, want: nil},
+			{step: time.Second, want: []string{"idle", "run 1.1s", "cooldown"}},
+			{step: time.Second, want: []string{"idle"}},
+			// Not ready is not a failure: nothing was retried.
+			{step: time.Minute, want: nil},
+		},
+	}, {
+		name: "a periodic run that was not ready is not retried and keeps the period",
+		min:  time.Second, max: 10 * time.Second, retry: 5 * time.Second,
+		outcomes:  []outcome{{err: ErrNotReady}},
+		startWant: []string{"idle"},
+		actions: []action{
+			{step: 10 * time.Second, want: []string{"run 10s", "idle"}},
+			{step: 9999 * time.Millisecond, want: nil},
+			{step: time.Millisecond, want: []string{"run 20s", "cooldown"}},
+		},
+	}, {
 		name: "requests before Run are kept and coalesced",
 		min:  time.Second, max: time.Hour, retry: 10 * time.Second,
 		requestsBeforeRun: 5,

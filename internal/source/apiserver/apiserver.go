@@ -125,12 +125,13 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 	// informer) is what we wait for: an informer has synced when its
 	// store is full, a registration only once its handler has been given
 	// every object of the initial list. A deliveringStore has synced once
-	// it has delivered the first list.
-	synced := []cache.InformerSynced{svcStore.hasSynced, sliceStore.hasSynced}
+	// it has delivered the first list. Each is waited on through its
+	// channel, not polled: the first sync follows the last list at once.
+	synced := []cache.DoneChecker{svcStore, sliceStore}
 	nodeReg, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(handlerFuncs(s.wantNode, sh.NodeUpdated, sh.NodeDeleted))
 	errs := []error{err}
 	if nodeReg != nil {
-		synced = append(synced, nodeReg.HasSynced)
+		synced = append(synced, nodeReg.HasSyncedChecker())
 	}
 	// ServiceCIDRs are not waited for, as upstream does not: the first
 	// sync runs without them (so without the drop of unallocated cluster
@@ -165,7 +166,7 @@ func (s *apiSource) Run(ctx context.Context, h model.EventHandler) error {
 	}
 
 	klog.InfoS("Waiting for Services, EndpointSlices and Node to sync", "node", s.hostname)
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitFor(ctx, "", synced...) {
 		return fmt.Errorf("apiserver source: caches did not sync: %w", context.Cause(ctx))
 	}
 	klog.InfoS("Services, EndpointSlices and Node synced", "node", s.hostname)

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -41,9 +40,14 @@ type deliveringStore[T metav1.Object] struct {
 	keep func(T) tombInfo
 	tomb func(types.NamespacedName, tombInfo) T
 
-	mu     sync.Mutex
-	known  map[types.NamespacedName]tombInfo
-	synced atomic.Bool
+	mu    sync.Mutex
+	known map[types.NamespacedName]tombInfo
+	// synced is closed once the first list has been delivered: the
+	// source waits on it (cache.WaitFor) rather than polling every
+	// 100 ms as cache.WaitForCacheSync does, which cost a start up to
+	// 0.1 s before the first sync.
+	synced     chan struct{}
+	syncedOnce sync.Once
 }
 
 // tombInfo is what a deletion needs of an object besides its namespace and
@@ -53,7 +57,10 @@ type tombInfo struct {
 	service     string
 }
 
-var _ cache.ReflectorStore = (*deliveringStore[*v1.Service])(nil)
+var (
+	_ cache.ReflectorStore = (*deliveringStore[*v1.Service])(nil)
+	_ cache.DoneChecker    = (*deliveringStore[*v1.Service])(nil)
+)
 
 func newServiceStore(updated, deleted func(*v1.Service)) *deliveringStore[*v1.Service] {
 	return &deliveringStore[*v1.Service]{
@@ -62,7 +69,7 @@ func newServiceStore(updated, deleted func(*v1.Service)) *deliveringStore[*v1.Se
 		tomb: func(k types.NamespacedName, _ tombInfo) *v1.Service {
 			return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
 		},
-		known: map[types.NamespacedName]tombInfo{},
+		known: map[types.NamespacedName]tombInfo{}, synced: make(chan struct{}),
 	}
 }
 
@@ -81,7 +88,7 @@ func newSliceStore(updated, deleted func(*discovery.EndpointSlice)) *deliveringS
 			}
 			return s
 		},
-		known: map[types.NamespacedName]tombInfo{},
+		known: map[types.NamespacedName]tombInfo{}, synced: make(chan struct{}),
 	}
 }
 
@@ -186,7 +193,7 @@ func (s *deliveringStore[T]) Replace(list []any, _ string) error {
 	for _, g := range goneList {
 		s.deleted(s.tomb(g.k, g.kept))
 	}
-	s.synced.Store(true)
+	s.syncedOnce.Do(func() { close(s.synced) })
 	return nil
 }
 
@@ -195,4 +202,21 @@ func (s *deliveringStore[T]) Replace(list []any, _ string) error {
 func (s *deliveringStore[T]) Resync() error { return nil }
 
 // hasSynced reports whether the first list has been delivered.
-func (s *deliveringStore[T]) hasSynced() bool { return s.synced.Load() }
+func (s *deliveringStore[T]) hasSynced() bool {
+	select {
+	case <-s.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// Name implements cache.DoneChecker.
+func (s *deliveringStore[T]) Name() string {
+	var zero T
+	return fmt.Sprintf("%T store", zero)
+}
+
+// Done implements cache.DoneChecker: closed once the first list has been
+// delivered.
+func (s *deliveringStore[T]) Done() <-chan struct{} { return s.synced }

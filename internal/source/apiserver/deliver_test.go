@@ -1,8 +1,10 @@
 package apiserver
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -93,16 +95,32 @@ func TestDeliveringStore(t *testing.T) {
 }
 
 // TestDeliveringStoreSynced: synced once the first list is delivered, not
-// before, even when watch events came first.
+// before, even when watch events came first; the source's wait
+// (cache.WaitFor on the store's Done channel) ends then, without polling.
 func TestDeliveringStoreSynced(t *testing.T) {
 	s := newServiceStore(func(*v1.Service) {}, func(*v1.Service) {})
 	_ = s.Add(makeService("demo", "web", nil))
-	if s.hasSynced() {
+	if s.hasSynced() || cache.IsDone(s) {
 		t.Fatal("synced before any list")
 	}
+	waited := make(chan bool)
+	go func() { waited <- cache.WaitFor(context.Background(), "", s) }()
 	_ = s.Replace(nil, "1")
 	if !s.hasSynced() {
 		t.Fatal("not synced after the first list")
+	}
+	select {
+	case ok := <-waited:
+		if !ok {
+			t.Fatal("WaitFor: not done")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitFor did not end with the first list")
+	}
+	// A relist leaves it synced (and closes nothing twice).
+	_ = s.Replace(nil, "2")
+	if !cache.IsDone(s) {
+		t.Fatal("not synced after a relist")
 	}
 }
 
