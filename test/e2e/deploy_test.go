@@ -49,7 +49,7 @@ const (
 	deployManifest = "deploy/kproxy.yaml"
 	deployNS       = "kube-system"
 	deployName     = "kproxy"
-	deployConfigCM = "kproxy-config"
+	deployConfigCM = "kproxy-config-v1"
 	// deploySAUser is how the API server names the DaemonSet's pods.
 	deploySAUser = "system:serviceaccount:" + deployNS + ":" + deployName
 	applyManager = "kproxy-e2e"
@@ -115,7 +115,7 @@ func TestDeployManifestObjects(t *testing.T) {
 			t.Errorf("%s/%s: namespace %q, want %q", o.GetKind(), o.GetName(), o.GetNamespace(), deployNS)
 		}
 	}
-	want := []string{"ServiceAccount/kproxy", "ClusterRole/kproxy", "ClusterRoleBinding/kproxy", "ConfigMap/kproxy-config", "DaemonSet/kproxy"}
+	want := []string{"ServiceAccount/kproxy", "ClusterRole/kproxy", "ClusterRoleBinding/kproxy", "ConfigMap/" + deployConfigCM, "DaemonSet/kproxy"}
 	if !slices.Equal(got, want) {
 		t.Errorf("objects = %v, want %v", got, want)
 	}
@@ -274,7 +274,7 @@ func TestDeployPodSpec(t *testing.T) {
 		typ             corev1.HostPathType
 	}{
 		{"/run/xtables.lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate},
-		{"/lib/modules", "/lib/modules", true, corev1.HostPathDirectory},
+		{"/lib/modules", "/lib/modules", true, ""},
 	} {
 		i := slices.IndexFunc(ctr.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == tc.mount })
 		if i < 0 {

@@ -466,8 +466,8 @@ func TestImage(t *testing.T) {
 	img := unpackImage(t, archive, dir)
 
 	version := kproxyVersion(t, root)
-	if img.ref != version {
-		t.Errorf("image reference %q, want %q", img.ref, version)
+	if want := imageName + ":" + version; img.ref != want {
+		t.Errorf("image reference %q, want %q", img.ref, want)
 	}
 	labels := img.config.Config.Labels
 	if got := labels["org.opencontainers.image.version"]; got != version {
