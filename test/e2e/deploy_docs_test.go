@@ -16,7 +16,6 @@ import (
 	"errors"
 	"io"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -36,7 +35,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kproxy/kproxy/internal/config"
-	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
 // deployDocs are the documents whose commands are checked, each from the
@@ -55,14 +53,7 @@ const (
 // API type, refusing unknown and duplicated fields.
 func strictManifest(t *testing.T) (ds *appsv1.DaemonSet, cm *corev1.ConfigMap) {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, deployManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, deployManifest)
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := r.Read()
@@ -228,14 +219,7 @@ func TestDeployResources(t *testing.T) {
 // (wrapped spans joined).
 func docCommands(t *testing.T, rel, section string) []string {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readRepoFile(t, rel)
 	text := string(b)
 	if section != "" {
 		_, after, ok := strings.Cut(text, "\n"+section+"\n")

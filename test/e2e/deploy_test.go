@@ -58,14 +58,7 @@ const (
 // loadDeployObjects reads every object of deploy/kproxy.yaml, in order.
 func loadDeployObjects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, deployManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, deployManifest)
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -524,4 +517,18 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// readRepoFile reads a file of the repository by its path from the root.
+func readRepoFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
