@@ -15,12 +15,20 @@
 # bookworm-slim is made of: no docs, man pages or locales) with the
 # packages of deploy/image-packages.txt. mmdebstrap makes the root
 # filesystem, umoci commits it as a single-layer OCI image. Needs root;
-# installs mmdebstrap and umoci with apt-get when they are missing.
+# installs mmdebstrap, umoci and jq with apt-get when they are missing.
 #
-# Use it:
-#   podman load -i _output/image/kproxy-*.oci.tar
-#   skopeo copy oci-archive:_output/image/kproxy-....oci.tar docker-daemon:localhost/kproxy:VERSION
-#   ctr -n k8s.io images import --base-name localhost/kproxy _output/image/kproxy-....oci.tar
+# The index names the image localhost/kproxy:VERSION twice, in the two
+# annotations importers read: io.containerd.image.name (containerd's
+# importer, used by `ctr images import`, takes it as the full name before
+# anything else; podman's libimage reads it first too) and
+# org.opencontainers.image.ref.name (containers/image, skopeo, older
+# podman). So each of these stores it under the name deploy/kproxy.yaml
+# uses, without a tag or --base-name:
+#   ctr -n k8s.io images import _output/image/kproxy-....oci.tar
+#   podman load -i _output/image/kproxy-....oci.tar
+#   skopeo copy oci-archive:_output/image/kproxy-....oci.tar containers-storage:localhost/kproxy:VERSION
+# (on RKE2: /var/lib/rancher/rke2/bin/ctr --address /run/k3s/containerd/containerd.sock
+# -n k8s.io images import ..., see docs/rke2.md).
 #
 # Options:
 #   --print-archive  print the archive path of the current source state, build nothing
@@ -89,6 +97,7 @@ fi
 missing=()
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v umoci >/dev/null || missing+=(umoci)
+command -v jq >/dev/null || missing+=(jq)
 if ((${#missing[@]})); then
 	command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
 	log "installing ${missing[*]}"
@@ -171,6 +180,11 @@ umoci config --image "$work/layout:$version" \
 	--config.label "org.opencontainers.image.ref.name=$image:$version" \
 	--config.label "org.opencontainers.image.base.name=debian:$suite (mmdebstrap minbase)"
 umoci gc --layout "$work/layout"
+# umoci names the manifest by its tag alone; give the index entry the full
+# name in both annotations (see the top of this file).
+jq --arg name "$image:$version" '.manifests |= map(.annotations += {"org.opencontainers.image.ref.name": $name, "io.containerd.image.name": $name})' \
+	"$work/layout/index.json" >"$work/index.json"
+mv "$work/index.json" "$work/layout/index.json"
 tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
 	-C "$work/layout" -cf "$work/image.oci.tar" .
 log "  OCI image: $((SECONDS - t))s"

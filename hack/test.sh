@@ -7,7 +7,8 @@
 #   sudo hack/test.sh -run TestFoo    extra flags go to every `go test`
 #
 # As root, set-up installs and builds what the suite needs, each step only
-# when missing: Debian's nftables, iptables, iproute2 and conntrack; the
+# when missing: Debian's nftables, iptables, iproute2, conntrack and
+# containerd (TestImageContainerdImport imports the image with its ctr); the
 # test VM (test/vm/prepare.sh: qemu and Debian's kernel with SCTP and IPVS
 # modules); kube-apiserver and etcd for the end-to-end tests
 # (test/tools/build.sh, ~10 minutes the first time); the container image
@@ -58,6 +59,7 @@ if [ "$unit" = 0 ]; then
   command -v iptables >/dev/null 2>&1 || pkgs+=(iptables)
   command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
   command -v conntrack >/dev/null 2>&1 || pkgs+=(conntrack)
+  command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
   if [ "${#pkgs[@]}" -gt 0 ]; then
     echo "== installing ${pkgs[*]}"
     if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }; then
@@ -65,7 +67,7 @@ if [ "$unit" = 0 ]; then
       exit 1
     fi
   fi
-  for b in nft iptables iptables-legacy iptables-nft ip conntrack; do
+  for b in nft iptables iptables-legacy iptables-nft ip conntrack containerd ctr; do
     if ! command -v "$b" >/dev/null 2>&1; then
       echo "hack/test.sh: $b is still missing after set-up" >&2
       exit 1

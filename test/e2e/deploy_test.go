@@ -49,7 +49,7 @@ const (
 	deployManifest = "deploy/kproxy.yaml"
 	deployNS       = "kube-system"
 	deployName     = "kproxy"
-	deployConfigCM = "kproxy-config"
+	deployConfigCM = "kproxy-config-v1"
 	// deploySAUser is how the API server names the DaemonSet's pods.
 	deploySAUser = "system:serviceaccount:" + deployNS + ":" + deployName
 	applyManager = "kproxy-e2e"
@@ -58,14 +58,7 @@ const (
 // loadDeployObjects reads every object of deploy/kproxy.yaml, in order.
 func loadDeployObjects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, deployManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readRepoFile(t, deployManifest)
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -115,7 +108,7 @@ func TestDeployManifestObjects(t *testing.T) {
 			t.Errorf("%s/%s: namespace %q, want %q", o.GetKind(), o.GetName(), o.GetNamespace(), deployNS)
 		}
 	}
-	want := []string{"ServiceAccount/kproxy", "ClusterRole/kproxy", "ClusterRoleBinding/kproxy", "ConfigMap/kproxy-config", "DaemonSet/kproxy"}
+	want := []string{"ServiceAccount/kproxy", "ClusterRole/kproxy", "ClusterRoleBinding/kproxy", "ConfigMap/" + deployConfigCM, "DaemonSet/kproxy"}
 	if !slices.Equal(got, want) {
 		t.Errorf("objects = %v, want %v", got, want)
 	}
@@ -274,7 +267,7 @@ func TestDeployPodSpec(t *testing.T) {
 		typ             corev1.HostPathType
 	}{
 		{"/run/xtables.lock", "/run/xtables.lock", false, corev1.HostPathFileOrCreate},
-		{"/lib/modules", "/lib/modules", true, corev1.HostPathDirectory},
+		{"/lib/modules", "/lib/modules", true, ""},
 	} {
 		i := slices.IndexFunc(ctr.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == tc.mount })
 		if i < 0 {
@@ -524,4 +517,18 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// readRepoFile reads a file of the repository by its path from the root.
+func readRepoFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -466,8 +466,8 @@ func TestImage(t *testing.T) {
 	img := unpackImage(t, archive, dir)
 
 	version := kproxyVersion(t, root)
-	if img.ref != version {
-		t.Errorf("image reference %q, want %q", img.ref, version)
+	if want := imageName + ":" + version; img.ref != want {
+		t.Errorf("image reference %q, want %q", img.ref, want)
 	}
 	labels := img.config.Config.Labels
 	if got := labels["org.opencontainers.image.version"]; got != version {
@@ -540,5 +540,167 @@ func TestImage(t *testing.T) {
 				t.Errorf("kproxy in the image misses a tool: its log says %q:\n%s", found, log)
 			}
 		})
+	}
+}
+
+// readArchiveIndex reads index.json of an OCI archive.
+func readArchiveIndex(t *testing.T, archive string) ociIndex {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("%s has no index.json", archive)
+		} else if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		if strings.TrimPrefix(h.Name, "./") != "index.json" {
+			continue
+		}
+		var idx ociIndex
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			t.Fatalf("%s: index.json: %v", archive, err)
+		}
+		return idx
+	}
+}
+
+// imageNameAnnotations are the annotations of an index entry that image
+// importers take the image's name from: containerd's importer (ctr images
+// import) and podman's libimage read io.containerd.image.name first,
+// containers/image and skopeo org.opencontainers.image.ref.name.
+var imageNameAnnotations = []string{"io.containerd.image.name", "org.opencontainers.image.ref.name"}
+
+// TestImageArchiveName: the archive's index names its one image with the
+// DaemonSet's full image name, so importing it needs no retagging.
+func TestImageArchiveName(t *testing.T) {
+	var ds appsv1.DaemonSet
+	deployObject(t, loadDeployObjects(t), "DaemonSet", deployName, &ds)
+	want := ds.Spec.Template.Spec.Containers[0].Image
+	idx := readArchiveIndex(t, imageArchive(t))
+	if len(idx.Manifests) != 1 {
+		t.Fatalf("index has %d manifests, want 1", len(idx.Manifests))
+	}
+	for _, a := range imageNameAnnotations {
+		if got := idx.Manifests[0].Annotations[a]; got != want {
+			t.Errorf("index annotation %s = %q, want the DaemonSet's image %q", a, got, want)
+		}
+	}
+}
+
+// TestImageContainerdImport imports the archive with Debian's containerd
+// and ctr, as docs/rke2.md tells an operator to (no --base-name, no
+// retagging), into a containerd of the test's own (root, state and socket
+// in a temporary directory), and expects it listed under the DaemonSet's
+// image name.
+func TestImageContainerdImport(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("containerd needs root")
+	}
+	bins := map[string]string{}
+	for _, b := range []string{"containerd", "ctr"} {
+		p, err := exec.LookPath(b)
+		if err != nil {
+			msg := fmt.Sprintf("no %s in PATH (Debian's containerd package; hack/test.sh installs it)", b)
+			if framework.Mandatory() {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		bins[b] = p
+	}
+	var ds appsv1.DaemonSet
+	deployObject(t, loadDeployObjects(t), "DaemonSet", deployName, &ds)
+	want := ds.Spec.Template.Spec.Containers[0].Image
+	archive := imageArchive(t)
+
+	dir, err := os.MkdirTemp("", "kproxy-containerd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "containerd.sock")
+	cfg := filepath.Join(dir, "config.toml")
+	// Only what importing needs: no CRI plugin (it would start a CNI and
+	// stream server of its own), no snapshotter but overlayfs and native.
+	conf := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[debug]
+  address = %q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "debug.sock"), filepath.Join(dir, "opt"))
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var daemonLog bytes.Buffer
+	d := exec.Command(bins["containerd"], "--config", cfg)
+	d.Stdout, d.Stderr = &daemonLog, &daemonLog
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	t.Cleanup(func() {
+		// Stopped by its PID; then nothing may stay mounted under dir
+		// (an unpacked layer) before the directory goes.
+		_ = d.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = d.Process.Kill()
+			<-exited
+		}
+		if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+			for i := len(m) - 1; i >= 0; i-- {
+				_ = exec.Command("umount", m[i]).Run()
+			}
+			if m, err := mountsUnder(dir); err != nil || len(m) > 0 {
+				t.Errorf("not removing %s: mounts %v left under it (%v)", dir, m, err)
+				return
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing %s: %v", dir, err)
+		}
+	})
+	ctr := func(args ...string) (string, error) {
+		out, err := exec.Command(bins["ctr"], append([]string{"--address", sock, "-n", "k8s.io"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := ctr("version"); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("containerd exited: %v\n%s", err, daemonLog.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd not answering on %s after 30s:\n%s", sock, daemonLog.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := ctr("images", "import", archive); err != nil {
+		t.Fatalf("ctr images import: %v\n%s\ncontainerd:\n%s", err, out, daemonLog.String())
+	}
+	out, err := ctr("images", "ls", "-q")
+	if err != nil {
+		t.Fatalf("ctr images ls: %v\n%s", err, out)
+	}
+	if names := strings.Fields(out); !slices.Equal(names, []string{want}) {
+		t.Errorf("containerd lists %v after the import, want exactly [%s]", names, want)
 	}
 }
