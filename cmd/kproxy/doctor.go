@@ -372,13 +372,18 @@ func printFacts(w io.Writer, f hostFacts, findings []finding) {
 	}
 	p("nftables mode tables: %s", listOrNone(f.NFTables))
 	printForeign(p, f.Foreign)
+	// On a node that runs ipvs mode these objects are its own, not leftovers.
+	ipvsWhat := "IPVS leftovers"
+	if ipvsRunning(f) {
+		ipvsWhat = "ipvs mode's objects (in use)"
+	}
 	switch {
 	case f.IPVSErr != nil:
 		p("IPVS: cannot tell (%v)", f.IPVSErr)
 	case f.IPVS.Empty():
-		p("IPVS leftovers: none")
+		p("%s: none", ipvsWhat)
 	default:
-		p("IPVS leftovers: interface %q, %d ipsets, %d virtual servers", f.IPVS.Link, len(f.IPVS.IPSets), len(f.IPVS.VirtualServers))
+		p("%s: interface %q, %d ipsets, %d virtual servers", ipvsWhat, f.IPVS.Link, len(f.IPVS.IPSets), len(f.IPVS.VirtualServers))
 	}
 	printIPVS(p, f.IPVSNode)
 	keys := make([]string, 0, len(f.Sysctls))

@@ -122,6 +122,38 @@ func TestPrintIPVS(t *testing.T) {
 	}
 }
 
+// TestPrintIPVSObjects: kube-proxy's IPVS objects are "leftovers" only
+// on a node that does not run ipvs mode.
+func TestPrintIPVSObjects(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		edit       func(*hostFacts)
+		want, nots string
+	}{
+		{name: "ipvs mode running", edit: func(*hostFacts) {},
+			want: `ipvs mode's objects (in use): interface "kube-ipvs0", 2 ipsets, 1 virtual servers`, nots: "leftovers"},
+		{name: "ipvs mode configured, nothing answers", edit: func(f *hostFacts) { f.RunningMode, f.RunningBackend, f.Mode = "", "", "ipvs" },
+			want: "ipvs mode's objects (in use):", nots: "leftovers"},
+		{name: "iptables mode running", edit: func(f *hostFacts) { f.RunningMode = "iptables" },
+			want: `IPVS leftovers: interface "kube-ipvs0", 2 ipsets, 1 virtual servers`, nots: "in use"},
+		{name: "nftables mode, none left", edit: func(f *hostFacts) { f.RunningMode, f.IPVS = "nftables", kipvs.Leftovers{IPVSChecked: true} },
+			want: "IPVS leftovers: none", nots: "in use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ipvsNodeFacts()
+			tc.edit(&f)
+			var b strings.Builder
+			printFacts(&b, f, nil)
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("report lacks %q:\n%s", tc.want, b.String())
+			}
+			if strings.Contains(b.String(), tc.nots) {
+				t.Errorf("report says %q:\n%s", tc.nots, b.String())
+			}
+		})
+	}
+}
+
 // TestSchedulerModules: loaded, built in, loadable and missing modules
 // told apart from /sys/module and the kernel's module lists.
 func TestSchedulerModules(t *testing.T) {

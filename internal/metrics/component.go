@@ -21,11 +21,10 @@ import (
 //
 // registered_metrics_total counts metrics registered through
 // component-base: upstream's kubeproxy_* (metrics.go registers them there,
-// all of them, where upstream registers those of its mode), not kproxy's
-// own kproxy_* (plain client_golang, in Registry) nor the kernel packet
-// counters (custom collectors, which upstream's count does not include
-// either).
+// all of them, where upstream registers those of its mode) and kproxy's
+// own kproxy_*, not the kernel packet counters (custom collectors, which
+// upstream's count does not include either).
 
 // Gatherer is what /metrics serves: the component-base legacy registry and
-// kproxy's Registry.
+// Registry (the kernel packet counters).
 var Gatherer prometheus.Gatherer = prometheus.Gatherers{legacyregistry.DefaultGatherer, Registry}

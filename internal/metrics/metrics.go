@@ -8,8 +8,12 @@
 // ALPHA metric with "[ALPHA] ") and registered in its legacy registry, so
 // registered_metrics_total counts them.
 //
-// kproxy's own metrics use the kproxy_ prefix and plain client_golang, in
-// Registry; the kernel packet counters are custom collectors there too.
+// kproxy's own metrics use the kproxy_ prefix. They are component-base
+// metrics in the same registry too (their help gets "[ALPHA] " as well),
+// so registered_metrics_total counts them as it counts upstream's; their
+// series are client_golang's (CounterVec, GaugeVec). The kernel packet
+// counters are custom collectors in Registry, which component-base's
+// count leaves out, as upstream's custom collectors.
 //
 // Label values: ip_family is "IPv4" or "IPv6" (string(v1.IPFamily)); code is
 // the HTTP status code as decimal text; table is an iptables table name;
@@ -304,7 +308,7 @@ var (
 	// the three), each object of a file it could not use at all (no kind
 	// or name, a field of the wrong type, a duplicate), which the model
 	// never sees.
-	InvalidObjectsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	InvalidObjectsTotal = newCounterVec(&k8smetrics.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "invalid_objects_total",
 		Help:      "Number of malformed Service, EndpointSlice or Node parts that were skipped",
@@ -313,7 +317,7 @@ var (
 	// RefusedServicePortsTotal counts service ports whose rules the kernel
 	// refused: the sync that failed was repeated without them, so every
 	// other service is programmed (see internal/proxy/isolate.go).
-	RefusedServicePortsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	RefusedServicePortsTotal = newCounterVec(&k8smetrics.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "sync_refused_service_ports_total",
 		Help:      "Number of times a service port was left out of a sync because the kernel refused its rules",
@@ -322,7 +326,7 @@ var (
 	// RefusedServicePorts is the number of service ports left out now
 	// because the kernel refused their rules; each is retried when it
 	// changes or after a backoff.
-	RefusedServicePorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	RefusedServicePorts = newGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "refused_service_ports",
 		Help:      "Number of service ports not programmed because the kernel refused their rules",
@@ -332,7 +336,7 @@ var (
 	// protocol and port, or a node port) that a service port currently
 	// loses to another one, by the kind of the losing claim ("clusterIP",
 	// "externalIP", "loadBalancerIP", "nodePort"); see model/resolve.go.
-	ContestedAddresses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	ContestedAddresses = newGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "contested_addresses",
 		Help:      "Number of service port claims on an address that another service port holds, by the kind of the losing claim",
@@ -342,7 +346,7 @@ var (
 	// successful sync of a family (every mode; upstream has no such metric,
 	// and in nftables mode no rule count either). Refused ones are not
 	// counted (see RefusedServicePorts).
-	ServicePorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	ServicePorts = newGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "service_ports",
 		Help:      "Number of service ports programmed by the last successful sync",
@@ -353,7 +357,7 @@ var (
 	// every full sync). Rules of both backends run on every packet, legacy
 	// first, so anything above zero can steal service traffic; `kproxy
 	// --cleanup` removes them.
-	IPTablesOtherBackendChains = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	IPTablesOtherBackendChains = newGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "iptables_other_backend_chains",
 		Help:      "Number of kube-proxy chains found in the iptables backend kproxy does not use",
@@ -362,7 +366,7 @@ var (
 	// IPTablesLockWait is how long each iptables-restore waited for the
 	// xtables lock that kubelet and other tools take too (legacy backend;
 	// the wait is bounded, see IPTablesLockTimeoutsTotal).
-	IPTablesLockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	IPTablesLockWait = k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
 		Namespace: kproxyNamespace,
 		Name:      "iptables_lock_wait_seconds",
 		Help:      "Time iptables-restore waited for the xtables lock",
@@ -371,7 +375,7 @@ var (
 
 	// IPTablesLockTimeoutsTotal counts restores that gave up waiting for
 	// the xtables lock (the sync is retried, full).
-	IPTablesLockTimeoutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	IPTablesLockTimeoutsTotal = newCounterVec(&k8smetrics.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "iptables_lock_timeouts_total",
 		Help:      "Number of iptables-restore runs that gave up waiting for the xtables lock",
@@ -382,7 +386,7 @@ var (
 	// not a regular file, too large, empty, unparsable or cut short, or a
 	// directory with no snapshot file left. The objects such a file gave
 	// before are kept. reason is one of file.Reasons.
-	SourceFileErrorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	SourceFileErrorsTotal = newCounterVec(&k8smetrics.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "source_file_errors_total",
 		Help:      "Number of snapshot file faults (the file's last good objects were kept), by reason",
@@ -390,7 +394,7 @@ var (
 
 	// SourceFileLastGoodTimestamp is the Unix time of the last read of the
 	// --from-file source in which every file was good.
-	SourceFileLastGoodTimestamp = prometheus.NewGauge(prometheus.GaugeOpts{
+	SourceFileLastGoodTimestamp = k8smetrics.NewGauge(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "source_file_last_good_read_timestamp_seconds",
 		Help:      "The last time every snapshot file of the file source was read without a fault",
@@ -402,7 +406,7 @@ var (
 	// of kproxy's (kind "unknown": nf_tables notifications were lost, so
 	// what changed is not known). Each is repaired by a full sync of the
 	// family. mode is the proxy mode ("nftables", "iptables").
-	RulesDriftTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	RulesDriftTotal = newCounterVec(&k8smetrics.CounterOpts{
 		Namespace: kproxyNamespace,
 		Name:      "rules_drift_total",
 		Help:      "Number of changes to kproxy's rules made by someone else, found and repaired, by kind of object",
@@ -410,7 +414,7 @@ var (
 
 	// Info is always 1; its labels say what this kproxy runs. Set it with
 	// SetInfo.
-	Info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Info = newGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: kproxyNamespace,
 		Name:      "info",
 		Help:      "Information about the running kproxy: proxy mode, backend and version. Always 1.",
@@ -459,14 +463,11 @@ func upstreamMetrics() []k8smetrics.Registerable {
 	}
 }
 
-// ownCollectors lists what Registry holds: the kernel packet counters
-// (custom collectors, as upstream's, which component-base does not count)
-// and kproxy's own kproxy_* metrics.
-func ownCollectors() []prometheus.Collector {
-	return []prometheus.Collector{
-		IPTablesCTStateInvalidDroppedPackets,
-		IPTablesLocalhostNodePortsAcceptedPackets,
-		NFTablesLocalhostNodePortRejectedPackets,
+// ownMetrics are kproxy's own kproxy_* metrics, component-base metrics
+// registered in its legacy registry beside upstream's, so that
+// registered_metrics_total counts them.
+func ownMetrics() []k8smetrics.Registerable {
+	return []k8smetrics.Registerable{
 		InvalidObjectsTotal,
 		RefusedServicePortsTotal,
 		RefusedServicePorts,
@@ -482,13 +483,24 @@ func ownCollectors() []prometheus.Collector {
 	}
 }
 
-func init() {
-	legacyregistry.MustRegister(upstreamMetrics()...)
+// ownCollectors lists what Registry holds: the kernel packet counters
+// (custom collectors, as upstream's, which component-base does not count).
+func ownCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		IPTablesCTStateInvalidDroppedPackets,
+		IPTablesLocalhostNodePortsAcceptedPackets,
+		NFTablesLocalhostNodePortRejectedPackets,
+	}
 }
 
-// Register registers kproxy's own collectors with reg. Registering twice
-// with the same registry is harmless. Any other registration error means
-// two metrics share a name, a programming error, and panics.
+func init() {
+	legacyregistry.MustRegister(upstreamMetrics()...)
+	legacyregistry.MustRegister(ownMetrics()...)
+}
+
+// Register registers the kernel packet counters with reg. Registering
+// twice with the same registry is harmless. Any other registration error
+// means two metrics share a name, a programming error, and panics.
 func Register(reg prometheus.Registerer) {
 	registerAll(reg, ownCollectors())
 }
@@ -506,25 +518,56 @@ func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) {
 }
 
 // Describe sends the descriptions of every kubeproxy_ and kproxy_ metric
-// /metrics serves (upstream's in the legacy registry, kproxy's own in
-// Registry), whether or not it has a series yet.
+// /metrics serves (upstream's and kproxy's own in the legacy registry, the
+// kernel packet counters in Registry), whether or not it has a series yet.
 func Describe(ch chan<- *prometheus.Desc) {
-	for _, m := range upstreamMetrics() {
+	for _, m := range append(upstreamMetrics(), ownMetrics()...) {
 		m.Describe(ch)
 	}
 	Registry.Describe(ch)
 }
 
-// Registry holds kproxy's own collectors; /metrics serves it through
+// Registry holds the kernel packet counters; /metrics serves it through
 // Gatherer, together with component-base's legacy registry (upstream's
-// kubeproxy_* metrics, the Go runtime and process metrics, see
-// component.go).
+// kubeproxy_* metrics, kproxy's kproxy_* ones, the Go runtime and process
+// metrics, see component.go).
 var Registry = newDefaultRegistry()
 
 func newDefaultRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	Register(reg)
 	return reg
+}
+
+// CounterVec is a component-base counter vector (registered in the legacy
+// registry, so that registered_metrics_total counts it) whose series are
+// client_golang counters, as plain client_golang vectors give: callers and
+// tests read them with client_golang's testutil.
+type CounterVec struct{ *k8smetrics.CounterVec }
+
+func newCounterVec(opts *k8smetrics.CounterOpts, labels []string) CounterVec {
+	return CounterVec{k8smetrics.NewCounterVec(opts, labels)}
+}
+
+// WithLabelValues returns the series of these label values; a no-op
+// counter while the vector is not registered (component-base's rule).
+func (v CounterVec) WithLabelValues(lvs ...string) prometheus.Counter {
+	// component-base returns the client_golang counter, or its no-op
+	// metric, which implements prometheus.Counter too.
+	return v.CounterVec.WithLabelValues(lvs...).(prometheus.Counter)
+}
+
+// GaugeVec is CounterVec's counterpart for gauges.
+type GaugeVec struct{ *k8smetrics.GaugeVec }
+
+func newGaugeVec(opts *k8smetrics.GaugeOpts, labels []string) GaugeVec {
+	return GaugeVec{k8smetrics.NewGaugeVec(opts, labels)}
+}
+
+// WithLabelValues returns the series of these label values; a no-op
+// gauge while the vector is not registered (component-base's rule).
+func (v GaugeVec) WithLabelValues(lvs ...string) prometheus.Gauge {
+	return v.GaugeVec.WithLabelValues(lvs...).(prometheus.Gauge)
 }
 
 // kernelReadTimeout bounds one read of kernel counters during a scrape (as

@@ -16,8 +16,9 @@ import (
 
 // want lists every kubeproxy_ metric of upstream v1.36's metrics reference
 // (kubernetes.io "Metrics (v1.36)", component kube-proxy) plus the v1.37
-// additions of KEP-6032, and kproxy's own. help is without the "[ALPHA] "
-// prefix, which is checked separately.
+// additions of KEP-6032, and kproxy's own (component-base metrics too, so
+// ALPHA as well). help is without the "[ALPHA] " prefix, which is checked
+// separately.
 var want = []struct {
 	name   string
 	typ    dto.MetricType
@@ -51,25 +52,26 @@ var want = []struct {
 	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, "Number of services with a Local traffic policy and no endpoints", []string{"ip_family", "traffic_policy"}, true},
 	{"kubeproxy_sync_proxy_rules_service_changes_pending", dto.MetricType_GAUGE, "Pending proxy rules Service changes", nil, true},
 	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, "Cumulative proxy rules Service changes", nil, true},
-	{"kproxy_contested_addresses", dto.MetricType_GAUGE, "Number of service port claims on an address that another service port holds, by the kind of the losing claim", []string{"ip_family", "kind"}, false},
-	{"kproxy_info", dto.MetricType_GAUGE, "Information about the running kproxy: proxy mode, backend and version. Always 1.", []string{"backend", "mode", "version"}, false},
-	{"kproxy_invalid_objects_total", dto.MetricType_COUNTER, "Number of malformed Service, EndpointSlice or Node parts that were skipped", []string{"kind", "reason"}, false},
-	{"kproxy_source_file_errors_total", dto.MetricType_COUNTER, "Number of snapshot file faults (the file's last good objects were kept), by reason", []string{"reason"}, false},
-	{"kproxy_source_file_last_good_read_timestamp_seconds", dto.MetricType_GAUGE, "The last time every snapshot file of the file source was read without a fault", nil, false},
+	{"kproxy_contested_addresses", dto.MetricType_GAUGE, "Number of service port claims on an address that another service port holds, by the kind of the losing claim", []string{"ip_family", "kind"}, true},
+	{"kproxy_info", dto.MetricType_GAUGE, "Information about the running kproxy: proxy mode, backend and version. Always 1.", []string{"backend", "mode", "version"}, true},
+	{"kproxy_invalid_objects_total", dto.MetricType_COUNTER, "Number of malformed Service, EndpointSlice or Node parts that were skipped", []string{"kind", "reason"}, true},
+	{"kproxy_source_file_errors_total", dto.MetricType_COUNTER, "Number of snapshot file faults (the file's last good objects were kept), by reason", []string{"reason"}, true},
+	{"kproxy_source_file_last_good_read_timestamp_seconds", dto.MetricType_GAUGE, "The last time every snapshot file of the file source was read without a fault", nil, true},
 }
 
 // registerForTest registers every kubeproxy_ and kproxy_ metric with reg:
-// kproxy's own as Register does, and upstream's, which the package
-// registered in component-base's legacy registry.
+// the kernel packet counters as Register does, and upstream's and
+// kproxy's own, which the package registered in component-base's legacy
+// registry.
 func registerForTest(reg prometheus.Registerer) {
 	Register(reg)
-	for _, m := range upstreamMetrics() {
+	for _, m := range append(upstreamMetrics(), ownMetrics()...) {
 		reg.MustRegister(m)
 	}
 }
 
-// TestRegisteredMetricsTotal: upstream's metrics count in component-base's
-// registered_metrics_total, as upstream's do.
+// TestRegisteredMetricsTotal: upstream's metrics and kproxy's own count in
+// component-base's registered_metrics_total, as upstream's count there.
 func TestRegisteredMetricsTotal(t *testing.T) {
 	mfs, err := Gatherer.Gather()
 	if err != nil {
@@ -82,8 +84,8 @@ func TestRegisteredMetricsTotal(t *testing.T) {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "stability_level" && l.GetValue() == "ALPHA" {
-					if v := m.GetCounter().GetValue(); v < float64(len(upstreamMetrics())) {
-						t.Errorf("registered_metrics_total{stability_level=\"ALPHA\"} = %v, want at least the %d kubeproxy_ metrics", v, len(upstreamMetrics()))
+					if v, n := m.GetCounter().GetValue(), len(upstreamMetrics())+len(ownMetrics()); v < float64(n) {
+						t.Errorf("registered_metrics_total{stability_level=\"ALPHA\"} = %v, want at least the %d kubeproxy_ and kproxy_ metrics", v, n)
 					}
 					return
 				}
@@ -346,6 +348,7 @@ func TestDefaultRegistry(t *testing.T) {
 		"kubeproxy_sync_proxy_rules_service_changes_pending",
 		"kubernetes_build_info",
 		"registered_metrics_total",
+		"kproxy_source_file_last_good_read_timestamp_seconds",
 	} {
 		if !names[n] {
 			t.Errorf("default Registry lacks %s", n)

@@ -54,9 +54,12 @@ type Update struct {
 	ServiceCIDRs        []netip.Prefix
 	// ServiceChanges and EndpointChanges count the events folded in.
 	ServiceChanges, EndpointChanges int
-	// TriggerTimes holds, per service whose endpoints changed, the
-	// earliest last-change-trigger-time seen since the last Take.
-	TriggerTimes map[types.NamespacedName]time.Time
+	// TriggerTimes holds, per IP family and service whose endpoints of
+	// that family changed, the earliest last-change-trigger-time seen
+	// since the last Take. The family is the changed slice's address
+	// type: as upstream's per-family change trackers, a change to an IPv4
+	// slice is measured in IPv4 only.
+	TriggerTimes map[v1.IPFamily]map[types.NamespacedName]time.Time
 }
 
 // Empty reports whether the update carries no change.
@@ -115,7 +118,7 @@ type Tracker struct {
 	// serviceCIDRs is the current set, sentCIDRs the one last taken.
 	serviceCIDRs, sentCIDRs []netip.Prefix
 	cidrsDirty              bool
-	triggers                map[types.NamespacedName]time.Time
+	triggers                map[v1.IPFamily]map[types.NamespacedName]time.Time
 	// start is when the tracker was made: older trigger times describe
 	// changes made before the proxy ran and are not measured (as upstream),
 	// or the first sync would report hours of latency.
@@ -137,9 +140,18 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		sentEps:      map[types.NamespacedName][]slicePort{},
 		dirtySvcs:    sets.New[types.NamespacedName](),
 		dirtyEps:     sets.New[types.NamespacedName](),
-		triggers:     map[types.NamespacedName]time.Time{},
+		triggers:     newTriggers(opts.Families),
 		start:        time.Now(),
 	}
+}
+
+// newTriggers returns an empty trigger time map for each family.
+func newTriggers(fams []v1.IPFamily) map[v1.IPFamily]map[types.NamespacedName]time.Time {
+	m := make(map[v1.IPFamily]map[types.NamespacedName]time.Time, len(fams))
+	for _, f := range fams {
+		m[f] = map[types.NamespacedName]time.Time{}
+	}
+	return m
 }
 
 // Families returns the IP families tracked.
@@ -231,7 +243,7 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 			klog.V(4).InfoS("EndpointSlice not proxied", "endpointSlice", klog.KObj(s), "reason", why)
 			return
 		}
-		t.deleteSliceLocked(key, s.Name)
+		t.deleteSliceLocked(key, s.Name, sliceFamily(s))
 		t.mu.Unlock()
 		t.changed()
 		return
@@ -248,8 +260,11 @@ func (t *Tracker) EndpointSliceUpdated(s *discovery.EndpointSlice) {
 	t.dirtyEps.Insert(key)
 	t.epEvents++
 	if tt, ok := TriggerTime(s); ok && tt.After(t.start) {
-		if old, ok := t.triggers[key]; !ok || tt.Before(old) {
-			t.triggers[key] = tt
+		// Families not proxied have no map: nothing to measure there.
+		if byService := t.triggers[sliceFamily(s)]; byService != nil {
+			if old, ok := byService[key]; !ok || tt.Before(old) {
+				byService[key] = tt
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -266,7 +281,7 @@ func (t *Tracker) EndpointSliceDeleted(s *discovery.EndpointSlice) {
 		return
 	}
 	t.mu.Lock()
-	t.deleteSliceLocked(key, s.Name)
+	t.deleteSliceLocked(key, s.Name, sliceFamily(s))
 	t.mu.Unlock()
 	t.changed()
 }
@@ -279,7 +294,8 @@ func (t *Tracker) forgetSlice(namespace, name string) {
 	found := false
 	for key := range t.slices {
 		if key.Namespace == namespace && t.sliceIndex(key, name) >= 0 {
-			t.deleteSliceLocked(key, name)
+			// Its address type may be what became invalid.
+			t.deleteSliceLocked(key, name, t.opts.Families...)
 			found = true
 		}
 	}
@@ -294,7 +310,13 @@ func (t *Tracker) sliceIndex(key types.NamespacedName, name string) int {
 	return slices.IndexFunc(t.slices[key], func(c *convertedSlice) bool { return c.name == name })
 }
 
-func (t *Tracker) deleteSliceLocked(key types.NamespacedName, name string) {
+// deleteSliceLocked removes a service's slice. A deleted slice's trigger
+// time says when it was last written, not when it was deleted; upstream
+// stops measuring the service then, in the slice's family (fams).
+func (t *Tracker) deleteSliceLocked(key types.NamespacedName, name string, fams ...v1.IPFamily) {
+	for _, f := range fams {
+		delete(t.triggers[f], key)
+	}
 	if i := t.sliceIndex(key, name); i >= 0 {
 		t.slices[key] = slices.Delete(t.slices[key], i, i+1)
 	}
@@ -303,15 +325,20 @@ func (t *Tracker) deleteSliceLocked(key types.NamespacedName, name string) {
 	}
 	t.dirtyEps.Insert(key)
 	t.epEvents++
-	// A deleted slice's trigger time says when it was last written, not
-	// when it was deleted; upstream stops measuring the service then.
-	delete(t.triggers, key)
 }
 
 // proxiedAddressType tells whether a slice can hold proxied endpoints;
 // upstream ignores FQDN (and unknown) slices before counting them.
 func proxiedAddressType(s *discovery.EndpointSlice) bool {
 	return s.AddressType == discovery.AddressTypeIPv4 || s.AddressType == discovery.AddressTypeIPv6
+}
+
+// sliceFamily is the IP family of a proxied slice's addresses.
+func sliceFamily(s *discovery.EndpointSlice) v1.IPFamily {
+	if s.AddressType == discovery.AddressTypeIPv6 {
+		return IPv6
+	}
+	return IPv4
 }
 
 // skipSlice reports why a slice is not proxied, or "". The labels are those
@@ -476,6 +503,6 @@ func (t *Tracker) Take() *Update {
 	t.dirtyEps = sets.New[types.NamespacedName]()
 	t.nodeDirty, t.nodeDeleted = false, false
 	t.svcEvents, t.epEvents = 0, 0
-	t.triggers = map[types.NamespacedName]time.Time{}
+	t.triggers = newTriggers(t.opts.Families)
 	return u
 }

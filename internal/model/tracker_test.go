@@ -65,11 +65,13 @@ func summarize(u *Update) summary {
 	if u.Node != nil {
 		s.Node = u.Node.Name
 	}
-	for k, v := range u.TriggerTimes {
-		if s.Triggers == nil {
-			s.Triggers = map[string]time.Time{}
+	for f, byService := range u.TriggerTimes {
+		for k, v := range byService {
+			if s.Triggers == nil {
+				s.Triggers = map[string]time.Time{}
+			}
+			s.Triggers[fmt.Sprintf("%s %s", f, k)] = v
 		}
-		s.Triggers[k.String()] = v
 	}
 	return s
 }
@@ -448,7 +450,7 @@ func TestTrackerTriggerTimes(t *testing.T) {
 		want: summary{
 			EndpointChanges: 4,
 			Endpoints:       map[string][]string{"IPv4 ns/a:http/TCP": {"198.18.1.1:8080"}, "IPv4 ns/b:http/TCP": {"198.18.1.1:8080"}},
-			Triggers:        map[string]time.Time{"ns/a": t1, "ns/b": t2},
+			Triggers:        map[string]time.Time{"IPv4 ns/a": t1, "IPv4 ns/b": t2},
 		},
 		wantApplied: map[v1.IPFamily][]string{IPv4: {"ns/a:http/TCP", "ns/b:http/TCP"}},
 	}, {
@@ -458,7 +460,7 @@ func TestTrackerTriggerTimes(t *testing.T) {
 		want: summary{
 			EndpointChanges: 1,
 			Endpoints:       map[string][]string{"IPv4 ns/a:http/TCP": {"198.18.1.1:8080"}},
-			Triggers:        map[string]time.Time{"ns/a": t2},
+			Triggers:        map[string]time.Time{"IPv4 ns/a": t2},
 		},
 	}, {
 		name: "times from before the tracker started and missing times are ignored",
@@ -484,10 +486,65 @@ func TestTrackerTriggerTimes(t *testing.T) {
 		want: summary{
 			EndpointChanges: 3,
 			Endpoints:       map[string][]string{"IPv4 ns/a:http/TCP": {"198.18.1.1:8080"}, "IPv4 ns/b:http/TCP": {"198.18.1.1:8080"}},
-			Triggers:        map[string]time.Time{"ns/b": t1},
+			Triggers:        map[string]time.Time{"IPv4 ns/b": t1},
 		},
 	}}
 	runTrackerSteps(t, v4Only, steps)
+}
+
+// TestTrackerTriggerTimesPerFamily: a slice's trigger time counts in the
+// family of its address type only, and deleting a slice of one family
+// keeps the other family's time (upstream's change tracker per family).
+func TestTrackerTriggerTimesPerFamily(t *testing.T) {
+	t1 := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	slice := func(name string, at discovery.AddressType, addr string) *discovery.EndpointSlice {
+		return makeSlice(testNS, "a", name, at, func(s *discovery.EndpointSlice) {
+			s.Annotations = map[string]string{AnnotationTriggerTime: t1.Format(time.RFC3339Nano)}
+			s.Endpoints = []discovery.Endpoint{sliceEP(addr)}
+		})
+	}
+	v4, v6 := slice("a-4", discovery.AddressTypeIPv4, "198.18.1.1"), slice("a-6", discovery.AddressTypeIPv6, "fd00:18::1")
+	eps := func(f v1.IPFamily) map[string][]string {
+		if f == IPv4 {
+			return map[string][]string{"IPv4 ns/a:http/TCP": {"198.18.1.1:8080"}}
+		}
+		return map[string][]string{"IPv6 ns/a:http/TCP": {"[fd00:18::1]:8080"}}
+	}
+	steps := []trackerStep{{
+		name:         "IPv4 slice: IPv4 only",
+		do:           func(tr *Tracker) { tr.EndpointSliceUpdated(v4) },
+		wantOnChange: 1,
+		want:         summary{EndpointChanges: 1, Endpoints: eps(IPv4), Triggers: map[string]time.Time{"IPv4 ns/a": t1}},
+		wantApplied:  map[v1.IPFamily][]string{IPv4: {"ns/a:http/TCP"}},
+	}, {
+		name:         "IPv6 slice: IPv6 only",
+		do:           func(tr *Tracker) { tr.EndpointSliceUpdated(v6) },
+		wantOnChange: 1,
+		want:         summary{EndpointChanges: 1, Endpoints: merge(eps(IPv4), eps(IPv6)), Triggers: map[string]time.Time{"IPv6 ns/a": t1}},
+		wantApplied:  map[v1.IPFamily][]string{IPv6: {"ns/a:http/TCP"}},
+	}, {
+		name: "deleting the IPv6 slice keeps the IPv4 time",
+		do: func(tr *Tracker) {
+			tr.EndpointSliceUpdated(v4)
+			tr.EndpointSliceDeleted(v6)
+		},
+		wantOnChange: 2,
+		want:         summary{EndpointChanges: 2, Endpoints: merge(eps(IPv4), map[string][]string{"IPv6 ns/a:http/TCP": nil}), Triggers: map[string]time.Time{"IPv4 ns/a": t1}},
+		wantApplied:  map[v1.IPFamily][]string{IPv6: {"ns/a:http/TCP"}},
+	}}
+	runTrackerSteps(t, dualNode, steps)
+}
+
+// merge returns the union of two endpoint summaries.
+func merge(a, b map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
 }
 
 func TestTrackerNode(t *testing.T) {

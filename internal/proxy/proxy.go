@@ -169,7 +169,8 @@ type Loop struct {
 	node     *model.Node
 	// serviceCIDRs: of every family, as the tracker last reported them.
 	serviceCIDRs []netip.Prefix
-	// triggers: per family, the trigger times of changes not yet applied.
+	// triggers: per family, the trigger times of that family's endpoint
+	// changes not yet applied.
 	triggers map[v1.IPFamily]map[types.NamespacedName]time.Time
 
 	// repair: families Repair asked a full sync for (drift.go); its own
@@ -352,8 +353,10 @@ func (l *Loop) Sync(ctx context.Context) error {
 			metrics.ContestedAddresses.WithLabelValues(string(f), kind.String()).Set(float64(n))
 		}
 	}
+	// Each family measures the changes of its own slices (upstream's
+	// proxier per family records its own change tracker's times).
 	for f := range l.triggers {
-		for svc, t := range u.TriggerTimes {
+		for svc, t := range u.TriggerTimes[f] {
 			if old, ok := l.triggers[f][svc]; !ok || t.Before(old) {
 				l.triggers[f][svc] = t
 			}

@@ -390,3 +390,66 @@ func TestLoopDeferredCleanup(t *testing.T) {
 		t.Fatalf("nothing pending: requests=%d cleanups=%v", requests, cleanups)
 	}
 }
+
+// TestLoopNetworkProgrammingLatencyFamily: a change to an IPv4
+// EndpointSlice is measured in kubeproxy_network_programming_duration_seconds
+// of IPv4 only, one of an IPv6 slice in IPv6 only (upstream: each family's
+// proxier records its own change tracker's trigger times). The service is
+// dual-stack; the other family syncs too (or has nothing to do), and must
+// not count the change.
+func TestLoopNetworkProgrammingLatencyFamily(t *testing.T) {
+	ctx := context.Background()
+	both := []v1.IPFamily{model.IPv4, model.IPv6}
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: both})
+	b4, b6 := &recordingBackend{}, &recordingBackend{}
+	// Trigger times must be later than the tracker's start (real time);
+	// the loop's clock says when the rules were applied.
+	clk := clocktesting.NewFakeClock(time.Now().Add(time.Hour))
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b4, model.IPv6: b6}, SyncPeriod: 30 * time.Second, Clock: clk})
+	svc := makeService("a", "198.19.0.1")
+	svc.Spec.ClusterIPs = []string{"198.19.0.1", "fd00:19::1"}
+	svc.Spec.IPFamilies = both
+	tr.ServiceUpdated(svc)
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v6Slice := func(trigger time.Time) *discovery.EndpointSlice {
+		s := makeSlice("a", "fd00:18::5", trigger)
+		s.Name, s.AddressType = "a-2", discovery.AddressTypeIPv6
+		return s
+	}
+	count := func(f v1.IPFamily) uint64 {
+		t.Helper()
+		n, err := k8stestutil.GetHistogramMetricCount(metrics.NetworkProgrammingLatency.WithLabelValues(string(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name  string
+		slice func(time.Time) *discovery.EndpointSlice
+		want  v1.IPFamily
+	}{
+		{"IPv4 slice", func(tt time.Time) *discovery.EndpointSlice { return makeSlice("a", "198.18.129.5", tt) }, model.IPv4},
+		{"IPv6 slice", v6Slice, model.IPv6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := map[v1.IPFamily]uint64{model.IPv4: count(model.IPv4), model.IPv6: count(model.IPv6)}
+			tr.EndpointSliceUpdated(tc.slice(time.Now().Add(time.Second)))
+			if err := l.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range both {
+				want := before[f]
+				if f == tc.want {
+					want++
+				}
+				if got := count(f); got != want {
+					t.Errorf("%s samples: %d -> %d, want %d", f, before[f], got, want)
+				}
+			}
+		})
+	}
+}
