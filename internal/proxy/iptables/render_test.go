@@ -7,10 +7,16 @@ package iptables
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 
 	"github.com/kproxy/kproxy/internal/model"
 )
@@ -109,5 +115,57 @@ func TestLargeClusterMode(t *testing.T) {
 				t.Errorf("the cluster IP rule lost its comment")
 			}
 		})
+	}
+}
+
+// TestEndpointOrderIsUpstreams: upstream sorts a service's endpoints by
+// their "ip:port" text (pkg/proxy/endpointslicecache.go, byEndpoint), so
+// "198.18.1.10:8080" < "198.18.1.11:8080" < "198.18.1.9:8080", and rule i
+// of KUBE-SVC gets probability 1/(3-i) in that order. The endpoints go
+// through the tracker, as from the API server, in an order that is
+// neither: the probabilities must land on the endpoints upstream's do.
+func TestEndpointOrderIsUpstreams(t *testing.T) {
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "order"},
+		Spec: v1.ServiceSpec{
+			Type: v1.ServiceTypeClusterIP, ClusterIP: "198.19.1.1", ClusterIPs: []string{"198.19.1.1"},
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	ready := true
+	slice := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "demo", Name: "order-1", Labels: map[string]string{discovery.LabelServiceName: "order"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
+	}
+	for _, ip := range []string{"198.18.1.9", "198.18.1.11", "198.18.1.10"} {
+		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{ip}, Conditions: discovery.EndpointConditions{Ready: &ready}})
+	}
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a"})
+	tr.ServiceUpdated(svc)
+	tr.EndpointSliceUpdated(slice)
+	st := model.NewState(model.IPv4)
+	st.Apply(tr.Take().Families[model.IPv4])
+
+	o := exampleOptions(model.IPv4)
+	text := Render(o.RenderConfig(nil, nil), &Input{State: st, Full: true, Existing: &Existing{}}, NewApplied()).Text()
+	svcChain := newServiceChains(spName("order", "http", model.TCP)).svc
+	var got []string
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, "-A "+svcChain+" ") || !strings.Contains(l, " -> ") {
+			continue
+		}
+		_, ep, _ := strings.Cut(l, " -> ")
+		ep, _, _ = strings.Cut(ep, `"`)
+		prob := "last"
+		if _, p, ok := strings.Cut(l, "--probability "); ok {
+			prob, _, _ = strings.Cut(p, " ")
+		}
+		got = append(got, ep+" "+prob)
+	}
+	want := []string{"198.18.1.10:8080 0.3333333333", "198.18.1.11:8080 0.5000000000", "198.18.1.9:8080 last"}
+	if !slices.Equal(got, want) {
+		t.Errorf("KUBE-SVC rules (endpoint, probability) = %q, want upstream's %q\n%s", got, want, text)
 	}
 }
