@@ -30,25 +30,40 @@ var jumpRules = []jumpRule{
 	{tableNAT, "POSTROUTING", `-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`},
 }
 
-// kubeletJumpRules hook the anti-martian chain, written only with
-// localhost node ports (the kubelet keeps its own copy either way).
+// kubeletJumpRules hook the kubelet's KUBE-FIREWALL (the anti-martian
+// chain), as upstream's iptablesKubeletJumpChains: ensured in both
+// families, with or without localhost node ports, after jumpRules (so
+// they end up first in INPUT and OUTPUT), and never removed.
 var kubeletJumpRules = []jumpRule{
 	{tableFilter, "INPUT", `-A INPUT -j KUBE-FIREWALL`},
 	{tableFilter, "OUTPUT", `-A OUTPUT -j KUBE-FIREWALL`},
 }
 
-// JumpRuleLines lists the jump rules from built-in chains by table as
-// iptables-save prints them (for tests and the kernel test).
-func JumpRuleLines(localhostNodePorts bool) map[string][]string {
+// allJumpRules are the jump rules a full sync ensures, in upstream's order.
+var allJumpRules = slices.Concat(jumpRules, kubeletJumpRules)
+
+// JumpRuleLines lists the jump rules a full sync ensures in the built-in
+// chains, by table, as iptables-save prints them (for tests and the
+// kernel test).
+func JumpRuleLines() map[string][]string { return jumpLines(allJumpRules) }
+
+// jumpLines groups the lines of rules by table.
+func jumpLines(rules []jumpRule) map[string][]string {
 	out := map[string][]string{}
-	rules := jumpRules
-	if localhostNodePorts {
-		rules = append(slices.Clone(rules), kubeletJumpRules...)
-	}
 	for _, j := range rules {
 		out[j.table] = append(out[j.table], j.line)
 	}
 	return out
+}
+
+// kubeletFirewallExists reports whether the filter table has KUBE-FIREWALL
+// (the kubelet's, or one a sync made), read before a full sync or trusted
+// from the last one.
+func (r *renderer) kubeletFirewallExists() bool {
+	if r.in.Existing == nil {
+		return r.last.synced
+	}
+	return slices.Contains(r.in.Existing.FilterChains, chainKubeletFirewall)
 }
 
 // jumpExists reports whether a jump rule is in its built-in chain. A rule
