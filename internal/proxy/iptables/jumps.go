@@ -2,7 +2,8 @@ package iptables
 
 import (
 	"slices"
-	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // jumpRule hooks a kproxy chain into a built-in chain. line is written
@@ -92,23 +93,25 @@ func (r *renderer) jumpExists(j jumpRule) bool {
 type jumpKey struct{ chain, target, comment string }
 
 // jumpKeyOf reads chain, jump target and comment of a rule line as
-// iptables-save prints it ("-A CHAIN ... --comment "text" ... -j TARGET").
+// iptables-save prints it ("-A CHAIN ... --comment "text" ... -j TARGET"),
+// with iptables' own quoting (xtables.Fields): a comment may hold
+// escaped quotes and words such as "-j". A line that does not tokenize
+// (an unterminated quote) matches nothing: its key has no chain.
 func jumpKeyOf(line string) jumpKey {
 	var k jumpKey
-	f := strings.Fields(line)
-	if len(f) >= 2 {
-		k.chain = f[1]
+	f, err := xtables.Fields(line)
+	if err != nil || len(f) < 2 {
+		return k
 	}
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-j" || f[i] == "--jump" {
+	k.chain = f[1]
+	for i := 2; i+1 < len(f); i++ {
+		switch f[i] {
+		case "-j", "--jump":
 			k.target = f[i+1]
-		}
-	}
-	if _, rest, ok := strings.Cut(line, "--comment "); ok {
-		if strings.HasPrefix(rest, `"`) {
-			k.comment, _, _ = strings.Cut(rest[1:], `"`)
-		} else {
-			k.comment, _, _ = strings.Cut(rest, " ")
+			i++
+		case "--comment":
+			k.comment = f[i+1]
+			i++
 		}
 	}
 	return k
