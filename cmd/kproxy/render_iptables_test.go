@@ -16,7 +16,7 @@ func TestRenderIPTablesRules(t *testing.T) {
 	for _, want := range []string{
 		"iptables-nft-restore --noflush",
 		"ip6tables-nft-restore --noflush",
-		"*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n",
+		"*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n",
 		`-A KUBE-SERVICES -m comment --comment "demo/web-clusterip:http cluster IP" -m tcp -p tcp -d 198.19.0.10 --dport 80 -j KUBE-SVC-L3ZXZ5RL5JV2UINA`,
 		`-A KUBE-SERVICES -m comment --comment "demo/no-endpoints:http has no endpoints" -m tcp -p tcp -d 198.19.0.20 --dport 80 -j REJECT`,
 		`-A KUBE-SERVICES -m comment --comment "demo/dual-stack:http cluster IP" -m tcp -p tcp -d fd00:19::17 --dport 80`,
@@ -45,8 +45,8 @@ func TestRenderIPTablesRules(t *testing.T) {
 			t.Errorf("with flags, rules lack %q", want)
 		}
 	}
-	if strings.Contains(out, "KUBE-FIREWALL") {
-		t.Errorf("without localhost node ports there is no anti-martian chain")
+	if strings.Contains(out, "-A KUBE-FIREWALL") {
+		t.Errorf("without localhost node ports there is no anti-martian rule (only the kubelet's empty chain)")
 	}
 	if _, _, err := execute(t, "render", "--proxy-mode", "iptables", "--iptables-backend", "nf"); err == nil || !strings.Contains(err.Error(), "--iptables-backend") {
 		t.Errorf("a bad backend: want an error naming --iptables-backend, got %v", err)

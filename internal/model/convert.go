@@ -360,7 +360,7 @@ func (m *endpointMerge) ports() []slicePort {
 		for _, e := range b {
 			list = append(list, e)
 		}
-		slices.SortFunc(list, func(x, y *Endpoint) int { return x.AddrPort().Compare(y.AddrPort()) })
+		slices.SortFunc(list, CompareEndpoints)
 		out = append(out, slicePort{family: k.family, name: k.name, eps: list})
 	}
 	slices.SortFunc(out, func(a, b slicePort) int {

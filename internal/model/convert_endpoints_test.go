@@ -187,14 +187,17 @@ func TestConvertEndpointSlices(t *testing.T) {
 		want:     epsByFamily{},
 		wantErrs: []string{"addressType"}, wantErrObject: "ns/s1",
 	}, {
-		name: "several slices are merged and sorted by address",
+		// Upstream's order (endpointslicecache.go, byEndpoint): by the
+		// "ip:port" text: "198.18.1.100:8080" < "198.18.1.10:8080"
+		// ('0' < ':') < "198.18.1.9:8080".
+		name: "several slices are merged and sorted by ip:port text",
 		slices: []*discovery.EndpointSlice{
 			makeSlice(testNS, "svc", "s2", v4, withEPs(sliceEP("198.18.1.100"), sliceEP("198.18.2.1"))),
 			makeSlice(testNS, "svc", "s1", v4, withEPs(sliceEP("198.18.1.10"), sliceEP("198.18.1.9"))),
 		},
 		want: v4HTTP(
-			wantEP("198.18.1.9", nil), wantEP("198.18.1.10", nil),
-			wantEP("198.18.1.100", nil), wantEP("198.18.2.1", nil),
+			wantEP("198.18.1.100", nil), wantEP("198.18.1.10", nil),
+			wantEP("198.18.1.9", nil), wantEP("198.18.2.1", nil),
 		),
 	}, {
 		name: "several ports: one list per service port",

@@ -85,7 +85,7 @@ func SelectEndpoints(sp *ServicePort, eps []*Endpoint, nodeName, zone string) Se
 				sel.AllReachable = append(sel.AllReachable, e)
 			}
 		}
-		slices.SortFunc(sel.AllReachable, func(x, y *Endpoint) int { return x.AddrPort().Compare(y.AddrPort()) })
+		slices.SortFunc(sel.AllReachable, CompareEndpoints)
 	}
 	sel.Excluded = excluded(eps, sel, nodeName, zone)
 	return sel

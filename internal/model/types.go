@@ -9,6 +9,7 @@
 package model
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -223,6 +224,18 @@ func (e *Endpoint) AddrPort() netip.AddrPort {
 
 // String is "ip:port" ("[ip]:port" for IPv6).
 func (e *Endpoint) String() string { return e.AddrPort().String() }
+
+// CompareEndpoints orders endpoints as upstream does (pkg/proxy
+// endpointslicecache.go, byEndpoint): by their "ip:port" text, not by
+// address. The order decides which endpoint each probability of the
+// iptables dispatch rules lands on ("198.18.1.10:80" before
+// "198.18.1.9:80"), so it has to be upstream's for the rules to be the
+// same.
+func CompareEndpoints(a, b *Endpoint) int {
+	// [ip]:port is at most 47 bytes: formatted on the stack.
+	var x, y [64]byte
+	return bytes.Compare(a.AddrPort().AppendTo(x[:0]), b.AddrPort().AppendTo(y[:0]))
+}
 
 // Equal compares two endpoints field by field.
 func (e *Endpoint) Equal(o *Endpoint) bool {

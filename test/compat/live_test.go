@@ -138,6 +138,7 @@ func testLive(t *testing.T) {
 		cp.CreateNode(t, n.name, addrs...)
 		nodes[i] = n
 	}
+	createRuleServices(t, cp)
 	dir := t.TempDir()
 	for _, c := range liveConfigs {
 		t.Run(c.name, func(t *testing.T) { runConfig(t, cp, dir, kubeconfig, nodes, c) })
@@ -329,6 +330,9 @@ func runConfig(t *testing.T, cp *framework.ControlPlane, dir, kubeconfig string,
 			}
 		})
 		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, nodes) })
+	}
+	if c.name == rulesConfig {
+		t.Run("iptables-save", func(t *testing.T) { compareRules(t, nodes) })
 	}
 }
 

@@ -26,9 +26,10 @@ const (
 	kindEndpoint = "HTTP endpoint"
 	kindEvent    = "Event"
 	kindSysctl   = "Sysctl (--init-only)"
+	kindRules    = "iptables-save chain (iptables mode)"
 )
 
-var kindOrder = []string{kindFlag, kindField, kindGate, kindMetric, kindEndpoint, kindEvent, kindSysctl}
+var kindOrder = []string{kindFlag, kindField, kindGate, kindMetric, kindEndpoint, kindEvent, kindSysctl, kindRules}
 
 var (
 	docMu   sync.Mutex
@@ -115,7 +116,10 @@ func renderDoc() string {
 		"configurations with unknown and duplicate fields, in iptables and nftables mode. Metrics are\n" +
 		"families, types and label names after a first sync against a real API server. Feature gates:\n" +
 		"whether the gate is accepted at its default and at the other value. Events: reasons recorded\n" +
-		"for the Node on start.\n")
+		"for the Node on start. iptables-save chains: every KUBE-* chain and every built-in chain with\n" +
+		"rules, of both families, after the first sync in iptables mode (kubeadm's ConfigMap) with a\n" +
+		"ClusterIP Service of three endpoints and a dual-stack NodePort; policy and rules in order\n" +
+		"(in the chains with rules per service port, whose order upstream takes from a Go map, as a set).\n")
 	for _, kind := range kindOrder {
 		rows := docRows[kind]
 		names := make([]string, 0, len(rows))

@@ -42,12 +42,12 @@ var ipvsModules = []string{
 // ipsets ("ipset KUBE-LOAD-BALANCER-SOURCE-CIDR 198.19.200.1,tcp:443,203.0.113.0/24"),
 // then its iptables rules of both families, as the backend's save prints them.
 func ipvsMode(b xtables.Backend) proxyMode {
-	save4, save6 := "iptables-"+string(b)+"-save", "ip6tables-"+string(b)+"-save"
+	saves := saveBinaries(b)
 	return proxyMode{
 		name:     "ipvs-" + string(b),
 		flag:     "ipvs",
 		env:      []string{xtables.EnvMode + "=" + string(b)},
-		needs:    []string{save4, save6},
+		needs:    saves,
 		iptables: true,
 		ipvs:     true,
 		dump: func(n *netns.NS) (string, error) {
@@ -62,7 +62,7 @@ func ipvsMode(b xtables.Backend) proxyMode {
 			if err != nil {
 				return sb.String(), err
 			}
-			err = saveBoth(n, &sb, save4, save6)
+			err = saveBoth(n, &sb, saves...)
 			return sb.String(), err
 		},
 		routesTo: ipvsRoutesTo,

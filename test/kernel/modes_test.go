@@ -44,20 +44,25 @@ func forEachMode(t *testing.T, f func(t *testing.T, m proxyMode)) {
 // iptablesMode is --proxy-mode iptables with one backend. Its rules are
 // read with that backend's own save binaries.
 func iptablesMode(b xtables.Backend) proxyMode {
-	save4, save6 := "iptables-"+string(b)+"-save", "ip6tables-"+string(b)+"-save"
+	saves := saveBinaries(b)
 	return proxyMode{
 		name:     "iptables-" + string(b),
 		flag:     "iptables",
 		env:      []string{xtables.EnvMode + "=" + string(b)},
-		needs:    []string{save4, save6},
+		needs:    saves,
 		iptables: true,
 		dump: func(n *netns.NS) (string, error) {
 			var sb strings.Builder
-			err := saveBoth(n, &sb, save4, save6)
+			err := saveBoth(n, &sb, saves...)
 			return sb.String(), err
 		},
 		routesTo: iptablesRoutesTo,
 	}
+}
+
+// saveBinaries are a backend's save binaries, IPv4's then IPv6's.
+func saveBinaries(b xtables.Backend) []string {
+	return []string{"iptables-" + string(b) + "-save", "ip6tables-" + string(b) + "-save"}
 }
 
 // saveBoth appends what each save binary (IPv4's, then IPv6's) prints in

@@ -336,8 +336,13 @@ func TestSyntax(t *testing.T) {
 		if want == "" {
 			want = tc.line
 		}
-		if j := JoinFields(got); j != want {
-			t.Errorf("JoinFields = %q, want %q", j, want)
+		// Quote reads back: each field quoted as needed, single spaces.
+		quoted := make([]string, len(got))
+		for i, f := range got {
+			quoted[i] = Quote(f)
+		}
+		if j := strings.Join(quoted, " "); j != want {
+			t.Errorf("quoted fields = %q, want %q", j, want)
 		}
 	}
 	if _, err := Fields(`-A X --comment "open`); err == nil {

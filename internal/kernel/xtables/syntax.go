@@ -101,16 +101,3 @@ func SaveString(s string) string {
 	}
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `'`, `\'`).Replace(s) + `"`
 }
-
-// JoinFields is the inverse of Fields: the fields quoted as needed and
-// joined with single spaces.
-func JoinFields(fields []string) string {
-	var b strings.Builder
-	for i, f := range fields {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(Quote(f))
-	}
-	return b.String()
-}

@@ -1,9 +1,11 @@
 // Package iptables is kproxy's --proxy-mode iptables: upstream kube-proxy's
 // chain layout (KUBE-SERVICES, KUBE-SVC-*, KUBE-SVL-*, KUBE-EXT-*, KUBE-FW-*,
 // KUBE-SEP-*, KUBE-NODEPORTS, KUBE-EXTERNAL-SERVICES, KUBE-POSTROUTING,
-// KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL, KUBE-PROXY-CANARY,
-// KUBE-IPTABLES-HINT) written with iptables-restore --noflush, through
-// xtables.Interface, with either backend.
+// KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL, KUBE-PROXY-CANARY, and
+// as upstream the kubelet's KUBE-FIREWALL hooked from INPUT and OUTPUT in
+// both families) written with iptables-restore --noflush, through
+// xtables.Interface, with either backend. As upstream, it never creates
+// the kubelet's KUBE-IPTABLES-HINT.
 //
 // Render is pure: (Config, Input, Applied) → Plan, the exact restore input.
 // Proxier.Sync is the only side effect: it reads the kernel before a full

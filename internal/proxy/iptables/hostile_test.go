@@ -55,7 +55,7 @@ func hostileRestore(t *testing.T, f v1.IPFamily, compact bool) (string, []hostil
 func checkOnlyOurs(t *testing.T, text string) {
 	t.Helper()
 	jumps := map[string]bool{}
-	for _, lines := range JumpRuleLines(true) {
+	for _, lines := range JumpRuleLines() {
 		for _, l := range lines {
 			jumps[l] = true
 		}

@@ -2,7 +2,8 @@ package iptables
 
 import (
 	"slices"
-	"strings"
+
+	"github.com/kproxy/kproxy/internal/kernel/xtables"
 )
 
 // jumpRule hooks a kproxy chain into a built-in chain. line is written
@@ -30,25 +31,40 @@ var jumpRules = []jumpRule{
 	{tableNAT, "POSTROUTING", `-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`},
 }
 
-// kubeletJumpRules hook the anti-martian chain, written only with
-// localhost node ports (the kubelet keeps its own copy either way).
+// kubeletJumpRules hook the kubelet's KUBE-FIREWALL (the anti-martian
+// chain), as upstream's iptablesKubeletJumpChains: ensured in both
+// families, with or without localhost node ports, after jumpRules (so
+// they end up first in INPUT and OUTPUT), and never removed.
 var kubeletJumpRules = []jumpRule{
 	{tableFilter, "INPUT", `-A INPUT -j KUBE-FIREWALL`},
 	{tableFilter, "OUTPUT", `-A OUTPUT -j KUBE-FIREWALL`},
 }
 
-// JumpRuleLines lists the jump rules from built-in chains by table as
-// iptables-save prints them (for tests and the kernel test).
-func JumpRuleLines(localhostNodePorts bool) map[string][]string {
+// allJumpRules are the jump rules a full sync ensures, in upstream's order.
+var allJumpRules = slices.Concat(jumpRules, kubeletJumpRules)
+
+// JumpRuleLines lists the jump rules a full sync ensures in the built-in
+// chains, by table, as iptables-save prints them (for tests and the
+// kernel test).
+func JumpRuleLines() map[string][]string { return jumpLines(allJumpRules) }
+
+// jumpLines groups the lines of rules by table.
+func jumpLines(rules []jumpRule) map[string][]string {
 	out := map[string][]string{}
-	rules := jumpRules
-	if localhostNodePorts {
-		rules = append(slices.Clone(rules), kubeletJumpRules...)
-	}
 	for _, j := range rules {
 		out[j.table] = append(out[j.table], j.line)
 	}
 	return out
+}
+
+// kubeletFirewallExists reports whether the filter table has KUBE-FIREWALL
+// (the kubelet's, or one a sync made), read before a full sync or trusted
+// from the last one.
+func (r *renderer) kubeletFirewallExists() bool {
+	if r.in.Existing == nil {
+		return r.last.synced
+	}
+	return slices.Contains(r.in.Existing.FilterChains, chainKubeletFirewall)
 }
 
 // jumpExists reports whether a jump rule is in its built-in chain. A rule
@@ -77,23 +93,25 @@ func (r *renderer) jumpExists(j jumpRule) bool {
 type jumpKey struct{ chain, target, comment string }
 
 // jumpKeyOf reads chain, jump target and comment of a rule line as
-// iptables-save prints it ("-A CHAIN ... --comment "text" ... -j TARGET").
+// iptables-save prints it ("-A CHAIN ... --comment "text" ... -j TARGET"),
+// with iptables' own quoting (xtables.Fields): a comment may hold
+// escaped quotes and words such as "-j". A line that does not tokenize
+// (an unterminated quote) matches nothing: its key has no chain.
 func jumpKeyOf(line string) jumpKey {
 	var k jumpKey
-	f := strings.Fields(line)
-	if len(f) >= 2 {
-		k.chain = f[1]
+	f, err := xtables.Fields(line)
+	if err != nil || len(f) < 2 {
+		return k
 	}
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-j" || f[i] == "--jump" {
+	k.chain = f[1]
+	for i := 2; i+1 < len(f); i++ {
+		switch f[i] {
+		case "-j", "--jump":
 			k.target = f[i+1]
-		}
-	}
-	if _, rest, ok := strings.Cut(line, "--comment "); ok {
-		if strings.HasPrefix(rest, `"`) {
-			k.comment, _, _ = strings.Cut(rest[1:], `"`)
-		} else {
-			k.comment, _, _ = strings.Cut(rest, " ")
+			i++
+		case "--comment":
+			k.comment = f[i+1]
+			i++
 		}
 	}
 	return k

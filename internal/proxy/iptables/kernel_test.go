@@ -81,7 +81,7 @@ func TestKernelRestore(t *testing.T) {
 					}
 					sync(true)
 					first := save()
-					for table, lines := range JumpRuleLines(p.cfg.LocalhostNodePorts) {
+					for table, lines := range JumpRuleLines() {
 						data, _ := ipt.Save(ctx, table)
 						for _, l := range lines {
 							if n := strings.Count(string(data), l+"\n"); n != 1 {

@@ -29,12 +29,14 @@ const (
 	chainProxyFirewall    = "KUBE-PROXY-FIREWALL"    // filter: loadBalancerSourceRanges drops
 	chainCanary           = "KUBE-PROXY-CANARY"      // mangle, nat, filter: empty; its absence means someone flushed the tables
 	// chainKubeletFirewall is the kubelet's anti-martian chain; upstream
-	// writes an identical copy when localhost node ports are on (the rule
-	// that closes CVE-2020-8558) and never deletes it.
+	// ensures it and its jumps in both families, writes an identical copy
+	// of the rule when localhost node ports are on (the rule that closes
+	// CVE-2020-8558) and never deletes it.
 	chainKubeletFirewall = "KUBE-FIREWALL"
 	// chainIPTablesHint tells containerized tools (iptables-wrapper, CNI
 	// plugins) which backend the node uses: its presence in the nft or
-	// the legacy mangle table decides. The kubelet creates it too.
+	// the legacy mangle table decides. Only the kubelet creates it;
+	// kproxy, as upstream kube-proxy, leaves it alone.
 	chainIPTablesHint = "KUBE-IPTABLES-HINT"
 )
 

@@ -230,7 +230,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	if in.Full {
 		p.written.valid = true
-		p.written.jumps = JumpRuleLines(false)
+		// The kubelet's KUBE-FIREWALL jumps are the kubelet's to keep:
+		// drift follows kproxy's own.
+		p.written.jumps = jumpLines(jumpRules)
 		p.addrs.Rendered(req.Node, p.cfg.NodePortIPs, p.cfg.NodePortAllLocal)
 	}
 	plan.Commit(p.applied)

@@ -179,7 +179,7 @@ func TestProxierFirstSyncAndRepeat(t *testing.T) {
 				if !strings.Contains(first, "-A INPUT -p tcp --dport 22 -j ACCEPT") {
 					t.Errorf("another program's rule in INPUT is gone:\n%s", first)
 				}
-				for table, lines := range JumpRuleLines(r.p.cfg.LocalhostNodePorts) {
+				for table, lines := range JumpRuleLines() {
 					for _, l := range lines {
 						chain := strings.Fields(l)[1]
 						if n := strings.Count(strings.Join(r.fake.Rules(table, chain), "\n"), l); n != 1 {

@@ -75,8 +75,9 @@ type Input struct {
 // Existing is what iptables-save showed of the kernel before a full sync.
 type Existing struct {
 	// NATChains are the chains of the nat table (per-service chains not
-	// in use any more are deleted).
-	NATChains []string
+	// in use any more are deleted); FilterChains those of the filter
+	// table (KUBE-FIREWALL is declared only where it is missing).
+	NATChains, FilterChains []string
 	// Rules are the rule lines of the built-in chains by table, as
 	// iptables-save prints them ("-A INPUT ..."): jump rules already
 	// there are not added again.

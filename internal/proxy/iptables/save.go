@@ -13,22 +13,22 @@ var builtinChains = map[string][]string{
 }
 
 // ParseExisting reads what a full sync needs of iptables-save output of
-// the nat and filter tables: the nat chains, and the rules of the built-in
-// chains kproxy hooks into. Only lines starting with ':' or "-A <built-in>"
+// the nat and filter tables: the chains of each, and the rules of the
+// built-in chains kproxy hooks into. Only lines starting with ':' or "-A <built-in>"
 // are looked at, so the cost is one scan of the text.
 func ParseExisting(nat, filter []byte) *Existing {
 	e := &Existing{Rules: map[string]sets.Set[string]{}}
-	scan := func(table string, data []byte, chains bool) {
+	scan := func(table string, data []byte, chains *[]string) {
 		rules := sets.New[string]()
 		for line := range bytes.Lines(data) {
 			line = bytes.TrimRight(line, " \r\n")
 			switch {
-			case len(line) > 1 && line[0] == ':' && chains:
+			case len(line) > 1 && line[0] == ':':
 				name := line[1:]
 				if i := bytes.IndexByte(name, ' '); i >= 0 {
 					name = name[:i]
 				}
-				e.NATChains = append(e.NATChains, string(name))
+				*chains = append(*chains, string(name))
 			case bytes.HasPrefix(line, []byte("-A ")):
 				for _, c := range builtinChains[table] {
 					if bytes.HasPrefix(line[3:], []byte(c)) && len(line) > 3+len(c) && line[3+len(c)] == ' ' {
@@ -40,7 +40,7 @@ func ParseExisting(nat, filter []byte) *Existing {
 		}
 		e.Rules[table] = rules
 	}
-	scan(tableNAT, nat, true)
-	scan(tableFilter, filter, false)
+	scan(tableNAT, nat, &e.NATChains)
+	scan(tableFilter, filter, &e.FilterChains)
 	return e
 }

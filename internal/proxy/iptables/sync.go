@@ -17,19 +17,27 @@ func (r *renderer) renderFull() {
 	cfg := r.cfg
 	mark := cfg.MasqueradeMark
 
-	o.mangle = []byte("*mangle\n:" + chainIPTablesHint + " - [0:0]\n:" + chainCanary + " - [0:0]\nCOMMIT\n")
+	// Upstream's canary in mangle, nat and filter (utiliptables.Monitor).
+	// KUBE-IPTABLES-HINT is the kubelet's alone: upstream kube-proxy
+	// never creates it, and tools that read it (iptables-wrapper,
+	// `kproxy doctor`, xtables.Select) credit it to the kubelet.
+	o.mangle = []byte("*mangle\n:" + chainCanary + " - [0:0]\nCOMMIT\n")
 
 	o.filterChains = []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall}
 	o.natChains = []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq}
-	jumps := jumpRules
-	if cfg.LocalhostNodePorts {
+	// The kubelet's KUBE-FIREWALL, hooked from INPUT and OUTPUT in both
+	// families whatever localhostNodePorts says, as upstream's
+	// iptablesKubeletJumpChains. Only IPv4 with localhost node ports
+	// writes its rule (a chain line flushes the chain); otherwise the
+	// chain is declared only where it is missing, so that the kubelet's
+	// own rule in it stays.
+	if cfg.LocalhostNodePorts || !r.kubeletFirewallExists() {
 		o.filterChains = append(o.filterChains, chainKubeletFirewall)
-		jumps = append(slices.Clone(jumps), kubeletJumpRules...)
 	}
 	o.filterChains = append(o.filterChains, chainCanary)
 	o.natChains = append(o.natChains, chainCanary)
 
-	for _, j := range jumps {
+	for _, j := range allJumpRules {
 		if r.jumpExists(j) {
 			continue
 		}
@@ -42,12 +50,17 @@ func (r *renderer) renderFull() {
 			o.natN++
 		}
 	}
+	// Rules in kproxy's fixed chains (the jump inserts above are in
+	// built-in chains): counted as they are written, for
+	// sync_proxy_rules_iptables_total.
+	fixedFilter := 0
 	if cfg.LocalhostNodePorts {
 		// Upstream's copy of the kubelet's rule (CVE-2020-8558): with
 		// route_localnet=1 the node would accept packets to 127.0.0.0/8
 		// from other hosts; only DNATed (node port) ones may pass.
 		o.filterHead = append(o.filterHead, `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`+"\n"...)
 		o.filterN++
+		fixedFilter++
 	}
 	masq := masquerade.NewRules(mark, cfg.RandomFully)
 	for _, rule := range masq.Postrouting {
@@ -56,19 +69,9 @@ func (r *renderer) renderFull() {
 	markRule := masq.MarkMasq + "\n"
 	o.natHead = append(o.natHead, markRule...)
 	o.natN += len(masq.Postrouting) + 1
+	fixedNAT := len(masq.Postrouting) + 1
 	o.prelude = []byte("*nat\n:" + chainMarkMasq + " - [0:0]\n" + markRule + "COMMIT\n")
 
-	// Fixed rules (jump inserts are in built-in chains, not ours).
-	r.plan.fixedNAT, r.plan.fixedFilter = 4+1, 3
-	if cfg.ConntrackTCPBeLiberal {
-		r.plan.fixedFilter--
-	}
-	if cfg.LocalhostNodePorts {
-		r.plan.fixedFilter++
-	}
-	if !cfg.NodePortAllLocal {
-		r.plan.fixedNAT += len(cfg.NodePortIPs) - 1
-	}
 	names := r.in.State.SortedNames()
 	o.setSplit(cfg, 2*len(names)+r.plan.Endpoints)
 	if !o.split {
@@ -138,6 +141,10 @@ func (r *renderer) renderFull() {
 	o.filterN += 2
 	o.natTail = r.nodePortsJump(o.natTail)
 	o.natN += bytes.Count(o.natTail, newline)
+	// The tails hold only fixed rules (KUBE-FORWARD's, the node port
+	// jumps at the end of KUBE-SERVICES).
+	r.plan.fixedNAT = fixedNAT + bytes.Count(o.natTail, newline)
+	r.plan.fixedFilter = fixedFilter + bytes.Count(o.filterTail, newline)
 	r.assemble(o)
 }
 

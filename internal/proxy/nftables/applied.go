@@ -194,15 +194,6 @@ func (p *Plan) Commit(a *Applied) {
 	p.stale.commit(&a.stale)
 }
 
-// Stats returns the figures of one service port as last applied.
-func (a *Applied) Stats(n model.ServicePortName) (tally.Port, bool) {
-	s, ok := a.services[n]
-	if !ok {
-		return tally.Port{}, false
-	}
-	return s.stats, true
-}
-
 // NoLocal returns how many service ports with internal / external traffic
 // policy Local have no local endpoint.
 func (a *Applied) NoLocal() (internal, external int) { return a.tallies.NoLocal() }

@@ -112,9 +112,7 @@ func ParseIPVSAdm(text string) ([]trace.IPVSService, error) {
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
-		errf := func(format string, args ...any) error {
-			return fmt.Errorf("ipvsadm line %d %q: %s", n+1, strings.TrimSpace(line), fmt.Sprintf(format, args...))
-		}
+		errf := savedLine{"ipvsadm", n + 1, line}.errorf
 		switch f[0] {
 		case "IP", "Prot":
 			continue
@@ -228,6 +226,18 @@ func ParseIPVSAdm(text string) ([]trace.IPVSService, error) {
 	return out, nil
 }
 
+// savedLine is a line of a saved-state file, for its parse errors:
+// `ipvsadm line 3 "-A -t ...": too short`.
+type savedLine struct {
+	what string
+	n    int
+	text string
+}
+
+func (l savedLine) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s line %d %q: %s", l.what, l.n, strings.TrimSpace(l.text), fmt.Sprintf(format, args...))
+}
+
 // nextArg is the argument of option f[*i]: it moves *i on to it.
 func nextArg(f []string, i *int) (string, error) {
 	if *i+1 >= len(f) {
@@ -337,9 +347,7 @@ func ParseIPSetSave(text string) (map[string]*trace.IPSet, error) {
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
-		errf := func(format string, args ...any) error {
-			return fmt.Errorf("ipset save line %d %q: %s", n+1, strings.TrimSpace(line), fmt.Sprintf(format, args...))
-		}
+		errf := savedLine{"ipset save", n + 1, line}.errorf
 		if len(f) < 3 {
 			return nil, errf("too short")
 		}

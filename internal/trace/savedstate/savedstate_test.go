@@ -152,3 +152,16 @@ func ipvsadmLnTrimmed() string {
 	}
 	return b.String()
 }
+
+// TestParseErrorsNameTheLine: an error names the file kind, the line
+// number and the line.
+func TestParseErrorsNameTheLine(t *testing.T) {
+	_, err := ParseIPVSAdm("-A -t 198.19.0.10:80 -s rr\n  -A -t 198.19.0.10:80 -s rr  \n")
+	if want := `ipvsadm line 2 "-A -t 198.19.0.10:80 -s rr": virtual server given twice`; err == nil || err.Error() != want {
+		t.Errorf("ParseIPVSAdm: %v, want %s", err, want)
+	}
+	_, err = ParseIPSetSave("create KUBE-CLUSTER-IP hash:ip,port family inet\nadd KUBE-LOOP-BACK 198.18.129.5\n")
+	if want := `ipset save line 2 "add KUBE-LOOP-BACK 198.18.129.5": add to a set not created before`; err == nil || err.Error() != want {
+		t.Errorf("ParseIPSetSave: %v, want %s", err, want)
+	}
+}
