@@ -21,13 +21,14 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
 )
 
 const kubeletMartianRule = `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`
 
 func TestKubeletChains(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, tc := range []struct {
 		name               string
 		family             v1.IPFamily
@@ -94,7 +95,7 @@ func TestKubeletChains(t *testing.T) {
 // are the rules in kproxy's chains of the kernel after a full sync, in
 // every configuration that changes the fixed rules.
 func TestRuleCounts(t *testing.T) {
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, tc := range []struct {
 		name   string
 		family v1.IPFamily
@@ -136,7 +137,7 @@ func TestRuleCounts(t *testing.T) {
 // reports it) counts rules and names no kubelet chain.
 func TestKernelBackendChoiceAfterSync(t *testing.T) {
 	netns.Require(t)
-	c := loadExample(t, "node-a")
+	c := flowtest.Example(t, "node-a")
 	for _, b := range xtables.Backends {
 		t.Run(string(b), func(t *testing.T) {
 			ns := netns.New(t, netns.RandomID(4), "ipt")
@@ -149,9 +150,9 @@ func TestKernelBackendChoiceAfterSync(t *testing.T) {
 				t.Fatal(err)
 			}
 			o := exampleOptions(model.IPv4)
-			o.Hostname = c.nodeName
+			o.Hostname = "node-a"
 			p := NewProxier(o, ipt, nil, nil)
-			if _, err := p.Sync(context.Background(), &proxy.Request{State: c.states[model.IPv4].Clone(), Changed: sets.New[model.ServicePortName](), Node: c.node, Full: true}); err != nil {
+			if _, err := p.Sync(context.Background(), &proxy.Request{State: c.States[model.IPv4].Clone(), Changed: sets.New[model.ServicePortName](), Node: c.Node, Full: true}); err != nil {
 				t.Fatal(err)
 			}
 			got, reason, err := xtables.Select(context.Background(), "", prefix)

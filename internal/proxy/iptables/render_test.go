@@ -152,7 +152,7 @@ func TestEndpointOrderIsUpstreams(t *testing.T) {
 
 	o := exampleOptions(model.IPv4)
 	text := Render(o.RenderConfig(nil, nil), &Input{State: st, Full: true, Existing: &Existing{}}, NewApplied()).Text()
-	svcChain := newServiceChains(spName("order", "http", model.TCP)).svc
+	svcChain := newServiceChains(fixtures.SPName("order", "http", model.TCP)).svc
 	var got []string
 	for _, l := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(l, "-A "+svcChain+" ") || !strings.Contains(l, " -> ") {

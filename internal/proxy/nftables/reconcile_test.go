@@ -147,7 +147,7 @@ func TestStaleFlows(t *testing.T) {
 				udpFlow("203.0.113.1", 5001, "198.19.1.7:7777", "198.18.130.77:7777"),
 				udpFlow("203.0.113.1", 5002, "198.19.1.7:7777", "198.18.130.78:7777"),
 			},
-			// notReady keeps Serving (makeEP sets it): only readiness
+			// notReady keeps Serving (fixtures.Endpoint sets it): only readiness
 			// changed, which does not count.
 			stale: []int{1},
 		},
