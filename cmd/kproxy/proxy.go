@@ -400,7 +400,15 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 			Watcher:  mon,
 			Families: fams,
 			Repair:   loop.Repair,
-			Own:      own,
+			RepairTables: func(f v1.IPFamily, tables []string) {
+				if p, ok := backends[f].(*nftables.Proxier); ok {
+					p.RepairTables(tables)
+					loop.RepairSoon()
+					return
+				}
+				loop.Repair(f)
+			},
+			Own: own,
 		}
 		go func() {
 			if err := w.Run(ctx); err != nil {
