@@ -401,10 +401,13 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 			Families: fams,
 			Repair:   loop.Repair,
 			RepairTables: func(f v1.IPFamily, tables []string) {
-				if p, ok := backends[f].(*nftables.Proxier); ok {
-					p.RepairTables(tables)
-					loop.RepairSoon()
-					return
+				// Through the wrappers: a backend that did not take the
+				// tables (none wants a repair) gets a full sync.
+				if p, ok := backends[f].(proxy.TableRepairer); ok {
+					if p.RepairTables(tables); p.WantsRepair() {
+						loop.RepairSoon()
+						return
+					}
 				}
 				loop.Repair(f)
 			},

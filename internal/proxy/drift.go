@@ -98,6 +98,14 @@ type RepairWanter interface {
 	WantsRepair() bool
 }
 
+// TableRepairer is a RepairWanter told by name which of its tables
+// others changed (nftables mode); the drift watch tells it, then calls
+// RepairSoon.
+type TableRepairer interface {
+	RepairWanter
+	RepairTables(tables []string)
+}
+
 // RepairSoon asks for a sync soon, as Repair does, that need not be full:
 // a RepairWanter backend repairs what it was told (and falls back to a
 // full sync itself when it cannot).

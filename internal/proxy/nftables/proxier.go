@@ -45,7 +45,10 @@ type Proxier struct {
 	damaged   sets.Set[string]
 }
 
-var _ proxy.Backend = (*Proxier)(nil)
+var (
+	_ proxy.Backend       = (*Proxier)(nil)
+	_ proxy.TableRepairer = (*Proxier)(nil)
+)
 
 // NewProxier returns a proxier; ct and localAddrs may be nil (then the
 // Node's addresses stand in for the host's local addresses).
