@@ -106,6 +106,15 @@ func (b *driftingBackend) CheckDrift(context.Context) ([]proxy.Drift, error) {
 	return []proxy.Drift{{Kind: "chain"}}, nil
 }
 
+// repairingBackend is a backend with nftables mode's targeted repair.
+type repairingBackend struct {
+	scriptedBackend
+	tables []string
+}
+
+func (b *repairingBackend) RepairTables(t []string) { b.tables = append(b.tables, t...) }
+func (b *repairingBackend) WantsRepair() bool       { return len(b.tables) > 0 }
+
 // TestAfterFirstSyncWrappers: the wrapper keeps the backend's drift check
 // reachable (hiding it switched iptables mode's drift repair off), and a
 // successful trial of failure isolation, which may only have been
@@ -121,6 +130,16 @@ func TestAfterFirstSyncWrappers(t *testing.T) {
 	}
 	if ds, _ := c.CheckDrift(ctx); len(ds) != 1 {
 		t.Errorf("CheckDrift through the wrapper gave %v, want the backend's one drift", ds)
+	}
+	// nftables mode's targeted drift repair passes too.
+	nb := map[v1.IPFamily]proxy.Backend{model.IPv4: &repairingBackend{}}
+	newAfterFirstSync("test rules", nb, func(context.Context) error { return nil })
+	tr, ok := nb[model.IPv4].(proxy.TableRepairer)
+	if !ok {
+		t.Fatalf("the wrapped backend %T hides RepairTables", nb[model.IPv4])
+	}
+	if tr.RepairTables([]string{"kube-proxy-s3"}); !tr.WantsRepair() {
+		t.Errorf("RepairTables through the wrapper did not reach the backend")
 	}
 	// And through iptables mode's other-backend wrapper on top.
 	if _, ok := proxy.Backend(otherBackendWatch{Backend: backends[model.IPv4], after: a}).(proxy.DriftChecker); !ok {

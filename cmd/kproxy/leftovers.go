@@ -177,6 +177,19 @@ func (w firstSyncWatch) WantsFullSync() bool {
 	return ok && f.WantsFullSync()
 }
 
+// WantsRepair and RepairTables pass nftables mode's targeted drift
+// repair on (hidden, every repair was a full sync).
+func (w firstSyncWatch) WantsRepair() bool {
+	r, ok := w.Backend.(proxy.RepairWanter)
+	return ok && r.WantsRepair()
+}
+
+func (w firstSyncWatch) RepairTables(tables []string) {
+	if r, ok := w.Backend.(proxy.TableRepairer); ok {
+		r.RepairTables(tables)
+	}
+}
+
 // CheckDrift passes the wrapped backend's drift check on (iptables mode's
 // comparison with what kproxy wrote).
 func (w firstSyncWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {

@@ -406,7 +406,18 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 			Watcher:  mon,
 			Families: fams,
 			Repair:   loop.Repair,
-			Own:      own,
+			RepairTables: func(f v1.IPFamily, tables []string) {
+				// Through the wrappers: a backend that did not take the
+				// tables (none wants a repair) gets a full sync.
+				if p, ok := backends[f].(proxy.TableRepairer); ok {
+					if p.RepairTables(tables); p.WantsRepair() {
+						loop.RepairSoon()
+						return
+					}
+				}
+				loop.Repair(f)
+			},
+			Own: own,
 		}
 		go func() {
 			if err := w.Run(ctx); err != nil {

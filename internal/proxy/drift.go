@@ -67,7 +67,7 @@ func ReportDrift(mode, source string, ds []Drift) {
 		names = append(names, fmt.Sprintf("(+%d more)", len(ds)-maxLoggedDrift))
 	}
 	slices.Sort(fams)
-	klog.InfoS("Rules changed behind kproxy's back; repairing with a full sync",
+	klog.InfoS("Rules changed behind kproxy's back; repairing",
 		"mode", mode, "foundBy", source, "ipFamilies", strings.Join(fams, ","), "changes", strings.Join(names, "; "))
 }
 
@@ -86,6 +86,32 @@ func (l *Loop) Repair(f v1.IPFamily) {
 		// Services may be broken until the repair: it does not wait
 		// out min-sync-period (the runner keeps two repairs in a row
 		// from syncing back to back).
+		l.opts.RequestUrgent()
+	case l.opts.Request != nil:
+		l.opts.Request()
+	}
+}
+
+// RepairWanter is a backend that was told what drift damaged and repairs
+// just that at its next sync, full or not (nftables mode's tables).
+type RepairWanter interface {
+	WantsRepair() bool
+}
+
+// TableRepairer is a RepairWanter told by name which of its tables
+// others changed (nftables mode); the drift watch tells it, then calls
+// RepairSoon.
+type TableRepairer interface {
+	RepairWanter
+	RepairTables(tables []string)
+}
+
+// RepairSoon asks for a sync soon, as Repair does, that need not be full:
+// a RepairWanter backend repairs what it was told (and falls back to a
+// full sync itself when it cannot).
+func (l *Loop) RepairSoon() {
+	switch {
+	case l.opts.RequestUrgent != nil:
 		l.opts.RequestUrgent()
 	case l.opts.Request != nil:
 		l.opts.Request()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
@@ -95,4 +96,48 @@ func TestCheckDrifts(t *testing.T) {
 		t.Errorf("IPv4 not marked for repair")
 	}
 	l.repairMu.Unlock()
+}
+
+// repairingBackend is a recordingBackend told what to repair.
+type repairingBackend struct {
+	recordingBackend
+	want bool
+}
+
+func (b *repairingBackend) WantsRepair() bool { return b.want }
+
+// TestLoopRepairSoon: RepairSoon asks for an urgent sync that is not full,
+// and a backend that wants a repair is synced even with nothing changed.
+func TestLoopRepairSoon(t *testing.T) {
+	ctx := context.Background()
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4}})
+	b := &repairingBackend{}
+	clk := clocktesting.NewFakeClock(time.Now())
+	urgent := 0
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b}, SyncPeriod: 30 * time.Second,
+		FullSyncPeriod: DefaultFullSyncPeriod, Clock: clk, RequestUrgent: func() { urgent++ }})
+	tr.ServiceUpdated(makeService("a", "198.19.0.1"))
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != 1 {
+		t.Fatalf("%d backend calls with nothing to do, want 1", len(b.reqs))
+	}
+	b.want = true
+	l.RepairSoon()
+	if urgent != 1 {
+		t.Errorf("RepairSoon made %d urgent requests, want 1", urgent)
+	}
+	clk.Step(time.Second)
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.reqs) != 2 || b.last(t).Full {
+		t.Fatalf("%d backend calls, last full=%v; want a second, partial sync for the repair", len(b.reqs), len(b.reqs) == 2 && b.reqs[1].Full)
+	}
 }

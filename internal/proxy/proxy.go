@@ -380,7 +380,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 		}
 		view, retried := l.view(f, now)
 		l.pending[f].Insert(retried.UnsortedList()...)
-		if !full && l.pending[f].Len() == 0 && !l.cleanup[f] {
+		if w, ok := b.(RepairWanter); !full && l.pending[f].Len() == 0 && !l.cleanup[f] && (!ok || !w.WantsRepair()) {
 			// The kernel holds what the state says: a successful sync
 			// (upstream's periodic sync sets the timestamp too; alerts
 			// on a stale one must not fire on a quiet cluster).

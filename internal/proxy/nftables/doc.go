@@ -31,6 +31,8 @@
 //     chains and the tiers of their maps.
 //   - names.go, options.go, drift.go, proxier.go: names, shard choice and
 //     limits; options; noticing changes made by others; applying.
+//   - repair.go: re-creating the tables others changed from Applied, in
+//     a transaction on those tables alone (RenderRepair).
 //
 // Applied's bookkeeping is in groups (staleObjects, hairpinState,
 // endpointMapState, plainPortState, tallies), each defined beside the code

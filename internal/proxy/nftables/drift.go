@@ -21,8 +21,9 @@ import (
 // (which would blame kproxy for a foreign change made during its own
 // sync) or generation numbers (which say that something committed, not
 // who). The notifications of one `nft flush ruleset` arrive together;
-// they are collected for DriftWindow and reported as one, then the family
-// is repaired by a full sync.
+// they are collected for DriftWindow and reported as one, then the tables
+// they name are repaired (RepairTables: re-created as last applied, see
+// repair.go); lost notifications repair the family by a full sync.
 
 // DriftWindow is how long notifications are collected after the first
 // foreign one before reporting and repairing: long enough for a storm of
@@ -43,6 +44,10 @@ type DriftWatch struct {
 	Window time.Duration
 	// Repair asks for a full sync of a family (Loop.Repair).
 	Repair func(v1.IPFamily)
+	// RepairTables, when set, is asked instead to repair the tables
+	// named by the notifications (Proxier.RepairTables and
+	// Loop.RepairSoon); Repair still serves lost notifications.
+	RepairTables func(v1.IPFamily, []string)
 	// Report reports what differed (proxy.ReportDrift by default).
 	Report func([]proxy.Drift)
 }
@@ -85,10 +90,14 @@ func (w *DriftWatch) Run(ctx context.Context) error {
 			}
 		case <-timer:
 			timer = nil
-			ds, fams := c.take()
+			ds, fams, tables := c.take()
 			report(ds)
 			for _, f := range fams {
-				w.Repair(f)
+				if t, ok := tables[f]; ok && w.RepairTables != nil {
+					w.RepairTables(f, t)
+				} else {
+					w.Repair(f)
+				}
 			}
 		}
 	}
@@ -155,13 +164,15 @@ func (c *coalescer) add(evs []nft.Event) bool {
 }
 
 // take returns the differences collected, children folded into deleted
-// parents, and the families to repair; it resets the coalescer.
-func (c *coalescer) take() ([]proxy.Drift, []v1.IPFamily) {
+// parents, the families to repair and, per family whose notifications
+// all arrived, the tables they changed; it resets the coalescer.
+func (c *coalescer) take() ([]proxy.Drift, []v1.IPFamily, map[v1.IPFamily][]string) {
 	defer func() {
 		c.counts, c.order, c.lost = map[objKey]int{}, nil, false
 	}()
 	var out []proxy.Drift
 	fams := map[v1.IPFamily]bool{}
+	tables := map[v1.IPFamily][]string{}
 	if c.lost {
 		out = append(out, proxy.Drift{Kind: string(nft.KindUnknown), Change: "notifications lost (receive buffer overflowed); assuming everything changed"})
 		for _, f := range c.families {
@@ -194,6 +205,9 @@ func (c *coalescer) take() ([]proxy.Drift, []v1.IPFamily) {
 		}
 		f := c.families[k.family]
 		fams[f] = true
+		if !c.lost && !slices.Contains(tables[f], k.table) {
+			tables[f] = append(tables[f], k.table)
+		}
 		out = append(out, proxy.Drift{Family: f, Kind: string(k.kind), Name: objName(k), Change: change(k, n)})
 	}
 	var fl []v1.IPFamily
@@ -201,7 +215,10 @@ func (c *coalescer) take() ([]proxy.Drift, []v1.IPFamily) {
 		fl = append(fl, f)
 	}
 	slices.Sort(fl)
-	return out, fl
+	for _, t := range tables {
+		slices.Sort(t)
+	}
+	return out, fl, tables
 }
 
 func objName(k objKey) string {

@@ -41,6 +41,8 @@ func TestCoalescer(t *testing.T) {
 		drift    bool
 		want     string
 		repair   []v1.IPFamily
+		// tables are those to re-create, per family (none: a full sync).
+		tables map[v1.IPFamily][]string
 	}{{
 		name:   "kproxy's own changes",
 		events: []nft.Event{ev(nft.IPv4, nft.KindTable, true, "kube-proxy", "", ownPort), ev(nft.IPv4, nft.KindElement, false, "kube-proxy", "service-ips", ownPort)},
@@ -56,12 +58,14 @@ func TestCoalescer(t *testing.T) {
 		drift:  true,
 		want:   "IPv4: table ip kube-proxy deleted",
 		repair: []v1.IPFamily{v1.IPv4Protocol},
+		tables: map[v1.IPFamily][]string{v1.IPv4Protocol: {"kube-proxy"}},
 	}, {
 		name:   "chain flushed",
 		events: []nft.Event{ev(nft.IPv4, nft.KindRule, true, "kube-proxy", "services", 9), ev(nft.IPv4, nft.KindRule, true, "kube-proxy", "services", 9), ev(nft.IPv4, nft.KindRule, true, "kube-proxy", "services", 9)},
 		drift:  true,
 		want:   "IPv4: rule ip kube-proxy/services 3 deleted",
 		repair: []v1.IPFamily{v1.IPv4Protocol},
+		tables: map[v1.IPFamily][]string{v1.IPv4Protocol: {"kube-proxy"}},
 	}, {
 		name:     "map flushed in a shard, both families",
 		families: dual,
@@ -69,18 +73,21 @@ func TestCoalescer(t *testing.T) {
 		drift:    true,
 		want:     "IPv6: element ip6 kube-proxy-s2/service-ips 2 deleted; IPv4: chain ip kube-proxy/services deleted",
 		repair:   dual,
+		tables:   map[v1.IPFamily][]string{v1.IPv4Protocol: {"kube-proxy"}, v1.IPv6Protocol: {"kube-proxy-s2"}},
 	}, {
 		name:   "map deleted, its elements folded",
 		events: []nft.Event{ev(nft.IPv4, nft.KindElement, true, "kube-proxy", "service-ips", 9), ev(nft.IPv4, nft.KindMap, true, "kube-proxy", "service-ips", 9)},
 		drift:  true,
 		want:   "IPv4: map ip kube-proxy/service-ips deleted",
 		repair: []v1.IPFamily{v1.IPv4Protocol},
+		tables: map[v1.IPFamily][]string{v1.IPv4Protocol: {"kube-proxy"}},
 	}, {
 		name:   "rule added by someone else",
 		events: []nft.Event{ev(nft.IPv4, nft.KindRule, false, "kube-proxy", "filter-forward", 9)},
 		drift:  true,
 		want:   "IPv4: rule ip kube-proxy/filter-forward 1 added",
 		repair: []v1.IPFamily{v1.IPv4Protocol},
+		tables: map[v1.IPFamily][]string{v1.IPv4Protocol: {"kube-proxy"}},
 	}, {
 		name:     "notifications lost",
 		families: dual,
@@ -98,14 +105,20 @@ func TestCoalescer(t *testing.T) {
 			if got := c.add(tc.events); got != tc.drift {
 				t.Fatalf("add = %v, want %v", got, tc.drift)
 			}
-			ds, repair := c.take()
+			ds, repair, tables := c.take()
 			if got := describe(ds); got != tc.want {
 				t.Errorf("drift:\n got %q\nwant %q", got, tc.want)
 			}
 			if d := cmp.Diff(tc.repair, repair); d != "" {
 				t.Errorf("families repaired (-want +got):\n%s", d)
 			}
-			if ds, repair := c.take(); len(ds) != 0 || len(repair) != 0 {
+			if tc.tables == nil {
+				tc.tables = map[v1.IPFamily][]string{}
+			}
+			if d := cmp.Diff(tc.tables, tables); d != "" {
+				t.Errorf("tables to re-create (-want +got):\n%s", d)
+			}
+			if ds, repair, _ := c.take(); len(ds) != 0 || len(repair) != 0 {
 				t.Errorf("take did not reset: %v %v", ds, repair)
 			}
 		})
@@ -179,5 +192,50 @@ func TestDriftWatchCoalescesStorms(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after the watcher failed")
+	}
+}
+
+// TestDriftWatchRepairsTables: with RepairTables set, the tables the
+// notifications name are handed to it; lost notifications still ask
+// for a full sync (Repair).
+func TestDriftWatchRepairsTables(t *testing.T) {
+	w := nfttest.NewWatcher()
+	type call struct {
+		full   bool
+		family v1.IPFamily
+		tables []string
+	}
+	calls := make(chan call, 8)
+	dw := &DriftWatch{
+		Watcher:      w,
+		Own:          func(p uint32) bool { return p == ownPort },
+		Families:     []v1.IPFamily{v1.IPv4Protocol},
+		Window:       20 * time.Millisecond,
+		Repair:       func(f v1.IPFamily) { calls <- call{full: true, family: f} },
+		RepairTables: func(f v1.IPFamily, tables []string) { calls <- call{family: f, tables: tables} },
+		Report:       func([]proxy.Drift) {},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = dw.Run(ctx) }()
+	next := func() call {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatal("no repair asked for")
+			return call{}
+		}
+	}
+
+	w.Send(ev(nft.IPv4, nft.KindTable, true, "kube-proxy-s3", "", 7), ev(nft.IPv4, nft.KindChain, true, "kube-proxy-s3", "services", 7),
+		ev(nft.IPv4, nft.KindElement, true, "kube-proxy", "cluster-ips", 7))
+	if d := cmp.Diff(call{family: v1.IPv4Protocol, tables: []string{"kube-proxy", "kube-proxy-s3"}}, next(), cmp.AllowUnexported(call{})); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	w.Send(ev(nft.IPv4, nft.KindTable, true, "kube-proxy-s1", "", 7), nft.Event{Lost: true, Kind: nft.KindUnknown})
+	if d := cmp.Diff(call{full: true, family: v1.IPv4Protocol}, next(), cmp.AllowUnexported(call{})); d != "" {
+		t.Errorf("lost notifications (-want +got):\n%s", d)
 	}
 }

@@ -2,12 +2,15 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -35,9 +38,17 @@ type Proxier struct {
 	wroteTable bool
 	// addrs follows the node port addresses between full syncs.
 	addrs *proxy.AddressWatch
+
+	// damaged are tables others changed, for the next sync to repair
+	// (repair.go); set from the drift watch's goroutine.
+	damagedMu sync.Mutex
+	damaged   sets.Set[string]
 }
 
-var _ proxy.Backend = (*Proxier)(nil)
+var (
+	_ proxy.Backend       = (*Proxier)(nil)
+	_ proxy.TableRepairer = (*Proxier)(nil)
+)
 
 // NewProxier returns a proxier; ct and localAddrs may be nil (then the
 // Node's addresses stand in for the host's local addresses).
@@ -54,6 +65,60 @@ func NewProxier(opts Options, nftIface nft.Interface, ct conntrack.Interface, lo
 // nftables mode reads them only at its hourly full sync).
 func (p *Proxier) WantsFullSync() bool { return p.addrs.Changed() }
 
+// RepairTables records tables of ours that another program changed: the
+// next sync re-creates them as last applied (RenderRepair), or syncs in
+// full when it cannot. Safe to call from any goroutine.
+func (p *Proxier) RepairTables(tables []string) {
+	p.damagedMu.Lock()
+	defer p.damagedMu.Unlock()
+	if p.damaged == nil {
+		p.damaged = sets.New[string]()
+	}
+	p.damaged.Insert(tables...)
+}
+
+// WantsRepair implements proxy.RepairWanter: tables wait to be repaired.
+func (p *Proxier) WantsRepair() bool {
+	p.damagedMu.Lock()
+	defer p.damagedMu.Unlock()
+	return p.damaged.Len() > 0
+}
+
+func (p *Proxier) takeDamaged() []string {
+	p.damagedMu.Lock()
+	defer p.damagedMu.Unlock()
+	t := sets.List(p.damaged)
+	p.damaged = nil
+	return t
+}
+
+// repair re-creates damaged tables from the applied state in a
+// transaction of their own, before the sync's changes are rendered. It
+// returns errRepairUncertain (wrapped) when a full sync must do it.
+func (p *Proxier) repair(ctx context.Context, in *Input, damaged []string) error {
+	start := time.Now()
+	all, err := p.nft.ListTables(ctx, nft.FamilyFor(p.opts.Family))
+	if err != nil {
+		return err
+	}
+	exists := map[string]bool{}
+	for _, t := range all {
+		exists[t] = true
+	}
+	plan, err := RenderRepair(p.cfg, in, damaged, exists, p.applied)
+	if err != nil {
+		return err
+	}
+	if err := p.nft.Apply(ctx, plan.Tx); err != nil {
+		metrics.NFTablesSyncFailuresTotal.WithLabelValues(string(p.opts.Family)).Inc()
+		p.cfg = nil
+		return fmt.Errorf("repairing nftables tables %v (%d operations): %w", damaged, plan.Tx.Len(), err)
+	}
+	plan.Commit(p.applied)
+	klog.InfoS("Repaired nftables tables changed by others", "ipFamily", p.opts.Family, "tables", damaged, "operations", plan.Tx.Len(), "seconds", time.Since(start).Seconds())
+	return nil
+}
+
 // Sync implements proxy.Backend.
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	fam, table := nft.FamilyFor(p.opts.Family), p.table()
@@ -61,7 +126,19 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
-	if req.Full || p.cfg == nil {
+	full := req.Full || p.cfg == nil
+	if !req.Trial {
+		// A full sync rewrites damaged tables with the rest.
+		if damaged := p.takeDamaged(); len(damaged) > 0 && !full {
+			if err := p.repair(ctx, in, damaged); errors.Is(err, errRepairUncertain) {
+				klog.InfoS("Repairing with a full sync", "ipFamily", p.opts.Family, "reason", err)
+				full = true
+			} else if err != nil {
+				return nil, err
+			}
+		}
+	}
+	if full {
 		in.Full = true
 		var addrs []netip.Addr
 		if p.localAddrs != nil {
