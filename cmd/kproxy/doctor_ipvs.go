@@ -68,7 +68,7 @@ const (
 // gatherIPVS reads ipvs mode's state; left are the IPVS leftovers doctor
 // found already (they name kproxy's virtual servers).
 func gatherIPVS(c *v1alpha1.KubeProxyConfiguration, left kipvs.Leftovers) ipvsFacts {
-	f := ipvsFacts{Scheduler: schedulerName(c), Loaded: left.IPVSChecked}
+	f := ipvsFacts{Scheduler: ipvsmode.Scheduler(c), Loaded: left.IPVSChecked}
 	f.Want = kipvs.Timeouts{
 		TCP:    uint32(c.IPVS.TCPTimeout.Duration / time.Second),
 		TCPFin: uint32(c.IPVS.TCPFinTimeout.Duration / time.Second),

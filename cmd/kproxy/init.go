@@ -16,6 +16,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
 )
 
 // The start-up steps upstream kube-proxy takes before it creates its
@@ -65,7 +66,7 @@ func initSteps(ctx context.Context, c *v1alpha1.KubeProxyConfiguration, mode, no
 		return fmt.Errorf("could not set conntrack parameters from kube-proxy configuration: %w", err)
 	}
 	if initOnly && mode == config.ModeIPTables && hasFamily(fams, model.IPv4) {
-		opts := iptablesOptions(c, model.IPv4, node)
+		opts := iptables.NewOptions(c, model.IPv4, node)
 		const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
 		if v, err := env.sys.Get(routeLocalnet); opts.RenderConfig(nil, nil).LocalhostNodePorts && (err != nil || v != 1) {
 			if err := env.sys.Set(routeLocalnet, 1); err != nil {

@@ -79,7 +79,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		if ipt == nil {
 			continue
 		}
-		opts := iptablesOptions(c, f, node)
+		opts := iptables.NewOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
 		opts.CompactLayout = env.compact
 		if f == model.IPv4 && opts.LocalhostNodePorts && nodeports.CoversIPv4Loopback(opts.NodePortAddresses) {
@@ -97,8 +97,10 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			}
 		}
 		s.families = append(s.families, f)
-		p := iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
-		p.SetNFAcct(acct)
+		p, err := iptables.NewProxier(opts, iptables.Handles{IPTables: wrapXtables(ipt), Conntrack: conntrack.Netlink{}, NFAcct: acct, LocalAddrs: localAddrs})
+		if err != nil {
+			return nil, err
+		}
 		s.backends[f] = p
 	}
 	// Upstream's nfacct counters, created by the proxiers' full syncs.

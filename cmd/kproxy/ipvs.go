@@ -8,11 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -89,22 +87,13 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 	}
 	closers = append(closers, probe.Close)
 	if err := kipvs.CheckScheduler(probe, c.IPVS.Scheduler); err != nil {
-		return nil, fmt.Errorf("can't use the IPVS proxier: ipvs.scheduler %q cannot be used (is its kernel module ip_vs_%s available?): %w", schedulerName(c), schedulerName(c), err)
+		return nil, fmt.Errorf("can't use the IPVS proxier: ipvs.scheduler %q cannot be used (is its kernel module ip_vs_%s available?): %w", ipvs.Scheduler(c), ipvs.Scheduler(c), err)
 	}
 	sys := env.sysctl
 	if sys == nil {
 		sys = sysctl.Files{}
 	}
 	if err := kipvs.EnsureSysctls(sys, c.IPVS.StrictARP, env.kernelRelease); err != nil {
-		return nil, err
-	}
-	timeouts := kipvs.Timeouts{
-		TCP:    uint32(c.IPVS.TCPTimeout.Duration / time.Second),
-		TCPFin: uint32(c.IPVS.TCPFinTimeout.Duration / time.Second),
-		UDP:    uint32(c.IPVS.UDPTimeout.Duration / time.Second),
-	}
-	excludes, err := excludeCIDRs(c)
-	if err != nil {
 		return nil, err
 	}
 	for i, f := range fams {
@@ -123,24 +112,20 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		h.Handles.IPTables = wrapXtables(ipt)
 		h.Handles.Conntrack = conntrack.Netlink{}
 		h.Handles.LocalAddrs = nodeAddrsWithoutDummy
-		rc := ipvsRenderConfig(c, f, node)
-		if err := rc.Validate(); err != nil {
+		opts, err := ipvs.NewOptions(c, f, node)
+		if err != nil {
 			return nil, err
 		}
-		opts := ipvs.ProxierOptions{Family: f, ExcludeCIDRs: ofFamily(excludes, f), Timeouts: timeouts}
+		p, err := ipvs.NewProxier(opts, h.Handles)
+		if err != nil {
+			return nil, err
+		}
 		s.families = append(s.families, f)
-		s.backends[f] = ipvs.NewProxier(opts, ipvs.NewIncremental(rc), h.Handles)
+		s.backends[f] = p
 	}
 	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })
 	return s, nil
-}
-
-func schedulerName(c *v1alpha1.KubeProxyConfiguration) string {
-	if c.IPVS.Scheduler == "" {
-		return ipvs.DefaultScheduler
-	}
-	return c.IPVS.Scheduler
 }
 
 // logLine is the start-up line: upstream's "Using ipvs Proxier", with the
@@ -151,35 +136,6 @@ func (s *ipvsSetup) logLine() string {
 		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
 	}
 	return line
-}
-
-// ipvsRenderConfig derives one family's Render configuration.
-func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.RenderConfig {
-	rc := &ipvs.RenderConfig{
-		Family:            f,
-		NodeName:          node,
-		Scheduler:         c.IPVS.Scheduler,
-		MasqueradeBit:     int(config.MasqueradeBit(c)),
-		MasqueradeAll:     config.MasqueradeAll(c),
-		LocalDetect:       localDetect(c, f),
-		NodePortAddresses: c.NodePortAddresses,
-	}
-	rc.NodeIPs = bindNodeIPs(c, f)
-	return rc
-}
-
-// excludeCIDRs parses ipvs.excludeCIDRs (validation refused bad ones
-// already; this says which, should one slip through).
-func excludeCIDRs(c *v1alpha1.KubeProxyConfiguration) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range c.IPVS.ExcludeCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("ipvs.excludeCIDRs: %q: %w", s, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 // ipvsHandles are one proxier's netlink handles.

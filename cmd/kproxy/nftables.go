@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
-	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
@@ -41,7 +40,11 @@ func setUpNFTablesMode(c *v1alpha1.KubeProxyConfiguration, fams []v1.IPFamily) (
 			return nil, fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 		}
 		s.nls = append(s.nls, iface)
-		s.backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
+		p, err := nftables.NewProxier(nftables.NewOptions(c, f), nftables.Handles{NFT: wrapNFT(iface), Conntrack: conntrack.Netlink{}, LocalAddrs: localAddrs})
+		if err != nil {
+			return nil, err
+		}
+		s.backends[f] = p
 	}
 	s.after = newAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", s.backends, cleanupOtherModes)
 	return s, nil
@@ -49,20 +52,6 @@ func setUpNFTablesMode(c *v1alpha1.KubeProxyConfiguration, fams []v1.IPFamily) (
 
 func (s *nftablesSetup) logLine() string {
 	return "Using nftables Proxier (native nf_tables tables, not iptables-nft)"
-}
-
-// nftablesOptions derives one family's nftables settings from the config.
-func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables.Options {
-	o := nftables.Options{
-		Family:            f,
-		TableName:         nftables.DefaultTableName,
-		MasqueradeBit:     int(config.MasqueradeBit(c)),
-		MasqueradeAll:     config.MasqueradeAll(c),
-		LocalDetect:       localDetect(c, f),
-		NodePortAddresses: c.NodePortAddresses,
-	}
-	o.NodeIPs = bindNodeIPs(c, f)
-	return o
 }
 
 // cleanupTables deletes the main table and every shard table of it (those

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -24,7 +23,7 @@ import (
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 	"github.com/kproxy/kproxy/internal/server"
@@ -66,52 +65,10 @@ func families(c *v1alpha1.KubeProxyConfiguration, v6 bool) []v1.IPFamily {
 	if !v6 {
 		return []v1.IPFamily{model.IPv4}
 	}
-	if cidrs := clusterCIDRs(c); len(cidrs) > 0 && model.FamilyOf(cidrs[0].Addr()) == model.IPv6 {
+	if cidrs := config.ClusterCIDRs(c); len(cidrs) > 0 && model.FamilyOf(cidrs[0].Addr()) == model.IPv6 {
 		return []v1.IPFamily{model.IPv6, model.IPv4}
 	}
 	return []v1.IPFamily{model.IPv4, model.IPv6}
-}
-
-func clusterCIDRs(c *v1alpha1.KubeProxyConfiguration) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range strings.Split(c.ClusterCIDR, ",") {
-		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
-
-func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if model.FamilyOf(p.Addr()) == f {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// localDetect is detectLocalMode with its inputs for family f, as every
-// mode takes it (package localdetect).
-func localDetect(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) localdetect.Config {
-	return localdetect.Config{
-		Mode:                string(c.DetectLocalMode),
-		Family:              f,
-		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-		BridgeInterface:     c.DetectLocal.BridgeInterface,
-		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-	}
-}
-
-// bindNodeIPs is the node's primary IP of family f as bindAddress gives
-// it (every mode's NodeIPs option); nil when it is unspecified or of the
-// other family (the Node object's addresses then).
-func bindNodeIPs(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) []netip.Addr {
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		return []netip.Addr{ip}
-	}
-	return nil
 }
 
 // localAddrs lists this network namespace's interface addresses.
@@ -263,7 +220,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			return err
 		}
 		defer s.close()
-		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families, "scheduler", schedulerName(c))
+		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families, "scheduler", ipvs.Scheduler(c))
 		klog.ErrorS(nil, ipvsDeprecation)
 		fams, backends, backendName, after = s.families, s.backends, string(s.backend), s.after
 	default:

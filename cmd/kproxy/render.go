@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/kube-proxy/config/v1alpha1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -218,7 +216,7 @@ func nodeAddrs(node *model.Node) []netip.Addr {
 // first (full) sync, one per family, in 'nft -f' syntax.
 func renderNFTables(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
 	for _, st := range states {
-		opts := nftablesOptions(o.Config, st.Family)
+		opts := nftables.NewOptions(o.Config, st.Family)
 		cfg := opts.RenderConfig(node, nodeAddrs(node))
 		in := &nftables.Input{State: st, NodeName: nodeName, Zone: node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
@@ -236,28 +234,16 @@ func renderNFTables(out io.Writer, o *config.Options, states []*model.State, nod
 	return nil
 }
 
-// iptablesOptions derives one family's iptables settings from the config.
-// hostname is the node's name.
-func iptablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, hostname string) iptables.Options {
-	o := iptables.Options{
-		Family:             f,
-		Hostname:           hostname,
-		MasqueradeBit:      int(config.MasqueradeBit(c)),
-		MasqueradeAll:      config.MasqueradeAll(c),
-		LocalhostNodePorts: ptr.Deref(c.IPTables.LocalhostNodePorts, true),
-		LocalDetect:        localDetect(c, f),
-		NodePortAddresses:  c.NodePortAddresses,
-	}
-	o.NodeIPs = bindNodeIPs(c, f)
-	return o
-}
-
 // renderIPVS prints, per family, what ipvs mode programs on a fresh node:
 // kube-ipvs0's addresses, the virtual servers as ipvsadm -S -n writes
 // them, the sets as ipset save does, and the iptables-restore input.
 func renderIPVS(out io.Writer, o *config.Options, states []*model.State, node *model.Node, nodeName string) error {
 	for _, st := range states {
-		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, st.Family, nodeName), st, node, ipvsmode.Host{Addrs: nodeAddrs(node)})
+		opts, err := ipvsmode.NewOptions(o.Config, st.Family, nodeName)
+		if err != nil {
+			return err
+		}
+		d, err := ipvsmode.Render(&opts.RenderConfig, st, node, ipvsmode.Host{Addrs: nodeAddrs(node)})
 		if err != nil {
 			return err
 		}
@@ -300,7 +286,7 @@ func renderIPTables(out io.Writer, o *config.Options, rf renderFlags, states []*
 		local = node.Addresses
 	}
 	for _, st := range states {
-		opts := iptablesOptions(o.Config, st.Family, nodeName)
+		opts := iptables.NewOptions(o.Config, st.Family, nodeName)
 		opts.MaxChainsPerRestore = -1
 		opts.CompactLayout = rf.compact
 		if backend == xtables.NFT {

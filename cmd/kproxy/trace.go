@@ -135,7 +135,7 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		}
 		var b strings.Builder
 		for _, st := range snap.states {
-			opts := nftablesOptions(o.Config, st.Family)
+			opts := nftables.NewOptions(o.Config, st.Family)
 			cfg := opts.RenderConfig(snap.node, nodeAddrs(snap.node))
 			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())

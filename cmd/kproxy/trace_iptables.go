@@ -99,7 +99,7 @@ func iptablesRuleset(ctx context.Context, errOut io.Writer, o *config.Options, t
 		if len(local) == 0 && snap.node != nil {
 			local = snap.node.Addresses
 		}
-		opts := iptablesOptions(o.Config, fam, snap.nodeName)
+		opts := iptables.NewOptions(o.Config, fam, snap.nodeName)
 		opts.MaxChainsPerRestore = -1
 		cfg := opts.RenderConfig(snap.node, local)
 		in := &iptables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true,

@@ -175,7 +175,11 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			hostLocal = nodeAddrs(snap.node)
 			node = hostLocal
 		}
-		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, fam, snap.nodeName), st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
+		opts, err := ipvsmode.NewOptions(o.Config, fam, snap.nodeName)
+		if err != nil {
+			return nil, err
+		}
+		d, err := ipvsmode.Render(&opts.RenderConfig, st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
 		if err != nil {
 			return nil, err
 		}

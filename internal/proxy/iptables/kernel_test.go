@@ -50,7 +50,7 @@ func TestKernelRestore(t *testing.T) {
 					o.MaxChainsPerRestore = 8
 					o.CompactLayout = compact
 					st := c.states[f].Clone()
-					p := NewProxier(o, ipt, nil, nil)
+					p := mustNewProxier(t, o, Handles{IPTables: ipt})
 					sync := func(full bool, changed ...model.ServicePortName) {
 						t.Helper()
 						if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.node, Full: full}); err != nil {
@@ -189,7 +189,7 @@ func TestNFTRestoreTestResolvesNoChain(t *testing.T) {
 			o := exampleOptions(model.IPv4)
 			o.Hostname = c.nodeName
 			o.MaxChainsPerRestore = 8
-			p := NewProxier(o, ipt, nil, nil)
+			p := mustNewProxier(t, o, Handles{IPTables: ipt})
 			st := c.states[model.IPv4].Clone()
 			if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.KeySet(st.Services), Node: c.node, Full: true, Trial: true}); err != nil {
 				t.Fatalf("trial of the example on a fresh node: %v", err)

@@ -202,7 +202,7 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 			cfg := testConfig(f)
 			k := newKernel(f)
 			planner := &countingPlanner{Planner: NewIncremental(cfg)}
-			p := NewProxier(ProxierOptions{Family: f}, planner, k.handles(f))
+			p := newProxier(Options{RenderConfig: RenderConfig{Family: f}}, planner, k.handles(f))
 			req := &proxy.Request{State: state, Node: nodeA, Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -241,7 +241,7 @@ func TestIncrementalMatchesWhole(t *testing.T) {
 					contested++
 				}
 				fresh := newKernel(f)
-				fp := NewProxier(ProxierOptions{Family: f}, NewIncremental(cfg), fresh.handles(f))
+				fp := newProxier(Options{RenderConfig: RenderConfig{Family: f}}, NewIncremental(cfg), fresh.handles(f))
 				want, err := fp.Sync(context.Background(), &proxy.Request{State: state, Node: nodeA, Full: true})
 				if err != nil {
 					t.Fatal(err)
