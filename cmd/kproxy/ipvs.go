@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
@@ -33,7 +31,7 @@ type ipvsSetup struct {
 	reason   string
 	families []v1.IPFamily
 	backends map[v1.IPFamily]proxy.Backend
-	after    *afterFirstSync
+	after    *proxy.AfterFirstSync
 	// close releases the kernel handles.
 	close func()
 }
@@ -123,7 +121,7 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		s.families = append(s.families, f)
 		s.backends[f] = p
 	}
-	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
+	s.after = proxy.NewAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })
 	return s, nil
 }
@@ -191,32 +189,4 @@ func nodeAddrsWithoutDummy() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// cleanupForIPVSMode removes what nftables mode left and kube-proxy's
-// chains in the other iptables backend, after ipvs mode's first sync. In
-// the chosen backend, the chains ipvs mode shares with iptables mode are
-// its own now (its first sync rewrote them); what only iptables mode made
-// goes: filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES would otherwise
-// keep rejecting, from INPUT, FORWARD and OUTPUT, services that had no
-// endpoints when iptables mode last ran.
-func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
-	var errs []error
-	if err := deleteNFTablesTables(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
-		errs = append(errs, err)
-	}
-	for _, f := range xtables.Families {
-		n, err := xtables.CleanupIPTablesModeLeftovers(ctx, chosen, f, opts...)
-		switch {
-		case errors.Is(err, xtables.ErrNotInstalled):
-		case err != nil:
-			errs = append(errs, fmt.Errorf("removing iptables mode's %s %s chains: %w", chosen, f, err))
-		case n > 0:
-			klog.InfoS("Removed iptables mode's chains that ipvs mode does not use", "backend", chosen, "family", f, "chains", n)
-		}
-	}
-	return errors.Join(errs...)
 }

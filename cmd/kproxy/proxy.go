@@ -196,7 +196,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	var backends map[v1.IPFamily]proxy.Backend
 	backendName := ""
 	// after removes the previous mode's rules once kproxy's are in place.
-	var after *afterFirstSync
+	var after *proxy.AfterFirstSync
 	// nftables mode: the adapters whose sockets are kproxy's own (drift).
 	var nls []*nfnetlink.Netlink
 	switch mode {
@@ -270,7 +270,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		RetryInterval:  retryInterval(syncPeriod),
 		BeforeSync:     func(context.Context) { idle.Begin() },
 		AfterSync: func(ctx context.Context) {
-			after.run(ctx)
+			after.Run(ctx)
 			idle.End()
 		},
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
@@ -369,26 +369,12 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		checkers := map[v1.IPFamily]proxy.DriftChecker{}
 		for f, b := range backends {
 			if c, ok := b.(proxy.DriftChecker); ok {
-				checkers[f] = busyChecker{DriftChecker: c, idle: idle}
+				checkers[f] = proxy.BusyChecker(c, idle)
 			}
 		}
 		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
-}
-
-// busyChecker tells the idle-memory releaser that a drift check runs:
-// like a sync, it leaves garbage (iptables-save's whole output, parsed)
-// that is worth returning once kproxy is idle again.
-type busyChecker struct {
-	proxy.DriftChecker
-	idle *idlemem.Releaser
-}
-
-func (b busyChecker) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
-	b.idle.Begin()
-	defer b.idle.End()
-	return b.DriftChecker.CheckDrift(ctx)
 }
 
 // driftCheckMin is the shortest pause between two comparisons of the
@@ -415,16 +401,4 @@ func newSource(o *config.Options, fromFile, node string, health *server.ProxyHea
 		return nil, nil, fmt.Errorf("connecting to the API server: %w", err)
 	}
 	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), client, nil
-}
-
-// cleanup removes kproxy's nftables tables in both families, and what
-// kube-proxy's iptables and IPVS modes left.
-func cleanup(ctx context.Context) error {
-	errs := []error{cleanupOtherModes(ctx)}
-	iface, err := nfnetlink.NewNetlink()
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
-	}
-	errs = append(errs, cleanupTables(ctx, iface, nftables.DefaultTableName))
-	return errors.Join(errs...)
 }

@@ -57,4 +57,3 @@ func TestNewOptions(t *testing.T) {
 		t.Errorf("NewProxier with an unknown scheduler: %v", err)
 	}
 }
-
