@@ -134,15 +134,15 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 			return err
 		}
 		var b strings.Builder
-		for _, st := range snap.states {
+		for _, st := range snap.States {
 			opts := nftables.NewOptions(o.Config, st.Family)
-			cfg := opts.RenderConfig(snap.node, nodeAddrs(snap.node))
-			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+			cfg := opts.RenderConfig(snap.Node, snap.LocalAddrs())
+			in := &nftables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
 		}
 		text = b.String()
-		if len(local) == 0 && snap.node != nil {
-			local = snap.node.Addresses
+		if len(local) == 0 && snap.Node != nil {
+			local = snap.Node.Addresses
 		}
 	}
 	if tf.live && len(local) == 0 {

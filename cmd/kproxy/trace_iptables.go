@@ -88,7 +88,7 @@ func iptablesRuleset(ctx context.Context, errOut io.Writer, o *config.Options, t
 			return nil, nil, err
 		}
 		var st *model.State
-		for _, s := range snap.states {
+		for _, s := range snap.States {
 			if s.Family == fam {
 				st = s
 			}
@@ -96,13 +96,13 @@ func iptablesRuleset(ctx context.Context, errOut io.Writer, o *config.Options, t
 		if st == nil {
 			return nil, nil, fmt.Errorf("the snapshot has no %s services", fam)
 		}
-		if len(local) == 0 && snap.node != nil {
-			local = snap.node.Addresses
+		if len(local) == 0 && snap.Node != nil {
+			local = snap.Node.Addresses
 		}
-		opts := iptables.NewOptions(o.Config, fam, snap.nodeName)
+		opts := iptables.NewOptions(o.Config, fam, snap.NodeName)
 		opts.MaxChainsPerRestore = -1
-		cfg := opts.RenderConfig(snap.node, local)
-		in := &iptables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true,
+		cfg := opts.RenderConfig(snap.Node, local)
+		in := &iptables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true,
 			Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
 		data = iptables.Render(cfg, in, iptables.NewApplied()).Text()
 	}

@@ -163,7 +163,7 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			return nil, err
 		}
 		var st *model.State
-		for _, s := range snap.states {
+		for _, s := range snap.States {
 			if s.Family == fam {
 				st = s
 			}
@@ -172,14 +172,14 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			return nil, fmt.Errorf("the snapshot has no %s services", fam)
 		}
 		if len(local) == 0 {
-			hostLocal = nodeAddrs(snap.node)
+			hostLocal = snap.LocalAddrs()
 			node = hostLocal
 		}
-		opts, err := ipvsmode.NewOptions(o.Config, fam, snap.nodeName)
+		opts, err := ipvsmode.NewOptions(o.Config, fam, snap.NodeName)
 		if err != nil {
 			return nil, err
 		}
-		d, err := ipvsmode.Render(&opts.RenderConfig, st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
+		d, err := ipvsmode.Render(&opts.RenderConfig, st, snap.Node, ipvsmode.Host{Addrs: snap.LocalAddrs()})
 		if err != nil {
 			return nil, err
 		}
