@@ -3,18 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"os/exec"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
-	"github.com/kproxy/kproxy/internal/kernel/ipset"
 	kipvs "github.com/kproxy/kproxy/internal/kernel/ipvs"
-	"github.com/kproxy/kproxy/internal/kernel/netdev"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -71,12 +65,8 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		}
 	}()
 	if env.netns == "" {
-		// moby/ipvs opens without complaint on a kernel without IPVS.
-		if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
-			_ = exec.CommandContext(ctx, "modprobe", "ip_vs").Run()
-			if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
-				return nil, fmt.Errorf("can't use the IPVS proxier: this kernel has no IPVS (module ip_vs not loaded and cannot be loaded): %w", err)
-			}
+		if err := ipvs.LoadIPVS(ctx); err != nil {
+			return nil, err
 		}
 	}
 	probe, err := kipvs.NewHandle(env.netns)
@@ -102,19 +92,17 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		if ipt == nil {
 			continue
 		}
-		h, err := openIPVSHandles(env.netns)
+		h, closeHandles, err := ipvs.OpenHandles(env.netns)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, h.close)
-		h.Handles.IPTables = wrapXtables(ipt)
-		h.Handles.Conntrack = conntrack.Netlink{}
-		h.Handles.LocalAddrs = nodeAddrsWithoutDummy
+		closers = append(closers, closeHandles)
+		h.IPTables, h.Conntrack, h.LocalAddrs = wrapXtables(ipt), conntrack.Netlink{}, ipvs.NodeAddrs
 		opts, err := ipvs.NewOptions(c, f, node)
 		if err != nil {
 			return nil, err
 		}
-		p, err := ipvs.NewProxier(opts, h.Handles)
+		p, err := ipvs.NewProxier(opts, h)
 		if err != nil {
 			return nil, err
 		}
@@ -134,59 +122,4 @@ func (s *ipvsSetup) logLine() string {
 		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
 	}
 	return line
-}
-
-// ipvsHandles are one proxier's netlink handles.
-type ipvsHandles struct {
-	ipvs.Handles
-	close func()
-}
-
-func openIPVSHandles(netns string) (*ipvsHandles, error) {
-	vs, err := kipvs.NewHandle(netns)
-	if err != nil {
-		return nil, fmt.Errorf("opening IPVS: %w", err)
-	}
-	sets, err := ipset.NewHandle(netns)
-	if err != nil {
-		vs.Close()
-		return nil, fmt.Errorf("opening ipset (module ip_set): %w", err)
-	}
-	dev, err := netdev.NewHandle(netns)
-	if err != nil {
-		vs.Close()
-		sets.Close()
-		return nil, fmt.Errorf("opening rtnetlink: %w", err)
-	}
-	return &ipvsHandles{
-		Handles: ipvs.Handles{IPVS: vs, IPSet: sets, NetDev: dev},
-		close:   func() { vs.Close(); sets.Close(); dev.Close() },
-	}, nil
-}
-
-// nodeAddrsWithoutDummy lists the node's addresses on every interface but
-// kube-ipvs0 (whose service addresses are no node addresses).
-func nodeAddrsWithoutDummy() ([]netip.Addr, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ifc := range ifaces {
-		if ifc.Name == ipvs.DummyDevice {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
-			}
-		}
-	}
-	return out, nil
 }

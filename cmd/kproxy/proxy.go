@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -69,23 +68,6 @@ func families(c *v1alpha1.KubeProxyConfiguration, v6 bool) []v1.IPFamily {
 		return []v1.IPFamily{model.IPv6, model.IPv4}
 	}
 	return []v1.IPFamily{model.IPv4, model.IPv6}
-}
-
-// localAddrs lists this network namespace's interface addresses.
-func localAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
 }
 
 // healthCheckAddrs are the addresses the health check node ports listen
@@ -252,7 +234,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		},
 	})
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
-	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
+	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), proxy.LocalAddrs) })
 	defer svcHealth.Close()
 	// What a sync leaves on the heap is returned to the system once
 	// kproxy is idle (package idlemem).

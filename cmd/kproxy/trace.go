@@ -17,6 +17,7 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/execer"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
 )
@@ -146,7 +147,7 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 		}
 	}
 	if tf.live && len(local) == 0 {
-		if local, err = localAddrs(); err != nil {
+		if local, err = proxy.LocalAddrs(); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
@@ -133,10 +134,10 @@ func ipvsTraceState(ctx context.Context, errOut io.Writer, o *config.Options, tf
 			return nil, err
 		}
 		if len(local) == 0 {
-			if hostLocal, err = localAddrs(); err != nil {
+			if hostLocal, err = proxy.LocalAddrs(); err != nil {
 				return nil, err
 			}
-			if node, err = nodeAddrsWithoutDummy(); err != nil {
+			if node, err = ipvsmode.NodeAddrs(); err != nil {
 				return nil, err
 			}
 		}
