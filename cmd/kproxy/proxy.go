@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,45 +29,6 @@ import (
 	"github.com/kproxy/kproxy/internal/source/apiserver"
 	"github.com/kproxy/kproxy/internal/source/file"
 )
-
-// hostname returns the node name kproxy acts for.
-func hostname(c *v1alpha1.KubeProxyConfiguration) (string, error) {
-	// Trimmed and lower-cased either way, as upstream's GetHostname: a
-	// config file's "Node-A" names node-a.
-	if c.HostnameOverride != "" {
-		if h := config.NormalizeHostname(c.HostnameOverride); h != "" {
-			return h, nil
-		}
-		return "", fmt.Errorf("hostnameOverride %q is blank", c.HostnameOverride)
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("reading the hostname (set --hostname-override): %w", err)
-	}
-	if h = config.NormalizeHostname(h); h == "" {
-		return "", fmt.Errorf("the hostname is blank (set --hostname-override)")
-	}
-	return h, nil
-}
-
-// ipv6Available reports whether this network namespace has IPv6 at all.
-func ipv6Available() bool {
-	_, err := os.Stat("/proc/net/if_inet6")
-	return err == nil
-}
-
-// families lists the IP families to proxy, primary first: both when the
-// namespace has IPv6, as upstream does. The primary family follows the first
-// cluster CIDR (IPv4 when none is given).
-func families(c *v1alpha1.KubeProxyConfiguration, v6 bool) []v1.IPFamily {
-	if !v6 {
-		return []v1.IPFamily{model.IPv4}
-	}
-	if cidrs := config.ClusterCIDRs(c); len(cidrs) > 0 && model.FamilyOf(cidrs[0].Addr()) == model.IPv6 {
-		return []v1.IPFamily{model.IPv6, model.IPv4}
-	}
-	return []v1.IPFamily{model.IPv4, model.IPv6}
-}
 
 // healthCheckAddrs are the addresses the health check node ports listen
 // on: as upstream's service health server, the node's addresses inside
@@ -142,7 +102,7 @@ var _ model.EventHandler = nodeHealth{}
 func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, fromFile string, compact bool) error {
 	c := o.Config
 	mode := config.EffectiveMode(c)
-	node, err := hostname(c)
+	node, err := config.Hostname(c)
 	if err != nil {
 		return err
 	}
@@ -158,7 +118,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	if err := checkSupported(c, mode); err != nil {
 		return usageError{err}
 	}
-	fams := families(c, ipv6Available())
+	fams := config.Families(c, config.IPv6Available())
 	// Kernel settings first, as upstream's platformSetup: iptables mode
 	// reads nf_conntrack_tcp_be_liberal when it builds its rules.
 	if err := initSteps(ctx, c, mode, node, fams, o.InitAndExit, hostInitEnv()); err != nil {
@@ -171,7 +131,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	applyOOMScoreAdj(c, "/proc/self/oom_score_adj")
 	errc := make(chan error, 4)
 	if o.ConfigFile != "" {
-		if err := watchConfigFile(ctx, o.ConfigFile, errc); err != nil {
+		if err := config.WatchFile(ctx, o.ConfigFile, errc); err != nil {
 			return err
 		}
 	}
