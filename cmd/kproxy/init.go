@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 
-	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -16,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
 )
 
 // The start-up steps upstream kube-proxy takes before it creates its
@@ -65,7 +64,7 @@ func initSteps(ctx context.Context, c *v1alpha1.KubeProxyConfiguration, mode, no
 		return fmt.Errorf("could not set conntrack parameters from kube-proxy configuration: %w", err)
 	}
 	if initOnly && mode == config.ModeIPTables && hasFamily(fams, model.IPv4) {
-		opts := iptablesOptions(c, model.IPv4, node)
+		opts := iptables.NewOptions(c, model.IPv4, node)
 		const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
 		if v, err := env.sys.Get(routeLocalnet); opts.RenderConfig(nil, nil).LocalhostNodePorts && (err != nil || v != 1) {
 			if err := env.sys.Set(routeLocalnet, 1); err != nil {
@@ -94,51 +93,6 @@ func applyOOMScoreAdj(c *v1alpha1.KubeProxyConfiguration, path string) {
 		}
 	}
 	klog.V(2).InfoS("Failed to apply OOMScore", "err", err)
-}
-
-// errConfigChanged ends kproxy when its config file changes.
-var errConfigChanged = errors.New("content of the proxy server's configuration file was updated")
-
-// watchConfigFile sends errConfigChanged to errc when path changes, as
-// upstream does (it exits, so that the pod restarts with the new
-// ConfigMap). Upstream reacts to writes and renames of the file; kproxy
-// also to its removal, which is what a ConfigMap volume update does to the
-// file the mounted symlink pointed at (the old ..data directory is
-// deleted), so that an edited ConfigMap restarts the proxy.
-func watchConfigFile(ctx context.Context, path string, errc chan<- error) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watching the config file %s: %w", path, err)
-	}
-	if err := w.Add(path); err != nil {
-		w.Close()
-		return fmt.Errorf("watching the config file %s: %w", path, err)
-	}
-	go func() {
-		defer w.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if ev.Has(fsnotify.Write) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
-					klog.InfoS("Config file changed; exiting so that kproxy restarts with the new configuration", "file", path, "event", ev.Op.String())
-					errc <- errConfigChanged
-					return
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				errc <- fmt.Errorf("watching the config file %s: %w", path, err)
-				return
-			}
-		}
-	}()
-	return nil
 }
 
 func hasFamily(fams []v1.IPFamily, f v1.IPFamily) bool {

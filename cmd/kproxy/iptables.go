@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -15,14 +12,11 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
-	"github.com/kproxy/kproxy/internal/kernel/nft"
-	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
-	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
@@ -37,7 +31,7 @@ type iptablesSetup struct {
 	backends map[v1.IPFamily]proxy.Backend
 	// after removes the nftables mode's tables, IPVS leftovers and
 	// kube-proxy's chains in the other backend once every family synced.
-	after *afterFirstSync
+	after *proxy.AfterFirstSync
 }
 
 // iptablesEnv points the iptables mode set-up somewhere else than this
@@ -79,7 +73,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		if ipt == nil {
 			continue
 		}
-		opts := iptablesOptions(c, f, node)
+		opts := iptables.NewOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
 		opts.CompactLayout = env.compact
 		if f == model.IPv4 && opts.LocalhostNodePorts && nodeports.CoversIPv4Loopback(opts.NodePortAddresses) {
@@ -97,14 +91,16 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			}
 		}
 		s.families = append(s.families, f)
-		p := iptables.NewProxier(opts, wrapXtables(ipt), conntrack.Netlink{}, localAddrs)
-		p.SetNFAcct(acct)
+		p, err := iptables.NewProxier(opts, iptables.Handles{IPTables: wrapXtables(ipt), Conntrack: conntrack.Netlink{}, NFAcct: acct, LocalAddrs: proxy.LocalAddrs})
+		if err != nil {
+			return nil, err
+		}
 		s.backends[f] = p
 	}
 	// Upstream's nfacct counters, created by the proxiers' full syncs.
 	metrics.IPTablesCTStateInvalidDroppedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctInvalidDropped))
 	metrics.IPTablesLocalhostNodePortsAcceptedPackets.SetReader(iptables.NFAcctReader(acct, iptables.NFAcctLocalhostNodePorts))
-	s.after = newAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
+	s.after = proxy.NewAfterFirstSync("nftables mode's tables, IPVS leftovers and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPTablesMode(ctx, b, env.xtables) })
 	// The primary family watches the other backend (at full syncs, and
 	// once a sync period with the drift checks) once the switch's removal
@@ -114,8 +110,7 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 	metrics.IPTablesOtherBackendChains.WithLabelValues(string(b.Other())).Set(0)
 	primary := s.families[0]
 	syncPeriod, _ := config.SyncPeriods(c)
-	s.backends[primary] = otherBackendWatch{Backend: s.backends[primary], chosen: b, opts: env.xtables, after: s.after,
-		every: syncPeriod, last: &lastCheck{}}
+	s.backends[primary] = iptables.WatchOtherBackend(s.backends[primary], b, env.xtables, s.after.Done, syncPeriod)
 	return s, nil
 }
 
@@ -151,150 +146,6 @@ func xtablesFamily(f v1.IPFamily) xtables.Family {
 		return xtables.IPv6
 	}
 	return xtables.IPv4
-}
-
-// otherBackendWatch checks, after every full sync and with every drift
-// check (at least every sync period: full syncs are hourly), whether the
-// iptables backend kproxy does not use holds kube-proxy chains. Until the
-// removal after the first sync is over it stays quiet: those chains are
-// the previous run's, about to go.
-type otherBackendWatch struct {
-	proxy.Backend
-	chosen xtables.Backend
-	opts   []xtables.Option
-	after  *afterFirstSync
-	// every spaces the checks made with the drift checks (which may run
-	// every second): each lists the other backend's tables and, while it
-	// finds chains, logs a warning. last is when one last ran.
-	every time.Duration
-	last  *lastCheck
-}
-
-// lastCheck is when the other backend was last looked at.
-type lastCheck struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-// due reports whether every has passed since the last check, and if so
-// counts now as the last check.
-func (l *lastCheck) due(every time.Duration) bool {
-	if l == nil {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); l.at.IsZero() || now.Sub(l.at) >= every {
-		l.at = now
-		return true
-	}
-	return false
-}
-
-// CheckDrift passes the wrapped backend's drift check on, then looks at
-// the other backend if a sync period has passed since it last did.
-func (w otherBackendWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
-	var ds []proxy.Drift
-	var err error
-	if c, ok := w.Backend.(proxy.DriftChecker); ok {
-		ds, err = c.CheckDrift(ctx)
-	}
-	if w.after.done() && ctx.Err() == nil && w.last.due(w.every) {
-		reportOtherBackend(ctx, w.chosen, w.opts)
-	}
-	return ds, err
-}
-
-// WantsFullSync passes the wrapped backend's answer on.
-func (w otherBackendWatch) WantsFullSync() bool {
-	f, ok := w.Backend.(proxy.FullSyncWanter)
-	return ok && f.WantsFullSync()
-}
-
-func (w otherBackendWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
-	res, err := w.Backend.Sync(ctx, req)
-	if err == nil && req.Full && w.after.done() {
-		w.last.due(0) // counts as a check
-		reportOtherBackend(ctx, w.chosen, w.opts)
-	}
-	return res, err
-}
-
-// maxNamedChains bounds how many chains the warning names.
-const maxNamedChains = 8
-
-// reportOtherBackend warns when the backend kproxy does not use holds
-// kube-proxy chains: rules of both backends run on every packet, so they
-// can send service traffic to stale endpoints. It never changes them:
-// kproxy removes the other backend's kube-proxy chains once, after its
-// first sync (a switch of backends); chains that come back later were
-// written by something else (another kube-proxy still running), which
-// kproxy does not fight. `kproxy --cleanup` removes them.
-func reportOtherBackend(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) int {
-	other := chosen.Other()
-	found, err := xtables.OtherBackendRules(ctx, chosen, opts...)
-	if err != nil {
-		klog.ErrorS(err, "Could not check the other iptables backend for kube-proxy rules", "backend", other)
-	}
-	metrics.IPTablesOtherBackendChains.WithLabelValues(string(other)).Set(float64(len(found)))
-	if len(found) == 0 {
-		return 0
-	}
-	var names []string
-	for i, l := range found {
-		if i == maxNamedChains {
-			names = append(names, fmt.Sprintf("and %d more", len(found)-maxNamedChains))
-			break
-		}
-		names = append(names, l.String())
-	}
-	klog.InfoS("WARNING: kube-proxy rules found in the iptables backend kproxy does not use; both backends' rules run on every packet, so they can misroute service traffic. Something else wrote them after kproxy started (another kube-proxy?); stop it, then remove them with `kproxy --cleanup` (stop kproxy first)",
-		"using", chosen, "otherBackend", other, "chains", len(found), "names", strings.Join(names, ", "))
-	return len(found)
-}
-
-// cleanupForIPTablesMode removes what nftables and IPVS modes left, as
-// upstream's iptables mode does at start (kproxy: after its first sync,
-// see afterFirstSync), and kube-proxy's chains in the other iptables
-// backend (a switch between backends; upstream leaves them): their rules
-// would catch service traffic before or beside the iptables rules, with
-// the endpoints of the day their proxy stopped. kproxy's own iptables
-// chains in the chosen backend are left to the first full sync, which
-// replaces them without a gap; the kubelet's chains in either backend
-// stay (xtables.CleanupLeftovers).
-func cleanupForIPTablesMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
-	var errs []error
-	if err := deleteNFTablesTables(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
-		errs = append(errs, err)
-	}
-	if err := cleanupIPVS(ctx, leftoverOptions{}); err != nil {
-		errs = append(errs, err)
-	}
-	err := errors.Join(errs...)
-	if err == nil {
-		// The metric and the warning say what is left (nothing, unless
-		// something writes there again).
-		reportOtherBackend(ctx, chosen, opts)
-	}
-	return err
-}
-
-// deleteNFTablesTables deletes the nftables mode's tables (kproxy's main
-// table and its shards; upstream's table has the main table's name) in
-// both families.
-func deleteNFTablesTables(ctx context.Context) error {
-	iface, err := nfnetlink.NewNetlink()
-	if err != nil {
-		if errors.Is(err, nft.ErrNotSupported) {
-			return nil // no nf_tables: no nftables mode leftovers either
-		}
-		return fmt.Errorf("checking for nftables mode leftovers: %w", err)
-	}
-	defer iface.Close()
-	return cleanupTables(ctx, iface, nftables.DefaultTableName)
 }
 
 // familyIPTables opens iptables of backend b for family f and checks that

@@ -2,23 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"os/exec"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
-	"github.com/kproxy/kproxy/internal/kernel/ipset"
 	kipvs "github.com/kproxy/kproxy/internal/kernel/ipvs"
-	"github.com/kproxy/kproxy/internal/kernel/netdev"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -35,7 +25,7 @@ type ipvsSetup struct {
 	reason   string
 	families []v1.IPFamily
 	backends map[v1.IPFamily]proxy.Backend
-	after    *afterFirstSync
+	after    *proxy.AfterFirstSync
 	// close releases the kernel handles.
 	close func()
 }
@@ -75,12 +65,8 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		}
 	}()
 	if env.netns == "" {
-		// moby/ipvs opens without complaint on a kernel without IPVS.
-		if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
-			_ = exec.CommandContext(ctx, "modprobe", "ip_vs").Run()
-			if _, err := os.Stat("/proc/sys/net/ipv4/vs"); err != nil {
-				return nil, fmt.Errorf("can't use the IPVS proxier: this kernel has no IPVS (module ip_vs not loaded and cannot be loaded): %w", err)
-			}
+		if err := ipvs.LoadIPVS(ctx); err != nil {
+			return nil, err
 		}
 	}
 	probe, err := kipvs.NewHandle(env.netns)
@@ -89,22 +75,13 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 	}
 	closers = append(closers, probe.Close)
 	if err := kipvs.CheckScheduler(probe, c.IPVS.Scheduler); err != nil {
-		return nil, fmt.Errorf("can't use the IPVS proxier: ipvs.scheduler %q cannot be used (is its kernel module ip_vs_%s available?): %w", schedulerName(c), schedulerName(c), err)
+		return nil, fmt.Errorf("can't use the IPVS proxier: ipvs.scheduler %q cannot be used (is its kernel module ip_vs_%s available?): %w", ipvs.Scheduler(c), ipvs.Scheduler(c), err)
 	}
 	sys := env.sysctl
 	if sys == nil {
 		sys = sysctl.Files{}
 	}
 	if err := kipvs.EnsureSysctls(sys, c.IPVS.StrictARP, env.kernelRelease); err != nil {
-		return nil, err
-	}
-	timeouts := kipvs.Timeouts{
-		TCP:    uint32(c.IPVS.TCPTimeout.Duration / time.Second),
-		TCPFin: uint32(c.IPVS.TCPFinTimeout.Duration / time.Second),
-		UDP:    uint32(c.IPVS.UDPTimeout.Duration / time.Second),
-	}
-	excludes, err := excludeCIDRs(c)
-	if err != nil {
 		return nil, err
 	}
 	for i, f := range fams {
@@ -115,32 +92,26 @@ func setUpIPVSMode(ctx context.Context, o *config.Options, fams []v1.IPFamily, n
 		if ipt == nil {
 			continue
 		}
-		h, err := openIPVSHandles(env.netns)
+		h, closeHandles, err := ipvs.OpenHandles(env.netns)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, h.close)
-		h.Handles.IPTables = wrapXtables(ipt)
-		h.Handles.Conntrack = conntrack.Netlink{}
-		h.Handles.LocalAddrs = nodeAddrsWithoutDummy
-		rc := ipvsRenderConfig(c, f, node)
-		if err := rc.Validate(); err != nil {
+		closers = append(closers, closeHandles)
+		h.IPTables, h.Conntrack, h.LocalAddrs = wrapXtables(ipt), conntrack.Netlink{}, ipvs.NodeAddrs
+		opts, err := ipvs.NewOptions(c, f, node)
+		if err != nil {
 			return nil, err
 		}
-		opts := ipvs.ProxierOptions{Family: f, ExcludeCIDRs: ofFamily(excludes, f), Timeouts: timeouts}
+		p, err := ipvs.NewProxier(opts, h)
+		if err != nil {
+			return nil, err
+		}
 		s.families = append(s.families, f)
-		s.backends[f] = ipvs.NewProxier(opts, ipvs.NewPartialRenderer(rc), h.Handles)
+		s.backends[f] = p
 	}
-	s.after = newAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
+	s.after = proxy.NewAfterFirstSync("nftables mode's tables and kube-proxy's chains in the "+string(b.Other())+" iptables backend", s.backends,
 		func(ctx context.Context) error { return cleanupForIPVSMode(ctx, b, env.xtables) })
 	return s, nil
-}
-
-func schedulerName(c *v1alpha1.KubeProxyConfiguration) string {
-	if c.IPVS.Scheduler == "" {
-		return ipvs.DefaultScheduler
-	}
-	return c.IPVS.Scheduler
 }
 
 // logLine is the start-up line: upstream's "Using ipvs Proxier", with the
@@ -151,116 +122,4 @@ func (s *ipvsSetup) logLine() string {
 		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
 	}
 	return line
-}
-
-// ipvsRenderConfig derives one family's Render configuration.
-func ipvsRenderConfig(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily, node string) *ipvs.Config {
-	rc := &ipvs.Config{
-		Family:            f,
-		NodeName:          node,
-		Scheduler:         c.IPVS.Scheduler,
-		MasqueradeBit:     int(config.MasqueradeBit(c)),
-		MasqueradeAll:     config.MasqueradeAll(c),
-		LocalDetect:       localDetect(c, f),
-		NodePortAddresses: c.NodePortAddresses,
-	}
-	rc.NodeIPs = bindNodeIPs(c, f)
-	return rc
-}
-
-// excludeCIDRs parses ipvs.excludeCIDRs (validation refused bad ones
-// already; this says which, should one slip through).
-func excludeCIDRs(c *v1alpha1.KubeProxyConfiguration) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range c.IPVS.ExcludeCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("ipvs.excludeCIDRs: %q: %w", s, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
-
-// ipvsHandles are one proxier's netlink handles.
-type ipvsHandles struct {
-	ipvs.Handles
-	close func()
-}
-
-func openIPVSHandles(netns string) (*ipvsHandles, error) {
-	vs, err := kipvs.NewHandle(netns)
-	if err != nil {
-		return nil, fmt.Errorf("opening IPVS: %w", err)
-	}
-	sets, err := ipset.NewHandle(netns)
-	if err != nil {
-		vs.Close()
-		return nil, fmt.Errorf("opening ipset (module ip_set): %w", err)
-	}
-	dev, err := netdev.NewHandle(netns)
-	if err != nil {
-		vs.Close()
-		sets.Close()
-		return nil, fmt.Errorf("opening rtnetlink: %w", err)
-	}
-	return &ipvsHandles{
-		Handles: ipvs.Handles{IPVS: vs, IPSet: sets, NetDev: dev},
-		close:   func() { vs.Close(); sets.Close(); dev.Close() },
-	}, nil
-}
-
-// nodeAddrsWithoutDummy lists the node's addresses on every interface but
-// kube-ipvs0 (whose service addresses are no node addresses).
-func nodeAddrsWithoutDummy() ([]netip.Addr, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ifc := range ifaces {
-		if ifc.Name == ipvs.DummyDevice {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// cleanupForIPVSMode removes what nftables mode left and kube-proxy's
-// chains in the other iptables backend, after ipvs mode's first sync. In
-// the chosen backend, the chains ipvs mode shares with iptables mode are
-// its own now (its first sync rewrote them); what only iptables mode made
-// goes: filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES would otherwise
-// keep rejecting, from INPUT, FORWARD and OUTPUT, services that had no
-// endpoints when iptables mode last ran.
-func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
-	var errs []error
-	if err := deleteNFTablesTables(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := cleanupBackend(ctx, chosen.Other(), opts); err != nil {
-		errs = append(errs, err)
-	}
-	for _, f := range xtables.Families {
-		n, err := xtables.CleanupIPTablesModeLeftovers(ctx, chosen, f, opts...)
-		switch {
-		case errors.Is(err, xtables.ErrNotInstalled):
-		case err != nil:
-			errs = append(errs, fmt.Errorf("removing iptables mode's %s %s chains: %w", chosen, f, err))
-		case n > 0:
-			klog.InfoS("Removed iptables mode's chains that ipvs mode does not use", "backend", chosen, "family", f, "chains", n)
-		}
-	}
-	return errors.Join(errs...)
 }

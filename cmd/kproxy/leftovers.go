@@ -4,32 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"time"
 
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-
-	"github.com/kproxy/kproxy/internal/kernel/ipvs"
+	kipvs "github.com/kproxy/kproxy/internal/kernel/ipvs"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
-	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
+	"github.com/kproxy/kproxy/internal/proxy/ipvs"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
+
+// Which modes' leftovers each mode removes, as upstream's
+// cmd/kube-proxy/app calls each backend's CleanupLeftovers; running
+// modes do it after their first sync (proxy.AfterFirstSync).
 
 // leftoverOptions point the cleanup of other modes somewhere else than the
 // process's own network namespace (tests).
 type leftoverOptions struct {
 	xtables []xtables.Option
-	ipvs    []ipvs.Option
+	ipvs    []kipvs.Option
 }
 
 // cleanupOtherModes removes what kube-proxy's iptables and IPVS modes left
-// on this node, as upstream does when it starts in another mode: kube-proxy
-// rules still hooked into PREROUTING and OUTPUT would keep DNATing service
-// traffic to whatever endpoints they knew when their proxy stopped. Both
-// iptables backends are checked (a node may have switched between them).
-// The iptables rules go first: IPVS mode's ipsets can only be destroyed
-// once no rule matches them. Running nftables mode calls it through
-// afterFirstSync, once kproxy's own rules are in place; --cleanup at once.
+// on this node (nftables mode; --cleanup): kube-proxy rules still hooked
+// into PREROUTING and OUTPUT would keep DNATing service traffic to
+// whatever endpoints they knew when their proxy stopped. Both iptables
+// backends are checked (a node may have switched between them). The
+// iptables rules go first: IPVS mode's ipsets can only be destroyed once
+// no rule matches them.
 func cleanupOtherModes(ctx context.Context) error {
 	return cleanupOtherModesWith(ctx, leftoverOptions{})
 }
@@ -37,206 +39,57 @@ func cleanupOtherModes(ctx context.Context) error {
 func cleanupOtherModesWith(ctx context.Context, o leftoverOptions) error {
 	var errs []error
 	for _, b := range xtables.Backends {
-		errs = append(errs, cleanupBackend(ctx, b, o.xtables))
+		errs = append(errs, iptables.CleanupLeftovers(ctx, b, o.xtables...))
 	}
-	errs = append(errs, cleanupIPVS(ctx, o))
+	errs = append(errs, ipvs.CleanupLeftovers(ctx, o.ipvs...))
 	return errors.Join(errs...)
 }
 
-// cleanupIPVS removes IPVS mode's kernel objects: its dummy interface,
-// ipsets and virtual servers.
-func cleanupIPVS(ctx context.Context, o leftoverOptions) error {
-	l, err := ipvs.FindLeftovers(ctx, o.ipvs...)
+// cleanupForIPTablesMode removes what nftables and IPVS modes left, and
+// kube-proxy's chains in the other iptables backend (a switch between
+// backends; upstream leaves them): their rules would catch service traffic
+// before or beside the iptables rules, with the endpoints of the day their
+// proxy stopped. kproxy's own iptables chains in the chosen backend are
+// left to the first full sync, which replaces them without a gap.
+func cleanupForIPTablesMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
+	err := errors.Join(cleanupNFTablesMode(ctx), iptables.CleanupLeftovers(ctx, chosen.Other(), opts...), ipvs.CleanupLeftovers(ctx))
+	if err == nil {
+		// The metric and the warning say what is left (nothing, unless
+		// something writes there again).
+		iptables.ReportOtherBackend(ctx, chosen, opts)
+	}
+	return err
+}
+
+// cleanupForIPVSMode removes what nftables mode left, kube-proxy's chains
+// in the other iptables backend and, in the chosen one, the chains only
+// iptables mode made.
+func cleanupForIPVSMode(ctx context.Context, chosen xtables.Backend, opts []xtables.Option) error {
+	return errors.Join(cleanupNFTablesMode(ctx), iptables.CleanupLeftovers(ctx, chosen.Other(), opts...),
+		ipvs.CleanupIPTablesModeChains(ctx, chosen, opts...))
+}
+
+// cleanupNFTablesMode deletes the nftables mode's tables in both families.
+func cleanupNFTablesMode(ctx context.Context) error {
+	iface, err := nfnetlink.NewNetlink()
 	if err != nil {
-		return err
+		if errors.Is(err, nft.ErrNotSupported) {
+			return nil // no nf_tables: no nftables mode leftovers either
+		}
+		return fmt.Errorf("checking for nftables mode leftovers: %w", err)
 	}
-	if l.Empty() {
-		return nil
-	}
-	klog.InfoS("Removing leftovers of kube-proxy's IPVS mode", "interface", l.Link, "ipsets", len(l.IPSets), "virtualServers", len(l.VirtualServers))
-	return ipvs.CleanupLeftovers(ctx, o.ipvs...)
+	defer iface.Close()
+	return nftables.CleanupLeftovers(ctx, iface)
 }
 
-// cleanupBackend removes one iptables backend's leftovers in both
-// families, with one log line for the backend.
-func cleanupBackend(ctx context.Context, b xtables.Backend, opts []xtables.Option) error {
-	var errs []error
-	var families []xtables.Family
-	total := 0
-	for _, f := range xtables.Families {
-		chains, err := xtables.FindLeftovers(ctx, b, f, opts...)
-		if errors.Is(err, xtables.ErrNotInstalled) {
-			// A host without these binaries cannot have rules of this
-			// backend that kube-proxy made from it: nothing to do.
-			klog.V(2).InfoS("Skipped the check for leftover iptables rules", "backend", b, "family", f, "reason", err)
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(chains) > 0 {
-			families = append(families, f)
-			total += len(chains)
-		}
+// cleanup is --cleanup: kproxy's nftables tables in both families, and
+// what kube-proxy's iptables and IPVS modes left.
+func cleanup(ctx context.Context) error {
+	errs := []error{cleanupOtherModes(ctx)}
+	iface, err := nfnetlink.NewNetlink()
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
-	if total == 0 {
-		return errors.Join(errs...)
-	}
-	klog.InfoS("Removing leftover iptables rules of kube-proxy's iptables and IPVS modes", "backend", b, "families", families, "chains", total)
-	for _, f := range families {
-		if _, err := xtables.CleanupLeftovers(ctx, b, f, opts...); err != nil {
-			errs = append(errs, fmt.Errorf("removing kube-proxy's %s %s iptables rules: %w", b, f, err))
-		}
-	}
+	errs = append(errs, nftables.CleanupLeftovers(ctx, iface))
 	return errors.Join(errs...)
-}
-
-// afterFirstSync removes the rules of the mode a node ran before (another
-// proxy mode, or kube-proxy's chains in the other iptables backend) once
-// kproxy's own rules are in place: after the first successful sync of
-// every IP family kproxy proxies, never before. Removing them first (as
-// upstream does, at start) leaves service traffic without any rule from
-// then until the first sync: new connections fail, and a dropped SYN costs
-// a client at least a second.
-//
-// While both are installed, running them side by side is harmless; they
-// were built from the same cluster state:
-//   - NAT: for a new connection the kernel runs the nat-type base chains
-//     of a hook in priority order and stops at the first that sets up a
-//     DNAT (nf_nat_inet_fn). iptables' nat PREROUTING/OUTPUT (legacy and
-//     iptables-nft) and kproxy's nat-prerouting/nat-output chains all sit
-//     at dstnat (-100), so exactly one of them DNATs each new connection,
-//     to an endpoint of the same service. Established connections are not
-//     looked at again: conntrack keeps their translation whichever mode
-//     made it, also after that mode's rules are gone.
-//   - Masquerade: both mark with the same bit (masqueradeBit, 14 unless
-//     configured) and masquerade marked packets in nat postrouting at
-//     srcnat (100), where the same first-binding rule holds: whichever
-//     mode's DNAT marked a connection, the first masquerade chain binds it
-//     (and clears the mark), once.
-//   - Filter: both reject traffic to services without endpoints, drop
-//     conntrack-invalid packets and apply loadBalancerSourceRanges from the
-//     same objects, so neither refuses what the other lets through. IPVS
-//     mode's virtual servers sit behind LOCAL_IN and after the DNAT at
-//     LOCAL_OUT: a packet the new rules DNATed no longer matches them.
-//
-// A removal that fails is retried after the next syncs (maxSwitchCleanups
-// attempts in all); the old rules stay meanwhile, which is the safe side.
-type afterFirstSync struct {
-	// what names the old rules in the log.
-	what   string
-	remove func(context.Context) error
-	// families are those whose first sync must have succeeded.
-	families []v1.IPFamily
-
-	mu       sync.Mutex
-	synced   map[v1.IPFamily]bool
-	attempts int
-	finished bool
-	started  time.Time
-}
-
-// maxSwitchCleanups bounds how often a failing removal is tried.
-const maxSwitchCleanups = 5
-
-// newAfterFirstSync wraps every family's backend so that it notices that
-// family's first successful sync, and returns the hook to call after each
-// sync of the loop (run).
-func newAfterFirstSync(what string, backends map[v1.IPFamily]proxy.Backend, remove func(context.Context) error) *afterFirstSync {
-	a := &afterFirstSync{what: what, remove: remove, synced: map[v1.IPFamily]bool{}, started: time.Now()}
-	for f, b := range backends {
-		a.families = append(a.families, f)
-		backends[f] = firstSyncWatch{Backend: b, family: f, after: a}
-	}
-	return a
-}
-
-// firstSyncWatch tells afterFirstSync when its family synced.
-type firstSyncWatch struct {
-	proxy.Backend
-	family v1.IPFamily
-	after  *afterFirstSync
-}
-
-func (w firstSyncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
-	res, err := w.Backend.Sync(ctx, req)
-	// A trial of failure isolation may only have been checked: it puts
-	// no rules in place.
-	if err == nil && !req.Trial {
-		w.after.mu.Lock()
-		w.after.synced[w.family] = true
-		w.after.mu.Unlock()
-	}
-	return res, err
-}
-
-// WantsFullSync passes the wrapped backend's answer on.
-func (w firstSyncWatch) WantsFullSync() bool {
-	f, ok := w.Backend.(proxy.FullSyncWanter)
-	return ok && f.WantsFullSync()
-}
-
-// WantsRepair and RepairTables pass nftables mode's targeted drift
-// repair on (hidden, every repair was a full sync).
-func (w firstSyncWatch) WantsRepair() bool {
-	r, ok := w.Backend.(proxy.RepairWanter)
-	return ok && r.WantsRepair()
-}
-
-func (w firstSyncWatch) RepairTables(tables []string) {
-	if r, ok := w.Backend.(proxy.TableRepairer); ok {
-		r.RepairTables(tables)
-	}
-}
-
-// CheckDrift passes the wrapped backend's drift check on (iptables mode's
-// comparison with what kproxy wrote).
-func (w firstSyncWatch) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
-	if c, ok := w.Backend.(proxy.DriftChecker); ok {
-		return c.CheckDrift(ctx)
-	}
-	return nil, nil
-}
-
-// run removes the old rules if every family has synced and they are not
-// removed yet. Call it after each sync of the loop, from the sync runner
-// (so that no sync runs meanwhile).
-func (a *afterFirstSync) run(ctx context.Context) {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.finished || ctx.Err() != nil {
-		return
-	}
-	for _, f := range a.families {
-		if !a.synced[f] {
-			return
-		}
-	}
-	a.attempts++
-	klog.V(2).InfoS("kproxy's rules are in place in every IP family; removing the other modes' rules", "what", a.what, "sinceStart", time.Since(a.started))
-	err := a.remove(ctx)
-	switch {
-	case err == nil:
-		a.finished = true
-		klog.InfoS("Removed the rules of the mode this node ran before, after kproxy's first sync", "what", a.what, "sinceStart", time.Since(a.started))
-	case a.attempts >= maxSwitchCleanups:
-		a.finished = true
-		klog.ErrorS(err, "Could not remove all rules of the mode this node ran before; giving up (`kproxy doctor` shows them, `kproxy --cleanup` with kproxy stopped removes them)", "what", a.what, "attempts", a.attempts)
-	default:
-		klog.ErrorS(err, "Could not remove all rules of the mode this node ran before; trying again after the next sync", "what", a.what, "attempt", a.attempts)
-	}
-}
-
-// done reports whether the removal is over (done or given up).
-func (a *afterFirstSync) done() bool {
-	if a == nil {
-		return true
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.finished
 }

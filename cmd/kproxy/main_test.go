@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/kube-proxy/config/v1alpha1"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/view"
 )
@@ -331,10 +332,10 @@ func TestHostnameOverrideFromFileNormalized(t *testing.T) {
 	if !strings.Contains(out, "# node node-b (zone zone-b)") {
 		t.Errorf("render did not act for node-b:\n%s", out)
 	}
-	if h, err := hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: "Node-A"}); err != nil || h != "node-a" {
+	if h, err := config.Hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: "Node-A"}); err != nil || h != "node-a" {
 		t.Errorf("hostname(Node-A) = %q, %v; want node-a", h, err)
 	}
-	if _, err := hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: " \t"}); err == nil {
+	if _, err := config.Hostname(&v1alpha1.KubeProxyConfiguration{HostnameOverride: " \t"}); err == nil {
 		t.Error("a blank hostnameOverride was accepted")
 	}
 }

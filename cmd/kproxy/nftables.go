@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
-	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
-	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -25,7 +20,7 @@ type nftablesSetup struct {
 	nls []*nfnetlink.Netlink
 	// after removes kube-proxy's iptables chains (both backends) and
 	// IPVS leftovers once every family synced.
-	after *afterFirstSync
+	after *proxy.AfterFirstSync
 	// tables names the tables, for the start-up line.
 	tables string
 }
@@ -41,48 +36,16 @@ func setUpNFTablesMode(c *v1alpha1.KubeProxyConfiguration, fams []v1.IPFamily) (
 			return nil, fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 		}
 		s.nls = append(s.nls, iface)
-		s.backends[f] = nftables.NewProxier(nftablesOptions(c, f), wrapNFT(iface), conntrack.Netlink{}, localAddrs)
+		p, err := nftables.NewProxier(nftables.NewOptions(c, f), nftables.Handles{NFT: wrapNFT(iface), Conntrack: conntrack.Netlink{}, LocalAddrs: proxy.LocalAddrs})
+		if err != nil {
+			return nil, err
+		}
+		s.backends[f] = p
 	}
-	s.after = newAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", s.backends, cleanupOtherModes)
+	s.after = proxy.NewAfterFirstSync("kube-proxy's iptables (both backends) and IPVS rules", s.backends, cleanupOtherModes)
 	return s, nil
 }
 
 func (s *nftablesSetup) logLine() string {
 	return "Using nftables Proxier (native nf_tables tables, not iptables-nft)"
-}
-
-// nftablesOptions derives one family's nftables settings from the config.
-func nftablesOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) nftables.Options {
-	o := nftables.Options{
-		Family:            f,
-		TableName:         nftables.DefaultTableName,
-		MasqueradeBit:     int(config.MasqueradeBit(c)),
-		MasqueradeAll:     config.MasqueradeAll(c),
-		LocalDetect:       localDetect(c, f),
-		NodePortAddresses: c.NodePortAddresses,
-	}
-	o.NodeIPs = bindNodeIPs(c, f)
-	return o
-}
-
-// cleanupTables deletes the main table and every shard table of it (those
-// of the current shard count and any left by a larger one) in both
-// families; other tables stay.
-func cleanupTables(ctx context.Context, iface nft.Interface, main string) error {
-	var errs []error
-	for _, f := range []nft.Family{nft.IPv4, nft.IPv6} {
-		tables, err := iface.ListTables(ctx, f)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, t := range nftables.OurTables(main, tables) {
-			if err := iface.DeleteTable(ctx, f, t); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			klog.InfoS("Deleted nftables table", "family", f, "table", t)
-		}
-	}
-	return errors.Join(errs...)
 }

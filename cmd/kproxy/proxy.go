@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -24,7 +21,7 @@ import (
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
-	"github.com/kproxy/kproxy/internal/proxy/localdetect"
+	"github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 	"github.com/kproxy/kproxy/internal/server"
@@ -32,104 +29,6 @@ import (
 	"github.com/kproxy/kproxy/internal/source/apiserver"
 	"github.com/kproxy/kproxy/internal/source/file"
 )
-
-// hostname returns the node name kproxy acts for.
-func hostname(c *v1alpha1.KubeProxyConfiguration) (string, error) {
-	// Trimmed and lower-cased either way, as upstream's GetHostname: a
-	// config file's "Node-A" names node-a.
-	if c.HostnameOverride != "" {
-		if h := config.NormalizeHostname(c.HostnameOverride); h != "" {
-			return h, nil
-		}
-		return "", fmt.Errorf("hostnameOverride %q is blank", c.HostnameOverride)
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("reading the hostname (set --hostname-override): %w", err)
-	}
-	if h = config.NormalizeHostname(h); h == "" {
-		return "", fmt.Errorf("the hostname is blank (set --hostname-override)")
-	}
-	return h, nil
-}
-
-// ipv6Available reports whether this network namespace has IPv6 at all.
-func ipv6Available() bool {
-	_, err := os.Stat("/proc/net/if_inet6")
-	return err == nil
-}
-
-// families lists the IP families to proxy, primary first: both when the
-// namespace has IPv6, as upstream does. The primary family follows the first
-// cluster CIDR (IPv4 when none is given).
-func families(c *v1alpha1.KubeProxyConfiguration, v6 bool) []v1.IPFamily {
-	if !v6 {
-		return []v1.IPFamily{model.IPv4}
-	}
-	if cidrs := clusterCIDRs(c); len(cidrs) > 0 && model.FamilyOf(cidrs[0].Addr()) == model.IPv6 {
-		return []v1.IPFamily{model.IPv6, model.IPv4}
-	}
-	return []v1.IPFamily{model.IPv4, model.IPv6}
-}
-
-func clusterCIDRs(c *v1alpha1.KubeProxyConfiguration) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range strings.Split(c.ClusterCIDR, ",") {
-		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
-
-func ofFamily(ps []netip.Prefix, f v1.IPFamily) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if model.FamilyOf(p.Addr()) == f {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// localDetect is detectLocalMode with its inputs for family f, as every
-// mode takes it (package localdetect).
-func localDetect(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) localdetect.Config {
-	return localdetect.Config{
-		Mode:                string(c.DetectLocalMode),
-		Family:              f,
-		ClusterCIDRs:        ofFamily(clusterCIDRs(c), f),
-		BridgeInterface:     c.DetectLocal.BridgeInterface,
-		InterfaceNamePrefix: c.DetectLocal.InterfaceNamePrefix,
-	}
-}
-
-// bindNodeIPs is the node's primary IP of family f as bindAddress gives
-// it (every mode's NodeIPs option); nil when it is unspecified or of the
-// other family (the Node object's addresses then).
-func bindNodeIPs(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) []netip.Addr {
-	if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-		return []netip.Addr{ip}
-	}
-	return nil
-}
-
-// localAddrs lists this network namespace's interface addresses.
-func localAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
-}
 
 // healthCheckAddrs are the addresses the health check node ports listen
 // on: as upstream's service health server, the node's addresses inside
@@ -203,7 +102,7 @@ var _ model.EventHandler = nodeHealth{}
 func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, fromFile string, compact bool) error {
 	c := o.Config
 	mode := config.EffectiveMode(c)
-	node, err := hostname(c)
+	node, err := config.Hostname(c)
 	if err != nil {
 		return err
 	}
@@ -219,7 +118,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	if err := checkSupported(c, mode); err != nil {
 		return usageError{err}
 	}
-	fams := families(c, ipv6Available())
+	fams := config.Families(c, config.IPv6Available())
 	// Kernel settings first, as upstream's platformSetup: iptables mode
 	// reads nf_conntrack_tcp_be_liberal when it builds its rules.
 	if err := initSteps(ctx, c, mode, node, fams, o.InitAndExit, hostInitEnv()); err != nil {
@@ -232,14 +131,14 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	applyOOMScoreAdj(c, "/proc/self/oom_score_adj")
 	errc := make(chan error, 4)
 	if o.ConfigFile != "" {
-		if err := watchConfigFile(ctx, o.ConfigFile, errc); err != nil {
+		if err := config.WatchFile(ctx, o.ConfigFile, errc); err != nil {
 			return err
 		}
 	}
 	var backends map[v1.IPFamily]proxy.Backend
 	backendName := ""
 	// after removes the previous mode's rules once kproxy's are in place.
-	var after *afterFirstSync
+	var after *proxy.AfterFirstSync
 	// nftables mode: the adapters whose sockets are kproxy's own (drift).
 	var nls []*nfnetlink.Netlink
 	switch mode {
@@ -263,7 +162,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			return err
 		}
 		defer s.close()
-		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families, "scheduler", schedulerName(c))
+		klog.InfoS(s.logLine(), "node", node, "backend", s.backend, "reason", s.reason, "ipFamilies", s.families, "scheduler", ipvs.Scheduler(c))
 		klog.ErrorS(nil, ipvsDeprecation)
 		fams, backends, backendName, after = s.families, s.backends, string(s.backend), s.after
 	default:
@@ -295,7 +194,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		},
 	})
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
-	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), localAddrs) })
+	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), proxy.LocalAddrs) })
 	defer svcHealth.Close()
 	// What a sync leaves on the heap is returned to the system once
 	// kproxy is idle (package idlemem).
@@ -319,7 +218,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		ParallelFamilies: mode == config.ModeNFTables,
 		BeforeSync:       func(context.Context) { idle.Begin() },
 		AfterSync: func(ctx context.Context) {
-			after.run(ctx)
+			after.Run(ctx)
 			idle.End()
 		},
 		OnRefused: func(f v1.IPFamily, name model.ServicePortName, err error) {
@@ -429,26 +328,12 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		checkers := map[v1.IPFamily]proxy.DriftChecker{}
 		for f, b := range backends {
 			if c, ok := b.(proxy.DriftChecker); ok {
-				checkers[f] = busyChecker{DriftChecker: c, idle: idle}
+				checkers[f] = proxy.BusyChecker(c, idle)
 			}
 		}
 		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
-}
-
-// busyChecker tells the idle-memory releaser that a drift check runs:
-// like a sync, it leaves garbage (iptables-save's whole output, parsed)
-// that is worth returning once kproxy is idle again.
-type busyChecker struct {
-	proxy.DriftChecker
-	idle *idlemem.Releaser
-}
-
-func (b busyChecker) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
-	b.idle.Begin()
-	defer b.idle.End()
-	return b.DriftChecker.CheckDrift(ctx)
 }
 
 // driftCheckMin is the shortest pause between two comparisons of the
@@ -475,16 +360,4 @@ func newSource(o *config.Options, fromFile, node string, health *server.ProxyHea
 		return nil, nil, fmt.Errorf("connecting to the API server: %w", err)
 	}
 	return apiserver.New(client, node, o.Config.ConfigSyncPeriod.Duration), client, nil
-}
-
-// cleanup removes kproxy's nftables tables in both families, and what
-// kube-proxy's iptables and IPVS modes left.
-func cleanup(ctx context.Context) error {
-	errs := []error{cleanupOtherModes(ctx)}
-	iface, err := nfnetlink.NewNetlink()
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
-	}
-	errs = append(errs, cleanupTables(ctx, iface, nftables.DefaultTableName))
-	return errors.Join(errs...)
 }

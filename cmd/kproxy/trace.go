@@ -149,20 +149,20 @@ func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam 
 	if err != nil {
 		return nil, err
 	}
-	r := &node.Rendered{NodeAddrs: nodeAddrs(snap.node)}
+	r := &node.Rendered{NodeAddrs: snap.LocalAddrs()}
 	if mode == config.ModeNFTables {
 		var b strings.Builder
-		for _, st := range snap.states {
-			opts := nftablesOptions(o.Config, st.Family)
-			cfg := opts.RenderConfig(snap.node, nodeAddrs(snap.node))
-			in := &nftables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+		for _, st := range snap.States {
+			opts := nftables.NewOptions(o.Config, st.Family)
+			cfg := opts.RenderConfig(snap.Node, snap.LocalAddrs())
+			in := &nftables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
 			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
 		}
 		r.Text = b.String()
 		return r, nil
 	}
 	var st *model.State
-	for _, s := range snap.states {
+	for _, s := range snap.States {
 		if s.Family == fam {
 			st = s
 		}
@@ -171,17 +171,21 @@ func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam 
 		return nil, fmt.Errorf("the snapshot has no %s services", fam)
 	}
 	if mode == config.ModeIPVS {
-		d, err := ipvsmode.Render(ipvsRenderConfig(o.Config, fam, snap.nodeName), st, snap.node, ipvsmode.Host{Addrs: nodeAddrs(snap.node)})
+		opts, err := ipvsmode.NewOptions(o.Config, fam, snap.NodeName)
+		if err != nil {
+			return nil, err
+		}
+		d, err := ipvsmode.Render(&opts.Config, st, snap.Node, ipvsmode.Host{Addrs: snap.LocalAddrs()})
 		r.IPVS = d
 		return r, err
 	}
 	if len(local) == 0 {
 		local = r.NodeAddrs
 	}
-	opts := iptablesOptions(o.Config, fam, snap.nodeName)
+	opts := iptables.NewOptions(o.Config, fam, snap.NodeName)
 	opts.MaxChainsPerRestore = -1
-	cfg := opts.RenderConfig(snap.node, local)
-	in := &iptables.Input{State: st, NodeName: snap.nodeName, Zone: snap.node.Zone(), Full: true,
+	cfg := opts.RenderConfig(snap.Node, local)
+	in := &iptables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true,
 		Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
 	r.Text = iptables.Render(cfg, in, iptables.NewApplied()).Text()
 	return r, nil

@@ -1,6 +1,10 @@
-// Package view turns the model into what `kproxy render` prints when it
-// shows the model rather than rules: each service port, its addresses, the
-// endpoints chosen for this node and why others were left out.
+// Package view is what `kproxy render` shows. Load runs a snapshot (a
+// file, or the built-in example) through the proxy's model for one node.
+// Build turns the model into the view printed when render shows the model
+// rather than rules: each service port, its addresses, the endpoints
+// chosen for this node and why others were left out. rules.go prints the
+// rules each mode would write on a fresh node, from every backend's
+// NewOptions as the proxy takes them.
 package view
 
 import (

@@ -60,8 +60,11 @@ func BenchmarkNFTablesDataPlane(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = iface.Close() })
-	p := nftables.NewProxier(nftables.Options{Family: model.IPv4, MasqueradeBit: 14,
-		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}}, iface, nil, nil)
+	p, err := nftables.NewProxier(nftables.Options{Family: model.IPv4, MasqueradeBit: 14,
+		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}}, nftables.Handles{NFT: iface})
+	if err != nil {
+		b.Fatal(err)
+	}
 	if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 		b.Fatal(err)
 	}

@@ -124,7 +124,10 @@ func BenchmarkIPTablesFullSync(b *testing.B) {
 					for range b.N {
 						ns := newNetns(b)
 						ipt = newIPTables(b, backend, ns)
-						p := iptables.NewProxier(iptablesOptions(compact), ipt, nil, nil)
+						p, err := iptables.NewProxier(iptablesOptions(compact), iptables.Handles{IPTables: ipt})
+						if err != nil {
+							b.Fatal(err)
+						}
 						start := time.Now()
 						if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 							b.Fatal(err)
@@ -193,7 +196,10 @@ func BenchmarkIPTablesEndpointChange(b *testing.B) {
 					st := state(n)
 					ns := newNetns(b)
 					ipt := newIPTables(b, backend, ns)
-					p := iptables.NewProxier(iptablesOptions(compact), ipt, nil, nil)
+					p, err := iptables.NewProxier(iptablesOptions(compact), iptables.Handles{IPTables: ipt})
+					if err != nil {
+						b.Fatal(err)
+					}
 					if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Changed: sets.New[model.ServicePortName](), Full: true, Now: time.Now()}); err != nil {
 						b.Fatal(err)
 					}

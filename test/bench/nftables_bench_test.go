@@ -103,7 +103,11 @@ func newProxier(b *testing.B, ns string) *nftables.Proxier {
 		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
 		NodeIPs:     []netip.Addr{netip.MustParseAddr("198.17.0.10")},
 	}
-	return nftables.NewProxier(opts, iface, nil, nil)
+	p, err := nftables.NewProxier(opts, nftables.Handles{NFT: iface})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
 }
 
 // BenchmarkNFTablesFullSync: the first sync of a node, into an empty

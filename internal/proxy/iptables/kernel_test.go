@@ -52,7 +52,7 @@ func TestKernelRestore(t *testing.T) {
 					o.MaxChainsPerRestore = 8
 					o.CompactLayout = compact
 					st := c.States[f].Clone()
-					p := NewProxier(o, ipt, nil, nil)
+					p := mustNewProxier(t, o, Handles{IPTables: ipt})
 					sync := func(full bool, changed ...model.ServicePortName) {
 						t.Helper()
 						if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.New(changed...), Node: c.Node, Full: full}); err != nil {
@@ -191,7 +191,7 @@ func TestNFTRestoreTestResolvesNoChain(t *testing.T) {
 			o := exampleOptions(model.IPv4)
 			o.Hostname = c.Node.Name
 			o.MaxChainsPerRestore = 8
-			p := NewProxier(o, ipt, nil, nil)
+			p := mustNewProxier(t, o, Handles{IPTables: ipt})
 			st := c.States[model.IPv4].Clone()
 			if _, err := p.Sync(ctx, &proxy.Request{State: st, Changed: sets.KeySet(st.Services), Node: c.Node, Full: true, Trial: true}); err != nil {
 				t.Fatalf("trial of the example on a fresh node: %v", err)

@@ -151,7 +151,7 @@ func TestKernelBackendChoiceAfterSync(t *testing.T) {
 			}
 			o := exampleOptions(model.IPv4)
 			o.Hostname = "node-a"
-			p := NewProxier(o, ipt, nil, nil)
+			p := mustNewProxier(t, o, Handles{IPTables: ipt})
 			if _, err := p.Sync(context.Background(), &proxy.Request{State: c.States[model.IPv4].Clone(), Changed: sets.New[model.ServicePortName](), Node: c.Node, Full: true}); err != nil {
 				t.Fatal(err)
 			}

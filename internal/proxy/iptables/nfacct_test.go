@@ -60,7 +60,7 @@ func TestProxierNFAcct(t *testing.T) {
 	t.Run("IPv4 counts INVALID drops and localhost node ports", func(t *testing.T) {
 		r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
 		acct := &nfacct.Fake{}
-		r.p.SetNFAcct(acct)
+		r.setNFAcct(acct)
 		r.mustSync(true)
 		for _, name := range []string{NFAcctInvalidDropped, NFAcctLocalhostNodePorts} {
 			if _, err := acct.Get(name); err != nil {
@@ -124,7 +124,7 @@ func TestProxierNFAcct(t *testing.T) {
 
 	t.Run("IPv6 has no localhost node ports", func(t *testing.T) {
 		r := newRig(t, c, model.IPv6, xtables.Legacy, nil)
-		r.p.SetNFAcct(&nfacct.Fake{})
+		r.setNFAcct(&nfacct.Fake{})
 		r.mustSync(true)
 		dump := r.fake.Dump()
 		if !strings.Contains(dump, invalidRule+"\n") {
@@ -140,7 +140,7 @@ func TestProxierNFAcct(t *testing.T) {
 			o.ConntrackTCPBeLiberal, o.LocalhostNodePorts = true, false
 		})
 		acct := &nfacct.Fake{}
-		r.p.SetNFAcct(acct)
+		r.setNFAcct(acct)
 		r.mustSync(true)
 		if len(acct.Counters) != 0 {
 			t.Errorf("counters created for rules that are not written: %v", acct.Counters)
@@ -152,7 +152,7 @@ func TestProxierNFAcct(t *testing.T) {
 
 	t.Run("a counter that cannot be created leaves the rules uncounted", func(t *testing.T) {
 		r := newRig(t, c, model.IPv4, xtables.Legacy, nil)
-		r.p.SetNFAcct(&nfacct.Fake{EnsureErr: errors.New("nfnetlink: operation not supported")})
+		r.setNFAcct(&nfacct.Fake{EnsureErr: errors.New("nfnetlink: operation not supported")})
 		r.mustSync(true)
 		dump := r.fake.Dump()
 		if strings.Contains(dump, "nfacct") || !strings.Contains(dump, plainInvalidRule+"\n") {

@@ -4,7 +4,10 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/kube-proxy/config/v1alpha1"
+	"k8s.io/utils/ptr"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/masquerade"
@@ -82,6 +85,24 @@ type Options struct {
 	// catches it; kube-proxy on the pod's own node normally handles its
 	// traffic first). Off by default.
 	CompactLayout bool
+}
+
+// NewOptions derives one family's options from the configuration, for
+// the proxy and `kproxy render` alike; hostname is the node's name. What
+// is not in the configuration (ConntrackTCPBeLiberal, read from the
+// kernel; CompactLayout, a kproxy flag; MaxChainsPerRestore) is left to
+// the caller.
+func NewOptions(c *v1alpha1.KubeProxyConfiguration, family v1.IPFamily, hostname string) Options {
+	return Options{
+		Family:             family,
+		Hostname:           hostname,
+		MasqueradeBit:      int(config.MasqueradeBit(c)),
+		MasqueradeAll:      config.MasqueradeAll(c),
+		LocalhostNodePorts: ptr.Deref(c.IPTables.LocalhostNodePorts, true),
+		LocalDetect:        config.LocalDetect(c, family),
+		NodePortAddresses:  c.NodePortAddresses,
+		NodeIPs:            config.BindNodeIPs(c, family),
+	}
 }
 
 // RenderConfig derives the render Config. It is pure: the node object and

@@ -52,28 +52,48 @@ type Proxier struct {
 
 var _ proxy.Backend = (*Proxier)(nil)
 
-// NewProxier returns a proxier; ct and localAddrs may be nil (then the
-// Node's addresses stand in for the host's local addresses). ipt's family
-// must be opts.Family. The caller sets net.ipv4.conf.all.route_localnet=1
-// when opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start
-// when it cannot).
-func NewProxier(opts Options, ipt xtables.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
-	p := &Proxier{opts: opts, ipt: ipt, conntrack: ct, localAddrs: localAddrs, applied: NewApplied(), written: newWritten()}
-	p.addrs = proxy.NewAddressWatch(localAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
+// Handles are the kernel interfaces one proxier works through.
+type Handles struct {
+	// IPTables is the family's iptables of the chosen backend.
+	IPTables xtables.Interface
+	// Conntrack clears stale UDP entries; nil: none are cleared.
+	Conntrack conntrack.Interface
+	// NFAcct creates upstream's nfacct counters the rules count in
+	// (NFAcctInvalidDropped, NFAcctLocalhostNodePorts), which every full
+	// sync creates when missing; a counter that cannot be created is
+	// logged and its rule counts nothing, as upstream. Nil: no counters.
+	NFAcct nfacct.Interface
+	// LocalAddrs reads the host's addresses (for CIDR
+	// nodePortAddresses); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
+}
+
+// NewProxier returns one family's proxier. The family of h.IPTables must
+// be opts.Family. The caller sets net.ipv4.conf.all.route_localnet=1 when
+// opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start when
+// it cannot).
+func NewProxier(opts Options, h Handles) (*Proxier, error) {
+	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
+		return nil, fmt.Errorf("iptables: unknown IP family %q", opts.Family)
+	}
+	if h.IPTables == nil {
+		return nil, fmt.Errorf("iptables: no iptables interface")
+	}
+	// xtables.Family spells the families as v1.IPFamily does.
+	if got, want := h.IPTables.Family(), xtables.Family(opts.Family); got != want {
+		return nil, fmt.Errorf("iptables: %s proxier given %s iptables", opts.Family, got)
+	}
+	p := &Proxier{opts: opts, ipt: h.IPTables, conntrack: h.Conntrack, nfacct: h.NFAcct, localAddrs: h.LocalAddrs,
+		applied: NewApplied(), written: newWritten()}
+	p.addrs = proxy.NewAddressWatch(h.LocalAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
 		return opts.RenderConfig(node, addrs).NodePortIPs
 	})
-	return p
+	return p, nil
 }
 
 // WantsFullSync implements proxy.FullSyncWanter: the node port addresses
 // the host has now are not those of the last full sync.
 func (p *Proxier) WantsFullSync() bool { return p.addrs.Changed() }
-
-// SetNFAcct has the rules count in upstream's nfacct counters
-// (NFAcctInvalidDropped, NFAcctLocalhostNodePorts), which every full sync
-// creates when missing; a counter that cannot be created is logged and its
-// rule counts nothing, as upstream.
-func (p *Proxier) SetNFAcct(n nfacct.Interface) { p.nfacct = n }
 
 // ensureCounter reports whether the nfacct counter name exists (after
 // creating it if needed).

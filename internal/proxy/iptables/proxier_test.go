@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/kernel/xtables/xtablestest"
 	"github.com/kproxy/kproxy/internal/metrics"
@@ -61,11 +62,27 @@ func newRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily, b xtables.Backend
 	ct := &conntrack.Fake{}
 	return &rig{
 		t: t, opts: o, backend: b, fake: fake, ct: ct,
-		p:       NewProxier(o, fake, ct, nil),
+		p:       mustNewProxier(t, o, Handles{IPTables: fake, Conntrack: ct}),
 		node:    c.Node,
 		state:   c.States[f].Clone(),
 		changed: sets.New[model.ServicePortName](),
 	}
+}
+
+// mustNewProxier is NewProxier for options and handles a test knows good.
+func mustNewProxier(t testing.TB, o Options, h Handles) *Proxier {
+	t.Helper()
+	p, err := NewProxier(o, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// setNFAcct has the rig's proxier count in n's counters: a new proxier
+// over the same kernel, before its first sync.
+func (r *rig) setNFAcct(n nfacct.Interface) {
+	r.p = mustNewProxier(r.t, r.opts, Handles{IPTables: r.fake, Conntrack: r.ct, NFAcct: n})
 }
 
 func (r *rig) sync(full bool) (*proxy.Result, error) {
@@ -111,7 +128,7 @@ func (r *rig) restoresSince(skip int) []string {
 func (r *rig) freshDump() string {
 	r.t.Helper()
 	fresh := xtablestest.NewFake(r.backend, xfamily(r.opts.Family))
-	p := NewProxier(r.opts, fresh, nil, nil)
+	p := mustNewProxier(r.t, r.opts, Handles{IPTables: fresh})
 	if _, err := p.Sync(context.Background(), &proxy.Request{State: r.state, Changed: sets.New[model.ServicePortName](), Node: r.node, Full: true}); err != nil {
 		r.t.Fatalf("full sync on a fresh node: %v", err)
 	}
@@ -581,7 +598,7 @@ func (r *rig) checkTraces(t *testing.T, step string) {
 		t.Fatalf("%s: the tracer refuses what the fake holds: %v\n%s", step, err, r.fake.Dump())
 	}
 	got.RouteLocalnet = true
-	fresh := NewProxier(r.opts, xtablestest.NewFake(r.backend, xfamily(r.opts.Family)), nil, nil)
+	fresh := mustNewProxier(t, r.opts, Handles{IPTables: xtablestest.NewFake(r.backend, xfamily(r.opts.Family))})
 	want := &iptrace.Ruleset{RouteLocalnet: true}
 	plan := Render(fresh.opts.RenderConfig(r.node, r.node.Addresses), &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Existing: &Existing{}}, NewApplied())
 	for _, data := range plan.Restores {

@@ -70,7 +70,7 @@ func BenchmarkProxierOneChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			d := bigPlan(n)
-			p := NewProxier(ProxierOptions{Family: model.IPv4}, FullRenderer(func(*proxy.Request, Host) (*Plan, error) { return d, nil }),
+			p := newProxier(Options{Config: Config{Family: model.IPv4}}, FullRenderer(func(*proxy.Request, Host) (*Plan, error) { return d, nil }),
 				Handles{IPVS: ipvstest.New(), IPSet: ipsettest.New(), NetDev: netdevtest.New(), IPTables: xtablestest.NewFake(xtables.Legacy, xtables.IPv4), Conntrack: &conntrack.Fake{}})
 			req := &proxy.Request{State: model.NewState(model.IPv4), Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
@@ -100,7 +100,7 @@ func BenchmarkSyncOneEndpointChange(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			st := bigState(n)
 			k := newKernel(model.IPv4)
-			p := NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
+			p := newProxier(Options{Config: Config{Family: model.IPv4}}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
 			if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
 				b.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func BenchmarkFullSync(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				k := newKernel(model.IPv4)
-				p := NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
+				p := newProxier(Options{Config: Config{Family: model.IPv4}}, NewPartialRenderer(testConfig(model.IPv4)), k.handles(model.IPv4))
 				if _, err := p.Sync(context.Background(), &proxy.Request{State: st, Node: nodeA, Full: true}); err != nil {
 					b.Fatal(err)
 				}

@@ -31,7 +31,7 @@ import (
 // its virtual servers, and leaves the others as they were.
 func TestCleanupRemovesOnlyIPVSMode(t *testing.T) {
 	s := flowtest.Example(t, example.NodeA)
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	local := func() ([]netip.Addr, error) { return s.Node.Addresses, nil }
 	ours := 0
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
@@ -42,7 +42,7 @@ func TestCleanupRemovesOnlyIPVSMode(t *testing.T) {
 		if f == model.IPv6 {
 			xf = xtables.IPv6
 		}
-		p := NewProxier(ProxierOptions{Family: f}, NewPartialRenderer(exampleConfig(f)), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
+		p := newProxier(Options{Config: Config{Family: f}}, NewPartialRenderer(exampleConfig(f)), Handles{IPVS: w.ipvs, IPSet: w.sets, NetDev: w.dev,
 			IPTables: xtablestest.NewFake(xtables.Legacy, xf), Conntrack: &conntrack.Fake{}, LocalAddrs: local})
 		if _, err := p.Sync(context.Background(), &proxy.Request{State: s.States[f], Node: s.Node, Full: true}); err != nil {
 			t.Fatalf("%s sync: %v", f, err)

@@ -10,7 +10,7 @@ import (
 )
 
 func TestGracefulTCPRemovalWaitsForConnections(t *testing.T) {
-	w := newWorld(t, ProxierOptions{GracePeriod: time.Minute})
+	w := newWorld(t, Options{GracePeriod: time.Minute})
 	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
@@ -49,7 +49,7 @@ func TestGracefulTCPRemovalWaitsForConnections(t *testing.T) {
 }
 
 func TestGracefulBoundAndComeback(t *testing.T) {
-	w := newWorld(t, ProxierOptions{GracePeriod: time.Minute})
+	w := newWorld(t, Options{GracePeriod: time.Minute})
 	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
@@ -83,7 +83,7 @@ func TestGracefulBoundAndComeback(t *testing.T) {
 func TestGracefulRestartResumes(t *testing.T) {
 	// kproxy restarts while a real server terminates: the new proxier
 	// finds it at weight 0 and goes on waiting, then deletes it.
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf([]netip.Addr{ep1, ep2}, nil)
 	w.sync(t, true)
 	vs := vsOf(protoTCP, vip, 80)
@@ -92,7 +92,7 @@ func TestGracefulRestartResumes(t *testing.T) {
 	}
 	w.plan = planOf([]netip.Addr{ep1}, nil)
 	w.sync(t, false)
-	w.restart(ProxierOptions{})
+	w.restart(Options{})
 	w.sync(t, true)
 	if got := destsOf(t, w.ipvs, vs); len(got) != 2 || got[netip.AddrPortFrom(ep2, 8080)] != 0 {
 		t.Fatalf("after a restart: %v, want the terminating server at weight 0", got)
@@ -107,7 +107,7 @@ func TestGracefulRestartResumes(t *testing.T) {
 }
 
 func TestGracefulUDPGoesAtOnceWithConntrack(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf(nil, []netip.Addr{ep1, ep2})
 	w.sync(t, true)
 	vs := vsOf(protoUDP, vip, 53)

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
@@ -36,24 +35,6 @@ const (
 // (Render, with the proxier's configuration bound).
 type RenderFunc func(req *proxy.Request, host Host) (*Plan, error)
 
-// ProxierOptions configure one family's proxier.
-type ProxierOptions struct {
-	Family v1.IPFamily
-	// ExcludeCIDRs (ipvs.excludeCIDRs): virtual servers in them are never
-	// deleted, whoever made them.
-	ExcludeCIDRs []netip.Prefix
-	// NodePortMin, NodePortMax bound the ports a virtual server on a node
-	// address must have to count as kproxy's (a NodePort one); 0: the
-	// Kubernetes default range 30000-32767.
-	NodePortMin, NodePortMax uint16
-	// GracePeriod bounds how long a removed TCP real server is kept at
-	// weight 0 while it still has connections; 0: DefaultGracePeriod.
-	GracePeriod time.Duration
-	// Timeouts are IPVS's connection timeouts (tcpTimeout, tcpFinTimeout,
-	// udpTimeout), set once at the first sync; zero values are left alone.
-	Timeouts ipvs.Timeouts
-}
-
 // DefaultGracePeriod bounds graceful termination when not configured.
 const DefaultGracePeriod = 15 * time.Minute
 
@@ -76,7 +57,7 @@ type Handles struct {
 // input) and reads the kernel again only on full syncs and after a
 // failure, so that a partial sync costs what changed.
 type Proxier struct {
-	opts     ProxierOptions
+	opts     Options
 	renderer Renderer
 	h        Handles
 
@@ -103,7 +84,17 @@ type Proxier struct {
 var _ proxy.Backend = (*Proxier)(nil)
 
 // NewProxier returns one family's proxier.
-func NewProxier(opts ProxierOptions, renderer Renderer, h Handles) *Proxier {
+func NewProxier(opts Options, h Handles) (*Proxier, error) {
+	rc := opts.Config
+	if err := rc.Validate(); err != nil {
+		return nil, err
+	}
+	return newProxier(opts, NewPartialRenderer(&rc), h), nil
+}
+
+// newProxier returns a proxier that asks renderer what the kernel should
+// hold (tests give it others than NewProxier's).
+func newProxier(opts Options, renderer Renderer, h Handles) *Proxier {
 	if opts.GracePeriod <= 0 {
 		opts.GracePeriod = DefaultGracePeriod
 	}

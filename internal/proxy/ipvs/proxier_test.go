@@ -39,7 +39,7 @@ type world struct {
 	now  time.Time
 }
 
-func newWorld(t *testing.T, opts ProxierOptions) *world {
+func newWorld(t *testing.T, opts Options) *world {
 	t.Helper()
 	w := &world{
 		ipvs: ipvstest.New(), sets: ipsettest.New(), dev: netdevtest.New(),
@@ -52,11 +52,11 @@ func newWorld(t *testing.T, opts ProxierOptions) *world {
 
 // restart replaces the proxier by a new one over the same kernel (a
 // restart of kproxy).
-func (w *world) restart(opts ProxierOptions) {
+func (w *world) restart(opts Options) {
 	if opts.Family == "" {
 		opts.Family = model.IPv4
 	}
-	w.p = NewProxier(opts, FullRenderer(func(*proxy.Request, Host) (*Plan, error) {
+	w.p = newProxier(opts, FullRenderer(func(*proxy.Request, Host) (*Plan, error) {
 		if w.plan == nil {
 			return nil, errors.New("no plan")
 		}
@@ -150,7 +150,7 @@ func hasService(t *testing.T, f *ipvstest.Fake, vs ipvs.VirtualServer) bool {
 }
 
 func TestProxierFirstSyncThenNothingToDo(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep1})
 	w.sync(t, true)
 
@@ -194,7 +194,7 @@ func TestProxierFirstSyncThenNothingToDo(t *testing.T) {
 }
 
 func TestProxierEndpointChangeTouchesOnlyIt(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	w.sync(t, true)
 	w.resetCalls()
@@ -237,7 +237,7 @@ func TestProxierEndpointChangeTouchesOnlyIt(t *testing.T) {
 }
 
 func TestProxierLeavesForeignVirtualServers(t *testing.T) {
-	w := newWorld(t, ProxierOptions{ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.99.0/24")}})
+	w := newWorld(t, Options{ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.99.0/24")}})
 	foreign := []ipvs.VirtualServer{
 		vsOf(protoTCP, other, 80),                              // another load balancer's address
 		vsOf(protoTCP, node, 22),                               // on the node address, outside the node port range
@@ -299,17 +299,17 @@ func TestProxierLeavesForeignVirtualServers(t *testing.T) {
 		}
 	}
 	w.sync(t, false)
-	w.restart(ProxierOptions{ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.99.0/24")}})
+	w.restart(Options{ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.99.0/24")}})
 	w.sync(t, true)
 	check("restart")
 }
 
 func TestProxierRestartWritesNothing(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
 	w.sync(t, true)
 	w.resetCalls()
-	w.restart(ProxierOptions{})
+	w.restart(Options{})
 	w.sync(t, true)
 	if n := w.writes(); n != 0 {
 		t.Errorf("a restart over an unchanged kernel wrote %d times, want 0", n)
@@ -317,7 +317,7 @@ func TestProxierRestartWritesNothing(t *testing.T) {
 }
 
 func TestProxierFailedStepIsRetriedInFull(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	w.plan = planOf([]netip.Addr{ep1}, []netip.Addr{ep1})
 	w.sync(t, true)
 	d := planOf([]netip.Addr{ep1, ep2}, []netip.Addr{ep2})
@@ -345,7 +345,7 @@ func TestProxierFailedStepIsRetriedInFull(t *testing.T) {
 }
 
 func TestProxierBadSetEntryIsAnError(t *testing.T) {
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	d := planOf([]netip.Addr{ep1}, nil)
 	d.Sets["KUBE-CLUSTER-IP"].Entries = append(d.Sets["KUBE-CLUSTER-IP"].Entries, "not-an-entry")
 	w.plan = d
@@ -359,7 +359,7 @@ func TestProxierBadSetEntryIsAnError(t *testing.T) {
 }
 
 func TestProxierTimeouts(t *testing.T) {
-	w := newWorld(t, ProxierOptions{Timeouts: ipvs.Timeouts{TCP: 100, UDP: 7}})
+	w := newWorld(t, Options{Timeouts: ipvs.Timeouts{TCP: 100, UDP: 7}})
 	w.plan = planOf(nil, nil)
 	w.sync(t, true)
 	w.sync(t, true)
@@ -378,7 +378,7 @@ func TestProxierTimeouts(t *testing.T) {
 // deleted by someone else comes back at the next full sync.
 func TestProxierExampleWithRender(t *testing.T) {
 	s := flowtest.Example(t, example.NodeA)
-	w := newWorld(t, ProxierOptions{})
+	w := newWorld(t, Options{})
 	render := func(req *proxy.Request, h Host) (*Plan, error) {
 		return Render(exampleConfig(model.IPv4), req.State, req.Node, h)
 	}
@@ -392,7 +392,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Fatalf("sync: %v", err)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
+	w.p = newProxier(Options{Config: Config{Family: model.IPv4}}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
 	res, err := w.p.Sync(context.Background(), req)
 	if err != nil {
 		t.Fatalf("sync: %v", err)
@@ -430,7 +430,7 @@ func TestProxierExampleWithRender(t *testing.T) {
 			t.Errorf("full=%v: unchanged state wrote %d times, %d restores", full, n, len(w.ipt.Restores())-restores)
 		}
 	}
-	w.p = NewProxier(ProxierOptions{Family: model.IPv4}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
+	w.p = newProxier(Options{Config: Config{Family: model.IPv4}}, NewPartialRenderer(exampleConfig(model.IPv4)), h)
 	w.resetCalls()
 	sync(true)
 	// A new process does not know what its predecessor wrote into its

@@ -203,7 +203,7 @@ func TestPartialMatchesFull(t *testing.T) {
 			cfg := testConfig(f)
 			k := newKernel(f)
 			counting := &countingRenderer{Renderer: NewPartialRenderer(cfg)}
-			p := NewProxier(ProxierOptions{Family: f}, counting, k.handles(f))
+			p := newProxier(Options{Config: Config{Family: f}}, counting, k.handles(f))
 			req := &proxy.Request{State: state, Node: nodeA, Full: true}
 			if _, err := p.Sync(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -242,7 +242,7 @@ func TestPartialMatchesFull(t *testing.T) {
 					contested++
 				}
 				fresh := newKernel(f)
-				fp := NewProxier(ProxierOptions{Family: f}, NewPartialRenderer(cfg), fresh.handles(f))
+				fp := newProxier(Options{Config: Config{Family: f}}, NewPartialRenderer(cfg), fresh.handles(f))
 				want, err := fp.Sync(context.Background(), &proxy.Request{State: state, Node: nodeA, Full: true})
 				if err != nil {
 					t.Fatal(err)

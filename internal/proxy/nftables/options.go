@@ -4,7 +4,9 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/kube-proxy/config/v1alpha1"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
@@ -43,6 +45,20 @@ type Options struct {
 	ServiceCIDRs []netip.Prefix
 	// ServicesPerShard: see Config (0: DefaultServicesPerShard).
 	ServicesPerShard int
+}
+
+// NewOptions derives one family's options from the configuration, for
+// the proxy and `kproxy render` alike.
+func NewOptions(c *v1alpha1.KubeProxyConfiguration, family v1.IPFamily) Options {
+	return Options{
+		Family:            family,
+		TableName:         DefaultTableName,
+		MasqueradeBit:     int(config.MasqueradeBit(c)),
+		MasqueradeAll:     config.MasqueradeAll(c),
+		LocalDetect:       config.LocalDetect(c, family),
+		NodePortAddresses: c.NodePortAddresses,
+		NodeIPs:           config.BindNodeIPs(c, family),
+	}
 }
 
 // RenderConfig derives the render Config. It is pure: the node object and

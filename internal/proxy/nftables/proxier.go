@@ -50,14 +50,30 @@ var (
 	_ proxy.TableRepairer = (*Proxier)(nil)
 )
 
-// NewProxier returns a proxier; ct and localAddrs may be nil (then the
-// Node's addresses stand in for the host's local addresses).
-func NewProxier(opts Options, nftIface nft.Interface, ct conntrack.Interface, localAddrs func() ([]netip.Addr, error)) *Proxier {
-	p := &Proxier{opts: opts, nft: nftIface, conntrack: ct, localAddrs: localAddrs, applied: NewApplied()}
-	p.addrs = proxy.NewAddressWatch(localAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
+// Handles are the kernel interfaces one proxier works through.
+type Handles struct {
+	// NFT programs nf_tables.
+	NFT nft.Interface
+	// Conntrack clears stale UDP entries; nil: none are cleared.
+	Conntrack conntrack.Interface
+	// LocalAddrs reads the host's addresses (for CIDR
+	// nodePortAddresses); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
+}
+
+// NewProxier returns one family's proxier.
+func NewProxier(opts Options, h Handles) (*Proxier, error) {
+	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
+		return nil, fmt.Errorf("nftables: unknown IP family %q", opts.Family)
+	}
+	if h.NFT == nil {
+		return nil, fmt.Errorf("nftables: no nf_tables interface")
+	}
+	p := &Proxier{opts: opts, nft: h.NFT, conntrack: h.Conntrack, localAddrs: h.LocalAddrs, applied: NewApplied()}
+	p.addrs = proxy.NewAddressWatch(h.LocalAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
 		return opts.RenderConfig(node, addrs).NodePortIPs
 	})
-	return p
+	return p, nil
 }
 
 // WantsFullSync implements proxy.FullSyncWanter: the node port addresses

@@ -75,8 +75,18 @@ func newProxierRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily) *proxierRi
 		pending: sets.New[model.ServicePortName](),
 		now:     epoch,
 	}
-	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
+	r.p = r.newProxier()
 	return r
+}
+
+// newProxier is a proxier over the rig's fake kernel.
+func (r *proxierRig) newProxier() *Proxier {
+	r.t.Helper()
+	p, err := NewProxier(r.opts, Handles{NFT: r.fake, Conntrack: r.ct})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return p
 }
 
 func (r *proxierRig) sync(full bool) (*proxy.Result, error) {
@@ -317,7 +327,7 @@ func TestProxierRestart(t *testing.T) {
 
 	r := newProxierRig(t, c, model.IPv4)
 	r.fake = old.fake
-	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
+	r.p = r.newProxier()
 	gone := fixtures.SPName("affinity", "http", model.TCP)
 	delete(r.state.Services, gone)
 	delete(r.state.Endpoints, gone)

@@ -19,6 +19,8 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/flowtest"
+	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
 
 // breakage changes the fake kernel as another program would; table is
@@ -93,7 +95,7 @@ func (r *proxierRig) repairSync(tables ...string) nft.Transaction {
 // repaired by one transaction on the damaged table alone, and the kernel
 // is again what a fresh full sync writes.
 func TestRepairRecreatesDamagedTable(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
 		for _, b := range breakages(f == model.IPv6) {
 			t.Run(string(f)+"/"+b.name, func(t *testing.T) {
@@ -120,9 +122,9 @@ func TestRepairRecreatesDamagedTable(t *testing.T) {
 				}
 				// The bookkeeping is still what the kernel holds: a change
 				// applies, and a full sync afterwards finds nothing amiss.
-				web := spName("web-clusterip", "http", model.TCP)
+				web := fixtures.SPName("web-clusterip", "http", model.TCP)
 				if f == model.IPv6 {
-					web = spName("dual-stack", "http", model.TCP)
+					web = fixtures.SPName("dual-stack", "http", model.TCP)
 				}
 				r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: r.state.Endpoints[web][:1]}})
 				r.now = r.now.Add(time.Second)
@@ -145,7 +147,7 @@ func TestRepairRecreatesDamagedTable(t *testing.T) {
 // hairpin pairs waiting for a clean-up), a repaired table holds what a
 // twin that was never broken holds once both have run their clean-up.
 func TestRepairAfterPartialSyncs(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, table := range []string{"kube-proxy", "kube-proxy-s0", "kube-proxy-s1", "kube-proxy-s2", "kube-proxy-s3"} {
 		t.Run(table, func(t *testing.T) {
 			rigs := []*proxierRig{newProxierRig(t, c, model.IPv4), newProxierRig(t, c, model.IPv4)}
@@ -194,7 +196,7 @@ func TestRepairAfterPartialSyncs(t *testing.T) {
 // TestRepairFallsBackToFullSync: what a repair cannot be sure of is
 // repaired by a full sync.
 func TestRepairFallsBackToFullSync(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	for _, tc := range []struct {
 		name  string
 		table string
@@ -243,7 +245,7 @@ func TestRepairFallsBackToFullSync(t *testing.T) {
 // TestRepairFailureMakesNextSyncFull: a repair the kernel refuses fails
 // the sync; the next one is full.
 func TestRepairFailureMakesNextSyncFull(t *testing.T) {
-	c := loadExample(t, example.NodeA)
+	c := flowtest.Example(t, example.NodeA)
 	r := newProxierRig(t, c, model.IPv4)
 	r.mustSync(true)
 	// A table re-created empty by another program is deleted and

@@ -222,7 +222,7 @@ func TestProxierShrinkRemovesShardTables(t *testing.T) {
 		}
 	}
 	r.apply(d)
-	r.p = NewProxier(r.opts, r.fake, r.ct, nil)
+	r.p = r.newProxier()
 	r.now = r.now.Add(time.Minute)
 	r.mustSync(false)
 	if diff := cmp.Diff([]string{"kube-proxy", "kube-proxy-s0"}, list()); diff != "" {

@@ -1,16 +1,14 @@
-package main
+package proxy
 
 import (
 	"context"
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/internal/model"
-	"github.com/kproxy/kproxy/internal/proxy"
 )
 
 // scriptedBackend fails its first fails syncs, then succeeds.
@@ -18,12 +16,12 @@ type scriptedBackend struct {
 	fails, calls int
 }
 
-func (b *scriptedBackend) Sync(context.Context, *proxy.Request) (*proxy.Result, error) {
+func (b *scriptedBackend) Sync(context.Context, *Request) (*Result, error) {
 	b.calls++
 	if b.calls <= b.fails {
 		return nil, errors.New("kernel said no")
 	}
-	return &proxy.Result{}, nil
+	return &Result{}, nil
 }
 
 // TestAfterFirstSync: the old mode's rules are removed only once every
@@ -51,10 +49,10 @@ func TestAfterFirstSync(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v4, v6 := &scriptedBackend{fails: tc.v4Fails}, &scriptedBackend{fails: tc.v6Fails}
-			backends := map[v1.IPFamily]proxy.Backend{model.IPv4: v4, model.IPv6: v6}
+			backends := map[v1.IPFamily]Backend{model.IPv4: v4, model.IPv6: v6}
 			sync := 0
 			var removedAt []int
-			a := newAfterFirstSync("test rules", backends, func(context.Context) error {
+			a := NewAfterFirstSync("test rules", backends, func(context.Context) error {
 				removedAt = append(removedAt, sync)
 				if tc.removeFails < 0 || len(removedAt) <= tc.removeFails {
 					return errors.New("xtables lock held")
@@ -63,18 +61,18 @@ func TestAfterFirstSync(t *testing.T) {
 			})
 			for sync = 1; sync <= tc.syncs; sync++ {
 				for _, b := range backends {
-					_, _ = b.Sync(ctx, &proxy.Request{})
+					_, _ = b.Sync(ctx, &Request{})
 				}
 				if v4.calls != sync || v6.calls != sync {
 					t.Fatalf("sync %d: the wrapped backends were called %d and %d times", sync, v4.calls, v6.calls)
 				}
-				a.run(ctx)
+				a.Run(ctx)
 			}
 			if !slices.Equal(removedAt, tc.wantRemoveAt) {
 				t.Errorf("removal ran after syncs %v, want %v", removedAt, tc.wantRemoveAt)
 			}
-			if a.done() != tc.wantDone {
-				t.Errorf("done() = %v, want %v", a.done(), tc.wantDone)
+			if a.Done() != tc.wantDone {
+				t.Errorf("done() = %v, want %v", a.Done(), tc.wantDone)
 			}
 		})
 	}
@@ -82,19 +80,19 @@ func TestAfterFirstSync(t *testing.T) {
 
 // TestAfterFirstSyncCanceled: a stopping kproxy removes nothing.
 func TestAfterFirstSyncCanceled(t *testing.T) {
-	backends := map[v1.IPFamily]proxy.Backend{model.IPv4: &scriptedBackend{}}
+	backends := map[v1.IPFamily]Backend{model.IPv4: &scriptedBackend{}}
 	called := false
-	a := newAfterFirstSync("test rules", backends, func(context.Context) error { called = true; return nil })
+	a := NewAfterFirstSync("test rules", backends, func(context.Context) error { called = true; return nil })
 	ctx, cancel := context.WithCancel(context.Background())
-	_, _ = backends[model.IPv4].Sync(ctx, &proxy.Request{})
+	_, _ = backends[model.IPv4].Sync(ctx, &Request{})
 	cancel()
-	a.run(ctx)
-	if called || a.done() {
-		t.Errorf("removal ran (%v) or done (%v) after the context ended", called, a.done())
+	a.Run(ctx)
+	if called || a.Done() {
+		t.Errorf("removal ran (%v) or done (%v) after the context ended", called, a.Done())
 	}
-	var none *afterFirstSync
-	none.run(ctx) // no mode with old rules to remove: a no-op
-	if !none.done() {
+	var none *AfterFirstSync
+	none.Run(ctx) // no mode with old rules to remove: a no-op
+	if !none.Done() {
 		t.Error("a nil afterFirstSync is not done")
 	}
 }
@@ -102,18 +100,18 @@ func TestAfterFirstSyncCanceled(t *testing.T) {
 // driftingBackend is a backend with iptables mode's drift check.
 type driftingBackend struct{ scriptedBackend }
 
-func (b *driftingBackend) CheckDrift(context.Context) ([]proxy.Drift, error) {
-	return []proxy.Drift{{Kind: "chain"}}, nil
+func (b *driftingBackend) CheckDrift(context.Context) ([]Drift, error) {
+	return []Drift{{Kind: "chain"}}, nil
 }
 
-// repairingBackend is a backend with nftables mode's targeted repair.
-type repairingBackend struct {
+// tableRepairingBackend is a backend with nftables mode's targeted repair.
+type tableRepairingBackend struct {
 	scriptedBackend
 	tables []string
 }
 
-func (b *repairingBackend) RepairTables(t []string) { b.tables = append(b.tables, t...) }
-func (b *repairingBackend) WantsRepair() bool       { return len(b.tables) > 0 }
+func (b *tableRepairingBackend) RepairTables(t []string) { b.tables = append(b.tables, t...) }
+func (b *tableRepairingBackend) WantsRepair() bool       { return len(b.tables) > 0 }
 
 // TestAfterFirstSyncWrappers: the wrapper keeps the backend's drift check
 // reachable (hiding it switched iptables mode's drift repair off), and a
@@ -121,10 +119,10 @@ func (b *repairingBackend) WantsRepair() bool       { return len(b.tables) > 0 }
 // checked, does not count as a first sync.
 func TestAfterFirstSyncWrappers(t *testing.T) {
 	ctx := context.Background()
-	backends := map[v1.IPFamily]proxy.Backend{model.IPv4: &driftingBackend{}}
+	backends := map[v1.IPFamily]Backend{model.IPv4: &driftingBackend{}}
 	removed := 0
-	a := newAfterFirstSync("test rules", backends, func(context.Context) error { removed++; return nil })
-	c, ok := backends[model.IPv4].(proxy.DriftChecker)
+	a := NewAfterFirstSync("test rules", backends, func(context.Context) error { removed++; return nil })
+	c, ok := backends[model.IPv4].(DriftChecker)
 	if !ok {
 		t.Fatalf("the wrapped backend %T hides CheckDrift", backends[model.IPv4])
 	}
@@ -132,55 +130,28 @@ func TestAfterFirstSyncWrappers(t *testing.T) {
 		t.Errorf("CheckDrift through the wrapper gave %v, want the backend's one drift", ds)
 	}
 	// nftables mode's targeted drift repair passes too.
-	nb := map[v1.IPFamily]proxy.Backend{model.IPv4: &repairingBackend{}}
-	newAfterFirstSync("test rules", nb, func(context.Context) error { return nil })
-	tr, ok := nb[model.IPv4].(proxy.TableRepairer)
+	nb := map[v1.IPFamily]Backend{model.IPv4: &tableRepairingBackend{}}
+	NewAfterFirstSync("test rules", nb, func(context.Context) error { return nil })
+	tr, ok := nb[model.IPv4].(TableRepairer)
 	if !ok {
 		t.Fatalf("the wrapped backend %T hides RepairTables", nb[model.IPv4])
 	}
 	if tr.RepairTables([]string{"kube-proxy-s3"}); !tr.WantsRepair() {
 		t.Errorf("RepairTables through the wrapper did not reach the backend")
 	}
-	// And through iptables mode's other-backend wrapper on top.
-	if _, ok := proxy.Backend(otherBackendWatch{Backend: backends[model.IPv4], after: a}).(proxy.DriftChecker); !ok {
-		t.Errorf("otherBackendWatch hides CheckDrift")
-	}
 
-	if _, err := backends[model.IPv4].Sync(ctx, &proxy.Request{Trial: true}); err != nil {
+	if _, err := backends[model.IPv4].Sync(ctx, &Request{Trial: true}); err != nil {
 		t.Fatal(err)
 	}
-	a.run(ctx)
+	a.Run(ctx)
 	if removed != 0 {
 		t.Errorf("the old rules were removed after a trial alone")
 	}
-	if _, err := backends[model.IPv4].Sync(ctx, &proxy.Request{}); err != nil {
+	if _, err := backends[model.IPv4].Sync(ctx, &Request{}); err != nil {
 		t.Fatal(err)
 	}
-	a.run(ctx)
+	a.Run(ctx)
 	if removed != 1 {
 		t.Errorf("the old rules were removed %d times after the first real sync, want 1", removed)
-	}
-}
-
-// TestLastCheckDue: the other backend is looked at once per period from
-// the drift checks; a full sync's look counts as one.
-func TestLastCheckDue(t *testing.T) {
-	l := &lastCheck{}
-	if !l.due(time.Hour) {
-		t.Fatal("first check not due")
-	}
-	if l.due(time.Hour) {
-		t.Fatal("second check within the period was due")
-	}
-	if !l.due(0) {
-		t.Fatal("a check with no period (a full sync's) was not due")
-	}
-	l.at = time.Now().Add(-2 * time.Hour)
-	if !l.due(time.Hour) {
-		t.Fatal("a check after the period was not due")
-	}
-	var none *lastCheck
-	if !none.due(time.Hour) {
-		t.Fatal("without a clock every check is due")
 	}
 }

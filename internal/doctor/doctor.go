@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
+	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/ipvs"
@@ -45,7 +45,7 @@ type hostFacts struct {
 	// IPVS leftovers (IPVSErr when they could not be read).
 	IPVS    ipvs.Leftovers
 	IPVSErr error
-	// IPVSNode is ipvs mode's kernel state (doctor_ipvs.go).
+	// IPVSNode is ipvs mode's kernel state (ipvs.go).
 	IPVSNode ipvsFacts
 	// Sysctls by path under /proc/sys ("" when unreadable).
 	Sysctls map[string]string
@@ -58,7 +58,7 @@ type hostFacts struct {
 	RunningProblems []string
 	// Mode is the configured proxy mode; IPTablesModeEnv is IPTABLES_MODE.
 	Mode, IPTablesModeEnv string
-	// Foreign are the other netfilter users (doctor_netfilter.go).
+	// Foreign are the other netfilter users (netfilter.go).
 	Foreign foreignUsers
 }
 
@@ -84,56 +84,35 @@ var doctorSysctls = []string{
 	"net/ipv4/vs/conntrack",
 }
 
-func newDoctorCommand() *cobra.Command {
-	o := config.NewOptions()
-	var metricsURL string
-	cmd := &cobra.Command{
-		Use:   "doctor",
-		Short: "Say what is installed on this host for each proxy mode and what is wrong",
-		Long: `doctor reads this host's kernel and tools (it changes nothing) and reports:
-which iptables backends are installed and which one kproxy's iptables mode
-would choose (IPTABLES_MODE, else detection) and why; kube-proxy rules in
-each backend; the nftables mode's tables; IPVS: kube-ipvs0, every virtual
-server and whether it is kube-proxy's or another program's, the timeouts,
-schedulers without a kernel module; IPVS leftovers; the sysctls a
-proxy depends on; and what a running kproxy or kube-proxy says on
-/proxyMode; the other netfilter users it sees (nftables base chains of
-other tables with their hooks, priorities and policies; non-KUBE chains
-hooked into the built-in chains kube-proxy uses, in both iptables
-backends). Then it lists what is wrong: rules of two modes or two
-iptables backends at once (they all run, and stale ones misroute
-traffic), chains of others that drop service traffic (a forward-hook
-chain with policy drop), IPTABLES_MODE set in nftables mode (no effect),
-missing binaries, IP forwarding off, in ipvs mode a scheduler without
-its module, and ipvs mode's leftovers after a switch to another mode.
-Run it as root on the node.
-Exit status 1 when it found an error.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := completeOptions(cmd, o); err != nil {
-				return err
-			}
-			facts := gatherFacts(cmd.Context(), o.IPTablesMode, metricsURL)
-			facts.Mode, facts.IPTablesModeEnv = config.EffectiveMode(o.Config), o.IPTablesMode
-			facts.IPVSNode = gatherIPVS(o.Config, facts.IPVS)
-			findings := diagnose(facts)
-			printFacts(cmd.OutOrStdout(), facts, findings)
-			for _, f := range findings {
-				if f.Level == levelError {
-					return errors.New("doctor found errors (see above)")
-				}
-			}
-			return nil
-		},
+// Options are what doctor is told: the configuration the node's proxy
+// runs with and where that proxy answers.
+type Options struct {
+	// Config is the effective configuration (flags and --config).
+	Config *v1alpha1.KubeProxyConfiguration
+	// IPTablesMode is IPTABLES_MODE ("" when unset).
+	IPTablesMode string
+	// MetricsURL is where a running kproxy or kube-proxy serves
+	// /proxyMode and /metrics ("" asks nothing).
+	MetricsURL string
+}
+
+// ErrFound is returned by Run when the report holds an error.
+var ErrFound = errors.New("doctor found errors (see above)")
+
+// Run reads this host (it changes nothing), writes the report to out and
+// returns ErrFound when a finding is an error.
+func Run(ctx context.Context, out io.Writer, o Options) error {
+	facts := gatherFacts(ctx, o.IPTablesMode, o.MetricsURL)
+	facts.Mode, facts.IPTablesModeEnv = config.EffectiveMode(o.Config), o.IPTablesMode
+	facts.IPVSNode = gatherIPVS(o.Config, facts.IPVS)
+	findings := diagnose(facts)
+	printFacts(out, facts, findings)
+	for _, f := range findings {
+		if f.Level == levelError {
+			return ErrFound
+		}
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	fs := cmd.Flags()
-	o.AddFlags(fs)
-	config.AddKlogFlags(fs)
-	fs.StringVar(&metricsURL, "metrics-url", "http://127.0.0.1:10249", "Where a running kproxy or kube-proxy serves /proxyMode.")
-	return cmd
+	return nil
 }
 
 // gatherFacts reads the host. Every part is best effort: what cannot be

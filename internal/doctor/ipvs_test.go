@@ -1,4 +1,4 @@
-package main
+package doctor
 
 // Address plan: 198.18.0.0/16 nodes, 198.19.0.0/16 service IPs; a
 // foreign virtual server on 192.0.2.80 (another load balancer's).

@@ -1,4 +1,4 @@
-package main
+package nftables
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 )
 
-// TestCleanupTables: --cleanup deletes the main table and all its shard
+// TestCleanupLeftovers: --cleanup and a switch to another mode delete the main table and all its shard
 // tables (also those a larger shard count left), in both families, and
 // nothing else.
-func TestCleanupTables(t *testing.T) {
+func TestCleanupLeftovers(t *testing.T) {
 	ctx := context.Background()
 	f := nfttest.New()
 	for fam, tables := range map[nft.Family][]string{
@@ -28,7 +28,7 @@ func TestCleanupTables(t *testing.T) {
 			}
 		}
 	}
-	if err := cleanupTables(ctx, f, "kube-proxy"); err != nil {
+	if err := CleanupLeftovers(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	for fam, want := range map[nft.Family][]string{nft.IPv4: {"filter", "kube-proxy-sx"}, nft.IPv6: {"nat"}} {

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -68,12 +67,8 @@ const (
 // gatherIPVS reads ipvs mode's state; left are the IPVS leftovers doctor
 // found already (they name kproxy's virtual servers).
 func gatherIPVS(c *v1alpha1.KubeProxyConfiguration, left kipvs.Leftovers) ipvsFacts {
-	f := ipvsFacts{Scheduler: schedulerName(c), Loaded: left.IPVSChecked}
-	f.Want = kipvs.Timeouts{
-		TCP:    uint32(c.IPVS.TCPTimeout.Duration / time.Second),
-		TCPFin: uint32(c.IPVS.TCPFinTimeout.Duration / time.Second),
-		UDP:    uint32(c.IPVS.UDPTimeout.Duration / time.Second),
-	}
+	f := ipvsFacts{Scheduler: ipvsmode.Scheduler(c), Loaded: left.IPVSChecked}
+	f.Want = ipvsmode.Timeouts(c)
 	if ifc, err := net.InterfaceByName(ipvsmode.DummyDevice); err == nil {
 		f.Dummy = true
 		if addrs, err := ifc.Addrs(); err == nil {
