@@ -67,10 +67,14 @@ type HollowResult struct {
 	// started) divided by Nodes, measured after the changes; CPU per
 	// node is the process's CPU from the nodes' start to the end over
 	// Nodes (the writer of the changes included, which is small).
-	RSSBaselineMiB  float64 `json:"rssBaselineMiB"`
-	RSSEndMiB       float64 `json:"rssEndMiB"`
-	RSSPerNodeMiB   float64 `json:"rssPerNodeMiB"`
-	HeapPerNodeMiB  float64 `json:"heapPerNodeMiB"`
+	RSSBaselineMiB float64 `json:"rssBaselineMiB"`
+	RSSEndMiB      float64 `json:"rssEndMiB"`
+	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
+	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
+	// FakeKernelMiB is the part of a node's heap that is its in-memory
+	// kernel (nfttest.Fake, both families), which a real node keeps in
+	// the kernel: the heap a copy of node 0's rulesets takes.
+	FakeKernelMiB   float64 `json:"fakeKernelMiB"`
 	CPUPerNode      float64 `json:"cpuPerNodeSeconds"`
 	CPUToSyncedNode float64 `json:"cpuToSyncedPerNodeSeconds"`
 	// BytesPerNode: bytes each node's client read from its connections
@@ -396,6 +400,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
 	r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
 	r.CPUPerNode = (cpuSeconds(self) - cpuBefore) / float64(o.Nodes)
+	r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
 	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
 	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
 	r.APIEnd = a.watchFigures(tb)
@@ -417,6 +422,28 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		r.Max = r.Latencies[len(r.Latencies)-1]
 	}
 	return r
+}
+
+// fakeKernelMiB is the heap that a copy of n's in-memory kernels takes.
+func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
+	dumps := map[v1.IPFamily]string{}
+	for f, fake := range n.fakes {
+		dumps[f] = fake.Dump()
+	}
+	runtime.GC()
+	before := heapInuseMiB()
+	var copies []*nfttest.Fake
+	for f, d := range dumps {
+		c := nfttest.New()
+		if err := c.Load(d); err != nil {
+			tb.Fatalf("node %s: loading its %s ruleset again: %v", n.name, f, err)
+		}
+		copies = append(copies, c)
+	}
+	runtime.GC()
+	size := heapInuseMiB() - before
+	runtime.KeepAlive(copies)
+	return size
 }
 
 // awaitSeen waits until every node committed every address of one
@@ -523,6 +550,7 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		{"CPU per node, whole run (process/N)", fmt.Sprintf("%.3f s", r.CPUPerNode)},
 		{"RSS per node ((end − baseline)/N)", fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)},
 		{"heap in use per node (Δ/N)", fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB)},
+		{"of which the in-memory kernel (a copy of node 0's)", fmt.Sprintf("%.2f MiB", r.FakeKernelMiB)},
 		{"API bytes per node to synced (mean)", mib(r.BytesToSyncedMean)},
 		{"API bytes per node, whole run mean/min/max", mib(r.BytesMean) + " / " + mib(r.BytesMin) + " / " + mib(r.BytesMax)},
 		{"changes written / samples (node × address)", fmt.Sprintf("%d / %d", r.ChangesWritten, len(r.Latencies))},

@@ -67,7 +67,7 @@ func TestHollowNodes(t *testing.T) {
 	if got := r.APIEnd.Watches - r.APIBefore.Watches; got < 2*nodes {
 		t.Errorf("the API server serves %v more WATCH requests of services and slices with the nodes running, want at least %d", got, 2*nodes)
 	}
-	if r.BytesMin <= 0 || r.AllSynced <= 0 || r.APIServerRSSMiB <= 0 || r.RSSEndMiB <= 0 {
+	if r.BytesMin <= 0 || r.FakeKernelMiB <= 0 || r.AllSynced <= 0 || r.APIServerRSSMiB <= 0 || r.RSSEndMiB <= 0 {
 		t.Errorf("a figure is missing: %+v", r)
 	}
 }
