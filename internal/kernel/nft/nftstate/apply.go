@@ -53,6 +53,10 @@ type Txn struct {
 	// operation.
 	added      map[*Rule]int
 	addedElems map[*Element]int
+	// sortedMaps: during validate, each map's jump and goto elements in
+	// the order the walk visits them, sorted once per table rather than
+	// at every rule that names the map.
+	sortedMaps map[string][]*Element
 }
 
 type tableKey struct {

@@ -344,6 +344,8 @@ var stmtHooks = map[string]map[string]bool{
 // does when it commits: loops, too deep nesting, and statements not
 // allowed at the base chain's hook fail the transaction.
 func (x *Txn) validate() error {
+	x.sortedMaps = map[string][]*Element{}
+	defer func() { x.sortedMaps = nil }()
 	names := slices.Sorted(maps.Keys(x.t.Chains))
 	for _, n := range names {
 		base := x.t.Chains[n]
@@ -400,13 +402,8 @@ func (x *Txn) walk(base, c *Chain, stack []string) error {
 			if s == nil || !s.Def.IsMap() {
 				continue
 			}
-			elems := slices.Clone(s.Elems)
-			slices.SortFunc(elems, func(x, y *Element) int { return strings.Compare(x.ID(), y.ID()) })
-			for _, e := range elems {
+			for _, e := range x.jumpElems(sn, s) {
 				v := e.Verdict
-				if v == nil || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
-					continue
-				}
 				if next := x.t.Chains[v.Chain]; next != nil {
 					if slices.Contains(stack, v.Chain) {
 						return x.refuseRule(r, loop(stack, v.Chain))
@@ -419,6 +416,29 @@ func (x *Txn) walk(base, c *Chain, stack []string) error {
 		}
 	}
 	return nil
+}
+
+// jumpElems is map s's elements whose verdict is a jump or a goto, in
+// the order of their IDs, computed once per validate.
+func (x *Txn) jumpElems(name string, s *Set) []*Element {
+	if elems, ok := x.sortedMaps[name]; ok {
+		return elems
+	}
+	var elems []*Element
+	for _, e := range s.Elems {
+		if v := e.Verdict; v != nil && (v.Kind == nft.Jump || v.Kind == nft.Goto) {
+			elems = append(elems, e)
+		}
+	}
+	ids := make(map[*Element]string, len(elems))
+	for _, e := range elems {
+		ids[e] = e.ID()
+	}
+	slices.SortFunc(elems, func(a, b *Element) int { return strings.Compare(ids[a], ids[b]) })
+	if x.sortedMaps != nil {
+		x.sortedMaps[name] = elems
+	}
+	return elems
 }
 
 // refuseRule reports a refusal found at commit in a rule: at the

@@ -1,0 +1,568 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
+	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
+	"github.com/kproxy/kproxy/internal/proxy/nftables"
+	"github.com/kproxy/kproxy/internal/source/apiserver"
+	"github.com/kproxy/kproxy/test/bench/cluster"
+	"github.com/kproxy/kproxy/test/e2e/framework"
+)
+
+// A hollow node is kproxy's control path in nftables mode without a
+// kernel: the API server source (its own client, so its own connection
+// and watches), the model's tracker, the sync loop and the nftables
+// proxier's render, committing to nfttest.Fake, the in-memory nf_tables.
+// RunHollow runs many of them in this process against one API server
+// holding a generated cluster, as upstream measures kube-proxy at scale
+// with kubemark's hollow proxy.
+
+// HollowOptions say what RunHollow runs.
+type HollowOptions struct {
+	Nodes    int
+	Services int
+	Seed     uint64
+	// Changes is how many endpoint changes (a pod rescheduled: a new
+	// endpoint address) are written one after the other, Gap apart.
+	Changes int
+	Gap     time.Duration
+	// SeeTimeout bounds the wait for every node to program one change,
+	// and for every node's first sync.
+	SeeTimeout time.Duration
+}
+
+// HollowResult is one RunHollow.
+type HollowResult struct {
+	Nodes     int `json:"nodes"`
+	Services  int `json:"services"`
+	Endpoints int `json:"endpoints"`
+	// AllSynced: from starting the nodes until every node's first sync
+	// of both families was committed.
+	AllSynced time.Duration `json:"allSynced"`
+	// The nodes share this process: RSS and heap per node are the
+	// process's growth over its baseline (the cluster created, no node
+	// started) divided by Nodes, measured after the changes; CPU per
+	// node is the process's CPU from the nodes' start to the end over
+	// Nodes (the writer of the changes included, which is small).
+	RSSBaselineMiB float64 `json:"rssBaselineMiB"`
+	RSSEndMiB      float64 `json:"rssEndMiB"`
+	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
+	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
+	// FakeKernelMiB is the part of a node's heap that is its in-memory
+	// kernel (nfttest.Fake, both families), which a real node keeps in
+	// the kernel: the heap a copy of node 0's rulesets takes.
+	FakeKernelMiB   float64 `json:"fakeKernelMiB"`
+	CPUPerNode      float64 `json:"cpuPerNodeSeconds"`
+	CPUToSyncedNode float64 `json:"cpuToSyncedPerNodeSeconds"`
+	// BytesPerNode: bytes each node's client read from its connections
+	// to the API server (TLS records, as on the wire), from its start to
+	// the end: mean, min and max over the nodes.
+	BytesMean, BytesMin, BytesMax int64
+	// Latencies: for every change and every node, the time from the
+	// slice's write (its EndpointsLastChangeTriggerTime) until a
+	// committed transaction of that node held the new address.
+	Latencies      []time.Duration `json:"-"`
+	P50, P99, Max  time.Duration
+	Missed         []string `json:"missed,omitempty"`
+	ChangesWritten int
+	// The API server: CPU seconds from the nodes' start to their first
+	// syncs and to the end, RSS before the nodes and at the end, and its
+	// watches of services and endpoint slices
+	// (see apiWatchFigures) before the nodes and at the end.
+	APIServerCPUToSynced, APIServerCPU          float64
+	APIServerRSSBeforeNodesMiB, APIServerRSSMiB float64
+	APIBefore, APIEnd                           apiWatchFigures
+	// The process's CPU from the nodes' start to their first syncs, and
+	// each node's mean API bytes by then.
+	AllSyncedCPUProcessSeconds float64
+	BytesToSyncedMean          int64
+	// The machine's load averages (1, 5, 15 minutes) before and after.
+	LoadBefore, LoadEnd string
+}
+
+// hollowNode is one node's control path and what the harness observes
+// of it.
+type hollowNode struct {
+	name  string
+	fakes map[v1.IPFamily]*nfttest.Fake
+	// received counts the bytes its client read from the API server.
+	received atomic.Int64
+
+	mu sync.Mutex
+	// synced: families whose first sync committed; syncedCh is closed
+	// when both did.
+	synced   map[v1.IPFamily]bool
+	syncedCh chan struct{}
+	// want: addresses awaited (address → when the first committed
+	// transaction holding it was seen, zero until then).
+	want map[string]time.Time
+}
+
+// watch starts waiting for addr.
+func (n *hollowNode) watch(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.want[addr] = time.Time{}
+}
+
+// seen is when addr was first committed, zero if not yet.
+func (n *hollowNode) seen(addr string) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.want[addr]
+}
+
+// committed looks for the awaited addresses in a transaction the fake
+// kernel accepted.
+func (n *hollowNode) committed(tx *nft.Transaction) {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var text string
+	for addr, at := range n.want {
+		if !at.IsZero() {
+			continue
+		}
+		if text == "" {
+			text = tx.String()
+		}
+		if containsAddr(text, addr) {
+			n.want[addr] = now
+		}
+	}
+}
+
+// containsAddr says whether text holds addr as a whole address: not as
+// the start of a longer one (198.18.1.1 in 198.18.1.10) nor the end of one.
+func containsAddr(text, addr string) bool {
+	part := func(c byte) bool {
+		return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '.' || c == ':'
+	}
+	for i := 0; ; {
+		j := strings.Index(text[i:], addr)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(addr)
+		// ":" after an address is a port (198.18.1.1:80) in nft's text
+		// only for IPv4; an IPv6 address is never followed by ':' there.
+		before := start == 0 || !part(text[start-1])
+		after := end == len(text) || !part(text[end]) || (text[end] == ':' && !strings.Contains(addr, ":"))
+		if before && after {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+// watchedNFT is the fake kernel of one family of a node: it tells the
+// node about every committed transaction.
+type watchedNFT struct {
+	*nfttest.Fake
+	n *hollowNode
+}
+
+func (w watchedNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
+	if err := w.Fake.Apply(ctx, tx); err != nil {
+		return err
+	}
+	w.n.committed(tx)
+	return nil
+}
+
+// syncWatch is a family's backend, noting its first successful sync.
+type syncWatch struct {
+	proxy.Backend
+	n *hollowNode
+	f v1.IPFamily
+}
+
+func (s syncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	r, err := s.Backend.Sync(ctx, req)
+	if err == nil && !req.Trial {
+		s.n.mu.Lock()
+		if !s.n.synced[s.f] {
+			s.n.synced[s.f] = true
+			if len(s.n.synced) == len(s.n.fakes) {
+				close(s.n.syncedCh)
+			}
+		}
+		s.n.mu.Unlock()
+	}
+	return r, err
+}
+
+// countingConn counts what is read from it.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+
+// startHollow starts one hollow node named name with node address addr;
+// kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
+// done; wg counts them.
+func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr) (*hollowNode, error) {
+	n := &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
+		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// As kproxy's client (apiserver.NewClient's defaults): protobuf,
+	// 5 QPS, burst 10. Its own dialer: its own connection (a config with
+	// a Dial is never shared through client-go's transport cache), made
+	// in the control plane's namespace and counted.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.QPS, cfg.Burst = 5, 10
+	cfg.UserAgent = "kproxy-hollow/" + name
+	dial := framework.DialContextIn(cp.Namespace)
+	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, n: &n.received}, nil
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	local := func() ([]netip.Addr, error) { return []netip.Addr{addr}, nil }
+	backends := map[v1.IPFamily]proxy.Backend{}
+	for _, f := range hollowFamilies {
+		fake := nfttest.New()
+		n.fakes[f] = fake
+		var ips []netip.Addr
+		if f == v1.IPv4Protocol {
+			ips = []netip.Addr{addr}
+		}
+		p := nftables.NewProxier(nftables.Options{
+			Family: f, TableName: nftables.DefaultTableName, MasqueradeBit: 14, NodeIPs: ips,
+		}, watchedNFT{Fake: fake, n: n}, &conntrack.Fake{}, local)
+		backends[f] = syncWatch{Backend: p, n: n, f: f}
+	}
+	var loop *proxy.Loop
+	tracker := model.NewTracker(model.TrackerOptions{Hostname: name, Families: hollowFamilies, OnChange: func() {
+		if loop != nil {
+			loop.Changed()
+		}
+	}})
+	// kproxy's defaults (upstream's): sync-period 30 s, min-sync-period
+	// 1 s, the hourly full sync, families in parallel.
+	loop = proxy.New(proxy.Options{
+		Tracker: tracker, Backends: backends, SyncPeriod: 30 * time.Second, FullSyncPeriod: proxy.DefaultFullSyncPeriod,
+		MinSyncPeriod: time.Second, RetryInterval: 5 * time.Second, ParallelFamilies: true,
+	})
+	src := apiserver.New(client, name, 15*time.Minute)
+	wg.Add(2)
+	go func() { defer wg.Done(); loop.Run(ctx) }()
+	go func() { defer wg.Done(); _ = src.Run(ctx, tracker) }()
+	return n, nil
+}
+
+// RunHollow creates the cluster in a new control plane, starts the
+// hollow nodes, writes the changes and measures (see HollowResult). A
+// change some node never programs within SeeTimeout is in Missed (and
+// the run goes on); the caller decides whether that fails.
+func RunHollow(tb *TB, o HollowOptions) *HollowResult {
+	if o.SeeTimeout <= 0 {
+		o.SeeTimeout = time.Minute
+	}
+	c, err := cluster.Generate(cluster.Options{Services: o.Services, Mix: cluster.Realistic, Seed: o.Seed})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a := startAPICluster(tb, c)
+	r := &HollowResult{Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
+	kubeconfig := a.cp.Kubeconfig(tb, "system:kube-proxy")
+	apiPid := a.cp.APIServer.Pid()
+	self := os.Getpid()
+
+	// The nodes' Node objects, addressed after the cluster's own.
+	for i := range o.Nodes {
+		a.cp.CreateNode(tb, hollowName(i), cluster.NodeIP(len(c.Nodes)+i))
+	}
+	r.APIBefore = a.watchFigures(tb)
+	runtime.GC()
+	r.RSSBaselineMiB = procStatusMiB(self, "VmRSS")
+	heapBefore := heapInuseMiB()
+	cpuBefore, apiCPUBefore := cpuSeconds(self), cpuSeconds(apiPid)
+	r.APIServerRSSBeforeNodesMiB = procStatusMiB(apiPid, "VmRSS")
+	r.LoadBefore = loadAvg()
+
+	ctx, cancel := context.WithCancel(tb.Context())
+	var wg sync.WaitGroup
+	tb.Cleanup(func() { cancel(); wg.Wait() })
+	start := time.Now()
+	nodes := make([]*hollowNode, o.Nodes)
+	for i := range nodes {
+		if nodes[i], err = startHollow(ctx, &wg, a.cp, kubeconfig, hollowName(i), cluster.NodeIP(len(c.Nodes)+i)); err != nil {
+			tb.Fatalf("node %s: %v", hollowName(i), err)
+		}
+	}
+	deadline := time.After(o.SeeTimeout)
+	for _, n := range nodes {
+		select {
+		case <-n.syncedCh:
+		case <-deadline:
+			tb.Fatalf("node %s: no first sync of both families within %s", n.name, o.SeeTimeout)
+		}
+	}
+	r.AllSynced = time.Since(start)
+	r.AllSyncedCPUProcessSeconds = cpuSeconds(self) - cpuBefore
+	r.CPUToSyncedNode = r.AllSyncedCPUProcessSeconds / float64(o.Nodes)
+	r.APIServerCPUToSynced = cpuSeconds(apiPid) - apiCPUBefore
+	var sum int64
+	for _, n := range nodes {
+		sum += n.received.Load()
+	}
+	r.BytesToSyncedMean = sum / int64(o.Nodes)
+	tb.Logf("%d hollow nodes synced in %s", o.Nodes, r.AllSynced.Round(time.Millisecond))
+
+	known := map[string]bool{}
+	for _, s := range c.Slices {
+		for _, e := range s.Endpoints {
+			known[e.Addresses[0]] = true
+		}
+	}
+	kinds := map[string]cluster.Kind{}
+	for i, s := range c.Services {
+		kinds[s.Name] = c.Kinds[i]
+	}
+	for range o.Changes {
+		ch := c.Reschedule()
+		var addrs []string
+		for _, obj := range ch.Update {
+			s := obj.(*discovery.EndpointSlice)
+			// A Local internal traffic policy keeps other nodes'
+			// endpoints out of every hollow node's rules.
+			measured := kinds[s.Labels[discovery.LabelServiceName]] != cluster.KindITPLocal
+			for _, e := range s.Endpoints {
+				if ad := e.Addresses[0]; !known[ad] {
+					known[ad] = true
+					if measured {
+						addrs = append(addrs, netip.MustParseAddr(ad).String())
+					}
+				}
+			}
+		}
+		for _, ad := range addrs {
+			for _, n := range nodes {
+				n.watch(ad)
+			}
+		}
+		written := time.Now()
+		for _, obj := range ch.Update {
+			if err := a.update(ctx, obj); err != nil {
+				tb.Fatalf("change %q: %v", ch.Name, err)
+			}
+		}
+		r.ChangesWritten++
+		if len(addrs) > 0 {
+			r.Missed = append(r.Missed, awaitSeen(nodes, addrs, written, o.SeeTimeout, &r.Latencies)...)
+		}
+		time.Sleep(o.Gap)
+	}
+
+	runtime.GC()
+	r.RSSEndMiB = procStatusMiB(self, "VmRSS")
+	r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
+	r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
+	r.CPUPerNode = (cpuSeconds(self) - cpuBefore) / float64(o.Nodes)
+	r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
+	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
+	r.APIEnd = a.watchFigures(tb)
+	r.LoadEnd = loadAvg()
+	r.BytesMin = -1
+	sum = 0
+	for _, n := range nodes {
+		b := n.received.Load()
+		sum += b
+		r.BytesMax = max(r.BytesMax, b)
+		if r.BytesMin < 0 || b < r.BytesMin {
+			r.BytesMin = b
+		}
+	}
+	r.BytesMean = sum / int64(o.Nodes)
+	slices.Sort(r.Latencies)
+	r.P50, r.P99 = quantile(r.Latencies, 0.5), quantile(r.Latencies, 0.99)
+	if len(r.Latencies) > 0 {
+		r.Max = r.Latencies[len(r.Latencies)-1]
+	}
+	return r
+}
+
+// fakeKernelMiB is the heap that a copy of n's in-memory kernels takes.
+func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
+	dumps := map[v1.IPFamily]string{}
+	for f, fake := range n.fakes {
+		dumps[f] = fake.Dump()
+	}
+	runtime.GC()
+	before := heapInuseMiB()
+	var copies []*nfttest.Fake
+	for f, d := range dumps {
+		c := nfttest.New()
+		if err := c.Load(d); err != nil {
+			tb.Fatalf("node %s: loading its %s ruleset again: %v", n.name, f, err)
+		}
+		copies = append(copies, c)
+	}
+	runtime.GC()
+	size := heapInuseMiB() - before
+	runtime.KeepAlive(copies)
+	return size
+}
+
+// awaitSeen waits until every node committed every address of one
+// change, or timeout; it appends each node's latency per address and
+// returns what some node never committed.
+func awaitSeen(nodes []*hollowNode, addrs []string, written time.Time, timeout time.Duration, lat *[]time.Duration) []string {
+	var missed []string
+	deadline := written.Add(timeout)
+	for _, n := range nodes {
+		for _, ad := range addrs {
+			for n.seen(ad).IsZero() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			at := n.seen(ad)
+			if at.IsZero() {
+				missed = append(missed, fmt.Sprintf("node %s never programmed endpoint %s within %s", n.name, ad, timeout))
+				continue
+			}
+			*lat = append(*lat, at.Sub(written))
+		}
+	}
+	return missed
+}
+
+func hollowName(i int) string { return "hollow-" + strconv.Itoa(i) }
+
+// quantile of sorted durations (nearest rank); 0 when empty.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(d))+0.5) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+func heapInuseMiB() float64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapInuse) / (1 << 20)
+}
+
+// loadAvg is /proc/loadavg's three load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// apiWatchFigures are what the API server's metrics say of its watches
+// of services and endpoint slices.
+type apiWatchFigures struct {
+	// Watches: open WATCH requests (apiserver_longrunning_requests).
+	// Events and Bytes: watch events sent and their encoded size
+	// (apiserver_watch_events_total, apiserver_watch_events_sizes_sum),
+	// counters.
+	Watches, Events, Bytes float64
+}
+
+// watchFigures scrapes the API server's /metrics.
+func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
+	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
+	defer cancel()
+	raw, err := a.cp.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		tb.Fatalf("API server metrics: %v", err)
+	}
+	m, err := parseMetrics(bytes.NewReader(raw))
+	if err != nil {
+		tb.Fatalf("API server metrics: %v", err)
+	}
+	ours := func(labels string) bool {
+		return strings.Contains(labels, `resource="endpointslices"`) || strings.Contains(labels, `resource="services"`)
+	}
+	var w apiWatchFigures
+	for labels, v := range m.Series("apiserver_longrunning_requests") {
+		if strings.Contains(labels, `verb="WATCH"`) && ours(labels) {
+			w.Watches += v
+		}
+	}
+	for labels, v := range m.Series("apiserver_watch_events_total") {
+		if ours(labels) {
+			w.Events += v
+		}
+	}
+	for labels, v := range m.Series("apiserver_watch_events_sizes_sum") {
+		if ours(labels) {
+			w.Bytes += v
+		}
+	}
+	return w
+}
+
+// WriteHollowTable prints r as a table.
+func WriteHollowTable(w io.Writer, r *HollowResult) {
+	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+	rows := [][2]string{
+		{"nodes × services (endpoints)", fmt.Sprintf("%d × %d (%d)", r.Nodes, r.Services, r.Endpoints)},
+		{"load average before / after", r.LoadBefore + " / " + r.LoadEnd},
+		{"all nodes synced", r.AllSynced.Round(time.Millisecond).String()},
+		{"CPU per node to synced (process/N)", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
+		{"CPU per node, whole run (process/N)", fmt.Sprintf("%.3f s", r.CPUPerNode)},
+		{"RSS per node ((end − baseline)/N)", fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)},
+		{"heap in use per node (Δ/N)", fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB)},
+		{"of which the in-memory kernel (a copy of node 0's)", fmt.Sprintf("%.2f MiB", r.FakeKernelMiB)},
+		{"API bytes per node to synced (mean)", mib(r.BytesToSyncedMean)},
+		{"API bytes per node, whole run mean/min/max", mib(r.BytesMean) + " / " + mib(r.BytesMin) + " / " + mib(r.BytesMax)},
+		{"changes written / samples (node × address)", fmt.Sprintf("%d / %d", r.ChangesWritten, len(r.Latencies))},
+		{"change → rules p50 / p99 / max (all nodes)", fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))},
+		{"missed (node, change)", strconv.Itoa(len(r.Missed))},
+		{"API server CPU to synced / whole run", fmt.Sprintf("%.2f s / %.2f s", r.APIServerCPUToSynced, r.APIServerCPU)},
+		{"API server RSS before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIServerRSSBeforeNodesMiB, r.APIServerRSSMiB)},
+		{"API server WATCH requests (svc+slices) before / end", fmt.Sprintf("%.0f / %.0f", r.APIBefore.Watches, r.APIEnd.Watches)},
+		{"API server watch events sent (svc+slices), nodes' run", fmt.Sprintf("%.0f (%.2f MiB encoded)", r.APIEnd.Events-r.APIBefore.Events, (r.APIEnd.Bytes-r.APIBefore.Bytes)/(1<<20))},
+	}
+	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
+	}
+}

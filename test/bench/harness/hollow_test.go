@@ -1,0 +1,147 @@
+package harness
+
+import (
+	"context"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/internal/kernel/nft"
+	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
+	"github.com/kproxy/kproxy/test/e2e/framework"
+)
+
+// The many-node run at a chosen size, e.g. (as root)
+//
+//	KPROXY_E2E_BIN=/work/ci-base/_output/bin go test ./test/bench/harness \
+//	  -run '^TestHollowScale$' -v -timeout 60m -hollow.nodes 40 -hollow.services 1000
+var (
+	hollowNodes    = flag.Int("hollow.nodes", 0, "TestHollowScale: hollow nodes (0 skips it)")
+	hollowServices = flag.Int("hollow.services", 1000, "TestHollowScale: services of the realistic mix")
+	hollowChanges  = flag.Int("hollow.changes", 20, "TestHollowScale: endpoint changes, one at a time")
+	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "TestHollowScale: pause after each change")
+)
+
+// runHollow runs o in t's scope and fails t when a node missed a change.
+func runHollow(t *testing.T, o HollowOptions) *HollowResult {
+	t.Helper()
+	needControlPlane(t)
+	tb := NewTB(context.Background(), testLog{t}, t.Name())
+	var r *HollowResult
+	if err := tb.Scope("hollow", func(tb *TB) { r = RunHollow(tb, o) }); err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	WriteHollowTable(&table, r)
+	t.Logf("\n%s", table.String())
+	for _, m := range r.Missed {
+		t.Error(m)
+	}
+	return r
+}
+
+// TestHollowNodes runs 5 hollow kproxy nodes (nftables mode, the
+// in-memory kernel) against one kube-apiserver holding 100 services of
+// the realistic mix, and writes three endpoint changes: every node must
+// program every change, through a watch of its own.
+func TestHollowNodes(t *testing.T) {
+	const nodes, changes = 5, 3
+	r := runHollow(t, HollowOptions{Nodes: nodes, Services: 100, Seed: 1, Changes: changes, Gap: 200 * time.Millisecond, SeeTimeout: 30 * time.Second})
+	if r.ChangesWritten != changes {
+		t.Errorf("%d changes written, want %d", r.ChangesWritten, changes)
+	}
+	// A rescheduled pod is one new address; a change of a service with
+	// a Local internal traffic policy is not measured.
+	if len(r.Latencies) == 0 || len(r.Latencies)%nodes != 0 {
+		t.Errorf("%d latency samples, want a positive multiple of %d nodes", len(r.Latencies), nodes)
+	}
+	for _, l := range r.Latencies {
+		if l <= 0 || l > 30*time.Second {
+			t.Errorf("latency %s out of range", l)
+		}
+	}
+	// Each node watches services and endpoint slices itself.
+	if got := r.APIEnd.Watches - r.APIBefore.Watches; got < 2*nodes {
+		t.Errorf("the API server serves %v more WATCH requests of services and slices with the nodes running, want at least %d", got, 2*nodes)
+	}
+	if r.BytesMin <= 0 || r.FakeKernelMiB <= 0 || r.AllSynced <= 0 || r.APIServerRSSMiB <= 0 || r.RSSEndMiB <= 0 {
+		t.Errorf("a figure is missing: %+v", r)
+	}
+}
+
+// TestHollowScale is the many-node run at the size the flags give; it
+// fails as TestHollowNodes does.
+func TestHollowScale(t *testing.T) {
+	if *hollowNodes <= 0 {
+		t.Skip("set -hollow.nodes to run")
+	}
+	runHollow(t, HollowOptions{Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
+		Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 2 * time.Minute})
+}
+
+// TestAwaitSeen: a node whose kernel never commits the new address is
+// reported missed after the bound; one that commits it is measured.
+func TestAwaitSeen(t *testing.T) {
+	mk := func(name string) *hollowNode {
+		return &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, want: map[string]time.Time{}}
+	}
+	good, silent := mk("good"), mk("silent")
+	const addr = "198.18.1.1"
+	for _, n := range []*hollowNode{good, silent} {
+		n.watch(addr)
+	}
+	written := time.Now()
+	parse := func(text string) *nft.Transaction {
+		txs, err := nft.Parse(text)
+		if err != nil || len(txs) != 1 {
+			t.Fatalf("parsing %q: %v (%d transactions)", text, err, len(txs))
+		}
+		return txs[0]
+	}
+	// A longer address that starts with addr is not addr.
+	silent.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { 198.18.1.10 }\n"))
+	good.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { " + addr + " }\n"))
+
+	var lat []time.Duration
+	missed := awaitSeen([]*hollowNode{good, silent}, []string{addr}, written, 100*time.Millisecond, &lat)
+	if len(missed) != 1 || !strings.Contains(missed[0], "silent") {
+		t.Errorf("missed = %q, want the silent node alone", missed)
+	}
+	if len(lat) != 1 || lat[0] <= 0 {
+		t.Errorf("latencies = %v, want the good node's", lat)
+	}
+}
+
+func TestContainsAddr(t *testing.T) {
+	for _, c := range []struct {
+		text, addr string
+		want       bool
+	}{
+		{"dnat to 198.18.1.1:80", "198.18.1.1", true},
+		{"dnat to 198.18.1.10:80", "198.18.1.1", false},
+		{"elements = { 198.18.1.1 . tcp . 80 }", "198.18.1.1", true},
+		{"dnat to 2198.18.1.1:80", "198.18.1.1", false},
+		{"dnat to [fd00:18:1::1a]:80", "fd00:18:1::1", false},
+		{"dnat to [fd00:18:1::1]:80", "fd00:18:1::1", true},
+		{"fd00:18:1::1 . tcp", "fd00:18:1::1", true},
+	} {
+		if got := containsAddr(c.text, c.addr); got != c.want {
+			t.Errorf("containsAddr(%q, %q) = %v, want %v", c.text, c.addr, got, c.want)
+		}
+	}
+}
+
+// needControlPlane skips t where a control plane cannot run, or fails it
+// when KPROXY_E2E=1 makes that mandatory (as test/e2e does).
+func needControlPlane(t *testing.T) {
+	t.Helper()
+	if reason := framework.SkipReason(); reason != "" {
+		if framework.Mandatory() {
+			t.Fatalf("%s=1 but: %s", framework.EnvRun, reason)
+		}
+		t.Skip(reason)
+	}
+}
