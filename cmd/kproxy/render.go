@@ -35,8 +35,10 @@ func newRenderCommand() *cobra.Command {
 DIRECTORY as 'kubectl get svc,endpointslices,nodes -A -o yaml' writes them; the
 built-in example when -f is not given), applies the same model and endpoint
 selection as the proxy for the node named by --hostname-override, and prints
-either the model (-o table|yaml|json: every service port, its addresses, the
-endpoints chosen for this node and why others were left out) or, with
+either the model (-o table|wide|yaml|json: every service port, its addresses,
+the endpoints chosen for this node and why others were left out; the table
+shows each port's first address and how many more it has, wide shows them
+all with the traffic policies and the endpoints chosen) or, with
 --proxy-mode, the exact rules the proxy would write on a fresh node
 (nftables: the 'nft -f' transaction; iptables: the input of
 'iptables-restore --noflush', for the backend --iptables-backend names;
@@ -48,6 +50,7 @@ It accepts the proxy's flags and --config, since they shape the result.`,
   kproxy render --proxy-mode nftables          # the nftables rules for node-a
   kproxy render --proxy-mode iptables --iptables-backend legacy
   kproxy render --proxy-mode ipvs --ipvs-scheduler wlc
+  kproxy render -o wide                        # every address, policy and endpoint
   kproxy render -f cluster.yaml --hostname-override worker-1 -o yaml`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -68,7 +71,7 @@ It accepts the proxy's flags and --config, since they shape the result.`,
 	o.AddFlags(fs)
 	config.AddKlogFlags(fs)
 	fs.StringVarP(&rf.file, "filename", "f", "", "Snapshot file or directory (YAML/JSON, kubectl's List format works). Default: the built-in example.")
-	fs.StringVarP(&rf.output, "output", "o", "table", "Model output format: table, yaml or json. Ignored when --proxy-mode asks for rules.")
+	fs.StringVarP(&rf.output, "output", "o", "table", "Model output format: table, wide (every address, the policies and endpoints), yaml or json. Ignored when --proxy-mode asks for rules.")
 	fs.StringVar(&rf.iptablesBackend, "iptables-backend", "", "With --proxy-mode iptables: the iptables backend the restore input is for, legacy or nft (default: IPTABLES_MODE, else nft). Both get the same bytes, except that a sync of more than "+strconv.Itoa(iptables.DefaultMaxChainsPerRestore)+" chains is split into several iptables-nft-restore runs.")
 	fs.BoolVar(&rf.compact, "iptables-compact-layout", false, compactLayoutHelp)
 	return cmd
@@ -98,18 +101,20 @@ func render(out, errOut io.Writer, o *config.Options, rf renderFlags, rules bool
 		case config.ModeIPVS:
 			return view.WriteIPVS(out, o.Config, cl)
 		default:
-			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables, iptables or ipvs, or -o table|yaml|json for the model", mode)}
+			return usageError{fmt.Errorf("rendering rules for --proxy-mode %s is not available yet; use --proxy-mode nftables, iptables or ipvs, or -o table|wide|yaml|json for the model", mode)}
 		}
 	}
 	switch strings.ToLower(rf.output) {
 	case "table", "":
 		return view.WriteTable(out, cl.Model())
+	case "wide":
+		return view.WriteWideTable(out, cl.Model())
 	case "yaml":
 		return view.WriteYAML(out, cl.Model())
 	case "json":
 		return view.WriteJSON(out, cl.Model())
 	default:
-		return usageError{fmt.Errorf("unknown output format %q: use table, yaml or json", rf.output)}
+		return usageError{fmt.Errorf("unknown output format %q: use table, wide, yaml or json", rf.output)}
 	}
 }
 

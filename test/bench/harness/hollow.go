@@ -267,9 +267,12 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 		if f == v1.IPv4Protocol {
 			ips = []netip.Addr{addr}
 		}
-		p := nftables.NewProxier(nftables.Options{
+		p, err := nftables.NewProxier(nftables.Options{
 			Family: f, TableName: nftables.DefaultTableName, MasqueradeBit: 14, NodeIPs: ips,
-		}, watchedNFT{Fake: fake, n: n}, &conntrack.Fake{}, local)
+		}, nftables.Handles{NFT: watchedNFT{Fake: fake, n: n}, Conntrack: &conntrack.Fake{}, LocalAddrs: local})
+		if err != nil {
+			return nil, err
+		}
 		backends[f] = syncWatch{Backend: p, n: n, f: f}
 	}
 	var loop *proxy.Loop
