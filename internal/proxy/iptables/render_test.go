@@ -178,6 +178,25 @@ func TestEndpointOrderIsUpstreams(t *testing.T) {
 // × 10 endpoints allocations are most of render's CPU (GC).
 func TestFullSyncAllocations(t *testing.T) {
 	const services, perService = 200, 10
+	st := plainState(services, perService)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{State: st, NodeName: "node-a", Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}
+	var plan *Plan
+	allocs := testing.AllocsPerRun(3, func() { plan = Render(cfg, in, NewApplied()) })
+	if plan.Endpoints != services*perService {
+		t.Fatalf("rendered %d endpoints, want %d", plan.Endpoints, services*perService)
+	}
+	perEP := allocs / (services * perService)
+	if perEP > 11 {
+		t.Errorf("a full sync of %d services × %d endpoints: %.0f allocations, %.1f per endpoint, want at most 11", services, perService, allocs, perEP)
+	}
+	t.Logf("%.0f allocations, %.1f per endpoint", allocs, perEP)
+}
+
+// plainState is services ClusterIP service ports of perService endpoints
+// each, on node-b.
+func plainState(services, perService int) *model.State {
 	st := model.NewState(model.IPv4)
 	for i := range services {
 		n := fixtures.SPName(fmt.Sprintf("svc-%d", i), "http", model.TCP)
@@ -192,17 +211,5 @@ func TestFullSyncAllocations(t *testing.T) {
 		}
 		st.Endpoints[n] = eps
 	}
-	o := exampleOptions(v1.IPv4Protocol)
-	cfg := o.RenderConfig(nil, nil)
-	in := &Input{State: st, NodeName: "node-a", Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}
-	var plan *Plan
-	allocs := testing.AllocsPerRun(3, func() { plan = Render(cfg, in, NewApplied()) })
-	if plan.Endpoints != services*perService {
-		t.Fatalf("rendered %d endpoints, want %d", plan.Endpoints, services*perService)
-	}
-	perEP := allocs / (services * perService)
-	if perEP > 11 {
-		t.Errorf("a full sync of %d services × %d endpoints: %.0f allocations, %.1f per endpoint, want at most 11", services, perService, allocs, perEP)
-	}
-	t.Logf("%.0f allocations, %.1f per endpoint", allocs, perEP)
+	return st
 }
