@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -48,8 +49,20 @@ func (w *written) reset() {
 
 // follow applies one restore input (--noflush) to the model. Only chains
 // named KUBE-* are followed; built-in chains hold others' rules too.
+//
+// A full sync at 10k services is 330k lines: a rule line costs no
+// allocation (the rules of a chain come together, so the key of the line
+// before is reused); a chain costs its name at its declaration and at its
+// first rule.
 func (w *written) follow(data []byte) {
 	table := ""
+	var last chainKey
+	key := func(chain []byte) chainKey {
+		if last.table != table || last.chain != string(chain) {
+			last = chainKey{table, string(chain)}
+		}
+		return last
+	}
 	for line := range bytes.Lines(data) {
 		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) < 2 {
@@ -62,29 +75,30 @@ func (w *written) follow(data []byte) {
 		case ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))
 			if followed(name) {
-				w.rules[chainKey{table, string(name)}] = 0
+				w.rules[key(name)] = 0
 			}
 			continue
 		case '-':
 		default:
 			continue
 		}
-		f := bytes.Fields(line)
-		if len(f) < 2 || !followed(f[1]) {
+		op, rest, _ := bytes.Cut(line, []byte(" "))
+		chain, _, _ := bytes.Cut(bytes.TrimLeft(rest, " "), []byte(" "))
+		if len(chain) == 0 || !followed(chain) {
 			continue
 		}
-		k := chainKey{table, string(f[1])}
-		switch string(f[0]) {
+		switch string(op) {
 		case "-A", "-I":
-			w.rules[k]++
+			w.rules[key(chain)]++
 		case "-D":
-			w.rules[k]--
+			w.rules[key(chain)]--
 		case "-F":
+			k := key(chain)
 			if _, ok := w.rules[k]; ok {
 				w.rules[k] = 0
 			}
 		case "-X":
-			delete(w.rules, k)
+			delete(w.rules, key(chain))
 		}
 	}
 }
@@ -158,8 +172,11 @@ func (w *written) diff(saves map[string][]byte) []proxy.Drift {
 			keys = append(keys, k)
 		}
 	}
+	// In "table/chain" order, compared field by field: no table name is
+	// a prefix of another. (Joining the two in the comparison cost a
+	// string per comparison: 2M at 10k services.)
 	slices.SortFunc(keys, func(a, b chainKey) int {
-		return strings.Compare(a.table+"/"+a.chain, b.table+"/"+b.chain)
+		return cmp.Or(strings.Compare(a.table, b.table), strings.Compare(a.chain, b.chain))
 	})
 	for _, k := range keys {
 		want := w.rules[k]

@@ -625,3 +625,35 @@ func (r *rig) checkTraces(t *testing.T, step string) {
 		}
 	}
 }
+
+// TestLegacyFullSyncIsOneRestore: a full sync larger than the nft
+// backend's chain budget is one iptables-restore run on the legacy
+// backend (each legacy run reads and replaces every table it names, so N
+// runs would copy the whole table N times), and several on nft; both
+// leave the same rules.
+func TestLegacyFullSyncIsOneRestore(t *testing.T) {
+	c := flowtest.Example(t, "node-a")
+	const services, perService = 100, 10 // 1,100 chains
+	dumps := map[xtables.Backend]string{}
+	for _, b := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
+		r := newRig(t, c, model.IPv4, b, nil)
+		r.state = plainState(services, perService)
+		r.mustSync(true)
+		calls := r.fake.Restores()
+		switch {
+		case b == xtables.Legacy && len(calls) != 1:
+			t.Errorf("legacy: the first full sync of %d chains ran iptables-restore %d times, want once", services*(perService+1), len(calls))
+		case b == xtables.NFT && len(calls) < 2:
+			t.Errorf("nft: the first full sync of %d chains ran iptables-restore %d times, want it split (budget %d)", services*(perService+1), len(calls), DefaultMaxChainsPerRestore)
+		}
+		for _, call := range calls {
+			if call.Test || !call.NoFlush {
+				t.Errorf("%s: restore with test=%v noflush=%v, want --noflush and no --test", b, call.Test, call.NoFlush)
+			}
+		}
+		dumps[b] = normalize(r.fake.Dump())
+	}
+	if diff := cmp.Diff(dumps[xtables.Legacy], dumps[xtables.NFT]); diff != "" {
+		t.Errorf("legacy's one restore and nft's split ones leave different rules (-legacy +nft):\n%s", diff)
+	}
+}

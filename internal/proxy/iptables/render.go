@@ -95,8 +95,10 @@ type renderer struct {
 	plan *Plan
 	// large is large cluster mode: no comments on per-endpoint rules.
 	large bool
-	// buf is scratch space for one shared rule's text.
-	buf []byte
+	// buf is scratch space for one shared rule's text; args for one
+	// own chain rule's arguments.
+	buf  []byte
+	args []string
 	// cw holds the own chains of the service port being rendered;
 	// epChains its endpoints' chain names.
 	cw       chainWriter

@@ -171,3 +171,45 @@ func TestEndpointOrderIsUpstreams(t *testing.T) {
 		t.Errorf("KUBE-SVC rules (endpoint, probability) = %q, want upstream's %q\n%s", got, want, text)
 	}
 }
+
+// TestFullSyncAllocations: a full sync's render allocates a few objects
+// per endpoint (its chain's name, address strings, comment), not a slice
+// per rule argument list nor a throwaway string per hash: at 10k services
+// × 10 endpoints allocations are most of render's CPU (GC).
+func TestFullSyncAllocations(t *testing.T) {
+	const services, perService = 200, 10
+	st := plainState(services, perService)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{State: st, NodeName: "node-a", Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}
+	var plan *Plan
+	allocs := testing.AllocsPerRun(3, func() { plan = Render(cfg, in, NewApplied()) })
+	if plan.Endpoints != services*perService {
+		t.Fatalf("rendered %d endpoints, want %d", plan.Endpoints, services*perService)
+	}
+	perEP := allocs / (services * perService)
+	if perEP > 11 {
+		t.Errorf("a full sync of %d services × %d endpoints: %.0f allocations, %.1f per endpoint, want at most 11", services, perService, allocs, perEP)
+	}
+	t.Logf("%.0f allocations, %.1f per endpoint", allocs, perEP)
+}
+
+// plainState is services ClusterIP service ports of perService endpoints
+// each, on node-b.
+func plainState(services, perService int) *model.State {
+	st := model.NewState(model.IPv4)
+	for i := range services {
+		n := fixtures.SPName(fmt.Sprintf("svc-%d", i), "http", model.TCP)
+		st.Services[n] = &model.ServicePort{
+			Name: n, Family: model.IPv4, Type: "ClusterIP",
+			ClusterIP: netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), Port: 80, Protocol: model.TCP,
+		}
+		eps := make([]*model.Endpoint, perService)
+		for j := range eps {
+			k := i*perService + j
+			eps[j] = &model.Endpoint{IP: netip.AddrFrom4([4]byte{198, 18, byte(k >> 8), byte(k)}), Port: 8080, Ready: true, Serving: true, NodeName: "node-b"}
+		}
+		st.Endpoints[n] = eps
+	}
+	return st
+}

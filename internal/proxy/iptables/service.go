@@ -3,7 +3,6 @@ package iptables
 import (
 	"bytes"
 	"hash/maphash"
-	"slices"
 	"strconv"
 
 	"github.com/kproxy/kproxy/internal/model"
@@ -234,22 +233,29 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 		}
 		epChains = epChains[:0] // no chains to write
 	}
+	epComment := commentArg(name)
 	for _, ec := range epChains {
 		e := ec.e
 		w.begin(ec.chain)
-		var comment []string
+		// One argument list for both rules (chainWriter.add copies the
+		// text), reused endpoint after endpoint.
+		a := r.args[:0]
 		if !r.large {
-			comment = []string{"-m", "comment", "--comment", commentArg(name)}
+			a = append(a, "-m", "comment", "--comment", epComment)
 		}
+		n := len(a)
 		ip := e.IP.String()
 		// Hairpin: a pod reaching itself through the service must be
 		// masqueraded or it would answer itself directly.
-		w.add(append(slices.Clip(comment), "-s", ip, "-j", chainMarkMasq)...)
-		a := slices.Clip(comment)
+		a = append(a, "-s", ip, "-j", chainMarkMasq)
+		w.add(a...)
+		a = a[:n]
 		if sp.SessionAffinity() {
 			a = append(a, "-m", "recent", "--name", ec.chain, "--set")
 		}
-		w.add(append(a, pm[0], pm[1], pm[2], pm[3], "-j", "DNAT", "--to-destination", e.String())...)
+		a = append(a, pm[0], pm[1], pm[2], pm[3], "-j", "DNAT", "--to-destination", e.String())
+		w.add(a...)
+		r.args = a[:0]
 	}
 	w.finish()
 
@@ -346,11 +352,16 @@ func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, 
 		}
 		return ""
 	}
+	// One argument list, reused rule after rule (chainWriter.add copies
+	// the text): a service port's rules cost no slice each.
+	args := r.args[:0]
+	defer func() { r.args = args[:0] }()
 	comment := func(e *model.Endpoint) []string {
+		args = args[:0]
 		if r.large {
-			return nil
+			return args
 		}
-		return []string{"-m", "comment", "--comment", commentArg(name + " -> " + e.String())}
+		return append(args, "-m", "comment", "--comment", commentArg(name+" -> "+e.String()))
 	}
 	// target ends an endpoint's rule: a jump to its KUBE-SEP chain, or in
 	// the compact layout what that chain would do, in the same rule (the
@@ -369,14 +380,16 @@ func (r *renderer) dispatch(c *chainWriter, name string, sp *model.ServicePort, 
 		secs := strconv.Itoa(int(sp.StickyMaxAgeSeconds))
 		for _, e := range eps {
 			ch := chainOf(e)
-			c.add(target(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap"), e)...)
+			args = target(append(comment(e), "-m", "recent", "--name", ch, "--rcheck", "--seconds", secs, "--reap"), e)
+			c.add(args...)
 		}
 	}
 	for i, e := range eps {
-		a := comment(e)
+		args = comment(e)
 		if i < len(eps)-1 {
-			a = append(a, "-m", "statistic", "--mode", "random", "--probability", probability(len(eps)-i))
+			args = append(args, "-m", "statistic", "--mode", "random", "--probability", probability(len(eps)-i))
 		}
-		c.add(target(a, e)...)
+		args = target(args, e)
+		c.add(args...)
 	}
 }
