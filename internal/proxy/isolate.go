@@ -111,16 +111,20 @@ func without[T any](st *model.State, out map[model.ServicePortName]T) *model.Sta
 // successful sync, or the original error when the failure does not depend
 // on any service port.
 func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Request, err error) (*Result, error) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || hostFault(err) {
 		return nil, err
 	}
 	trials := 0
+	// busy is set when a trial failed for the host's reasons: from then
+	// on no trial says anything about the service ports it held.
+	busy := false
 	try := func(st *model.State, changed sets.Set[model.ServicePortName], full bool) (*Result, error) {
 		trials++
 		r := &Request{State: st, Changed: changed, Node: req.Node, ServiceCIDRs: req.ServiceCIDRs, Full: full, Trial: true, Now: req.Now}
 		res, terr := b.Sync(ctx, r)
 		if terr != nil {
 			klog.V(2).InfoS("Isolation trial failed", "ipFamily", f, "servicePorts", len(st.Services), "full", full, "err", terr)
+			busy = busy || hostFault(terr)
 		}
 		return res, terr
 	}
@@ -155,7 +159,7 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 	refused := map[model.ServicePortName]error{}
 	var bisect func(group []model.ServicePortName)
 	bisect = func(group []model.ServicePortName) {
-		if len(group) == 0 {
+		if len(group) == 0 || busy {
 			return
 		}
 		if trials >= maxIsolationTrials || ctx.Err() != nil {
@@ -188,6 +192,14 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 	names := suspects.UnsortedList()
 	slices.SortFunc(names, model.ServicePortName.Compare)
 	bisect(names)
+	if busy {
+		// Another program held the host (the xtables lock) during the
+		// trials: refusing ports on that evidence would drop healthy
+		// services. Trials are only checked where the backend can, so the
+		// kernel still holds what it held; the next sync tries again.
+		klog.InfoS("Isolation stopped: a trial failed for the host's reasons, not a service's; nothing refused", "ipFamily", f, "trials", trials)
+		return nil, err
+	}
 	// Trials are checked, not committed, where the backend can (Request.
 	// Trial); program what passed, in full: a real sync, after which the
 	// backend knows what the kernel holds. (Where trials committed, this
@@ -199,6 +211,17 @@ func (l *Loop) isolate(ctx context.Context, f v1.IPFamily, b Backend, req *Reque
 	}
 	l.refuse(f, refused, req.Now)
 	return res, nil
+}
+
+// HostFault is implemented by sync errors that may say the failure was the
+// host's, not the input's: xtables.RestoreError when another program held
+// the xtables lock past the wait. Such a failure starts no isolation and
+// stops one under way.
+type HostFault interface{ HostFault() bool }
+
+func hostFault(err error) bool {
+	var h HostFault
+	return errors.As(err, &h) && h.HostFault()
 }
 
 // refuse records refused service ports and reports each.

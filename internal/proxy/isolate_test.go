@@ -23,10 +23,14 @@ import (
 // the bad service ports (as nf_tables refuses a batch with one bad
 // element), and otherwise holds exactly what it was told.
 type kernelBackend struct {
-	held  sets.Set[model.ServicePortName]
-	bad   sets.Set[model.ServicePortName]
-	down  bool // refuses everything, whatever the state
-	syncs int
+	held sets.Set[model.ServicePortName]
+	bad  sets.Set[model.ServicePortName]
+	down bool // refuses everything, whatever the state
+	// busyFrom: from this sync on (counting from 1) every sync fails
+	// with a host fault, as when another program holds the xtables lock.
+	busyFrom     int
+	busyFailures int
+	syncs        int
 	// fullAfterFailure: the backend's knowledge is invalid after a refused
 	// sync; a partial sync then is a bug in the loop.
 	invalid bool
@@ -57,6 +61,11 @@ func (k *kernelBackend) Sync(_ context.Context, r *Request) (*Result, error) {
 	if k.down {
 		k.invalid = true
 		return nil, errors.New("netlink: operation not permitted")
+	}
+	if k.busyFrom > 0 && k.syncs >= k.busyFrom {
+		k.invalid = true
+		k.busyFailures++
+		return nil, lockHeld{}
 	}
 	if bad := next.Intersection(k.bad); bad.Len() > 0 {
 		k.invalid = true
@@ -325,4 +334,53 @@ func TestIsolationGlobalFailureRefusesNothing(t *testing.T) {
 	if got := heldNames(k); len(got) != 6 {
 		t.Fatalf("kernel holds %v after recovery", got)
 	}
+}
+
+// lockHeld is a sync error that is the host's fault (xtables.RestoreError
+// after a lock timeout says so the same way).
+type lockHeld struct{}
+
+func (lockHeld) Error() string   { return "another program held the xtables lock" }
+func (lockHeld) HostFault() bool { return true }
+
+// TestIsolationHostFaultRefusesNothing: a sync that fails because the host
+// is busy starts no isolation, and a host fault during the trials stops
+// it: no healthy port is refused on that evidence. Once the host is free,
+// isolation refuses the one bad port and programs the rest.
+func TestIsolationHostFaultRefusesNothing(t *testing.T) {
+	t.Run("the sync itself", func(t *testing.T) {
+		l, _, k, _, _, calls := setupIsolation(t, 6)
+		k.busyFrom = 1
+		if err := l.Sync(context.Background()); !hostFault(err) {
+			t.Fatalf("sync error %v, want the host fault", err)
+		}
+		if k.syncs != 1 || len(*calls) != 0 || len(l.Refused(model.IPv4)) != 0 {
+			t.Fatalf("%d syncs, refused %v: a busy host started an isolation", k.syncs, l.Refused(model.IPv4))
+		}
+	})
+	t.Run("during the trials", func(t *testing.T) {
+		l, _, k, _, _, calls := setupIsolation(t, 6, "s003")
+		// Sync 1 fails on s003, trial 2 (no service) passes, then the
+		// host is busy for every later trial.
+		k.checks, k.busyFrom = true, 3
+		if err := l.Sync(context.Background()); err == nil {
+			t.Fatal("the failed sync was not reported")
+		}
+		if len(*calls) != 0 || len(l.Refused(model.IPv4)) != 0 {
+			t.Fatalf("refused %v while the host was busy", l.Refused(model.IPv4))
+		}
+		if k.busyFailures != 1 {
+			t.Fatalf("%d trials met the busy host: the isolation went on after the first", k.busyFailures)
+		}
+		k.busyFrom = 0
+		if err := l.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := heldNames(k), svcNames(0, 6, "s003"); !slices.Equal(got, want) {
+			t.Fatalf("kernel holds %v, want %v", got, want)
+		}
+		if r := l.Refused(model.IPv4); len(r) != 1 || r[0].Name != "s003" {
+			t.Fatalf("refused %v, want s003 alone", r)
+		}
+	})
 }

@@ -227,6 +227,11 @@ func restoreError(b Backend, f Family, err error) error {
 	return e
 }
 
+// HostFault says whether the restore failed for the host's reasons (the
+// xtables lock held by another program past the wait) rather than its
+// input's: the proxy's failure isolation then refuses no service.
+func (e *RestoreError) HostFault() bool { return errors.Is(e.Err, ErrLockTimeout) }
+
 // oneLine joins the non-empty lines of a message, dropping iptables'
 // usage hint.
 func oneLine(s string) string {

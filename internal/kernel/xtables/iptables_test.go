@@ -192,6 +192,12 @@ func TestRestore(t *testing.T) {
 			if tc.wantErr == nil && errors.Is(err, ErrLockTimeout) {
 				t.Errorf("err = %v matches ErrLockTimeout", err)
 			}
+			// The proxy's failure isolation asks the error whose fault it
+			// was: a lock held past the wait is the host's, a refused line
+			// the input's.
+			if got, want := re.HostFault(), errors.Is(tc.wantErr, ErrLockTimeout); got != want {
+				t.Errorf("HostFault() = %v, want %v (err %v)", got, want, err)
+			}
 			if !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Errorf("err = %q, want it to contain %q", err, tc.wantMsg)
 			}
