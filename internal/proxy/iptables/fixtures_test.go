@@ -47,7 +47,7 @@ var hostA = flowtest.HostA
 // the example, masquerade bit 14, localhost node ports on (the default),
 // nodePortAddresses left at iptables mode's default (all local IPs).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, LocalhostNodePorts: true}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, LocalhostNodePorts: true}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }

@@ -71,7 +71,7 @@ var (
 // example's 14 IPv4 service ports spread over 4 shard tables (its 2 IPv6
 // ones fit in one).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, ServicesPerShard: 4}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }

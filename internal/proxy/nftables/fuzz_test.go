@@ -47,7 +47,7 @@ func FuzzRender(f *testing.F) {
 		snap := fuzzsnap.Build(data, name)
 		var text strings.Builder
 		for _, fam := range fuzzsnap.Families {
-			o := Options{Family: fam, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, ServicesPerShard: 4}
+			o := Options{Family: fam, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
 			o.LocalDetect.ClusterCIDRs = exampleOptions(fam).LocalDetect.ClusterCIDRs
 			cfg := o.RenderConfig(snap.Node, snap.Node.Addresses)
 			plan := Render(cfg, &Input{State: snap.States[fam], NodeName: fuzzsnap.Node, Zone: fuzzsnap.Zone, Full: true,
