@@ -135,14 +135,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
 	if in.Full {
-		var addrs []netip.Addr
-		if p.localAddrs != nil {
-			var err error
-			if addrs, err = p.localAddrs(); err != nil {
-				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
-			}
-		} else if req.Node != nil {
-			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
+		addrs, err := proxy.NodePortHostAddrs(p.localAddrs, req.Node)
+		if err != nil {
+			return nil, err
 		}
 		cfg := p.opts.RenderConfig(req.Node, addrs)
 		cfg.CountInvalidDropped = !cfg.ConntrackTCPBeLiberal && p.ensureCounter(NFAcctInvalidDropped)
