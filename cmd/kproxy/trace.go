@@ -15,6 +15,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -155,7 +156,7 @@ func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam 
 		for _, st := range snap.States {
 			opts := nftables.NewOptions(o.Config, st.Family)
 			cfg := opts.RenderConfig(snap.Node, snap.LocalAddrs())
-			in := &nftables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+			in := &nftables.Input{RenderInput: proxy.RenderInput{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Changed: sets.New[model.ServicePortName]()}, Full: true, Now: time.Time{}}
 			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
 		}
 		r.Text = b.String()
@@ -185,8 +186,11 @@ func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam 
 	opts := iptables.NewOptions(o.Config, fam, snap.NodeName)
 	opts.MaxChainsPerRestore = -1
 	cfg := opts.RenderConfig(snap.Node, local)
-	in := &iptables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true,
-		Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
+	in := &iptables.Input{
+		RenderInput: proxy.RenderInput{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Changed: sets.New[model.ServicePortName]()},
+		Full:        true,
+		Existing:    &iptables.Existing{},
+	}
 	r.Text = iptables.Render(cfg, in, iptables.NewApplied()).Text()
 	return r, nil
 }

@@ -26,6 +26,16 @@ import (
 	"github.com/kproxy/kproxy/internal/runner"
 )
 
+// RenderInput is what every backend renders one sync from, whatever
+// else its own Input adds (each backend's Input embeds it).
+type RenderInput struct {
+	State    *model.State
+	NodeName string
+	Zone     string
+	// Changed are the service ports to re-render in a partial sync.
+	Changed sets.Set[model.ServicePortName]
+}
+
 // Request is one sync's work for one IP family.
 type Request struct {
 	State *model.State

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
@@ -28,7 +29,7 @@ func WriteNFTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluste
 	for _, st := range cl.States {
 		opts := nftables.NewOptions(c, st.Family)
 		cfg := opts.RenderConfig(cl.Node, cl.LocalAddrs())
-		in := &nftables.Input{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
+		in := &nftables.Input{RenderInput: proxy.RenderInput{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Changed: sets.New[model.ServicePortName]()}, Full: true, Now: time.Time{}}
 		plan := nftables.Render(cfg, in, nftables.NewApplied())
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
 		writeContested(out, st)
@@ -56,8 +57,11 @@ func WriteIPTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluste
 			opts.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
 		}
 		cfg := opts.RenderConfig(cl.Node, cl.LocalAddrs())
-		in := &iptables.Input{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Full: true,
-			Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
+		in := &iptables.Input{
+			RenderInput: proxy.RenderInput{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Changed: sets.New[model.ServicePortName]()},
+			Full:        true,
+			Existing:    &iptables.Existing{},
+		}
 		plan := iptables.Render(cfg, in, iptables.NewApplied())
 		bin := "iptables"
 		if st.Family == model.IPv6 {

@@ -130,7 +130,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fam := string(p.opts.Family)
-	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full || p.cfg == nil, NodeName: p.opts.Hostname}
+	in := &Input{RenderInput: proxy.RenderInput{State: req.State, Changed: req.Changed, NodeName: p.opts.Hostname}, Full: req.Full || p.cfg == nil}
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}

@@ -138,7 +138,7 @@ func (p *Proxier) repair(ctx context.Context, in *Input, damaged []string) error
 // Sync implements proxy.Backend.
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	fam, table := nft.FamilyFor(p.opts.Family), p.table()
-	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full, Now: req.Now}
+	in := &Input{RenderInput: proxy.RenderInput{State: req.State, Changed: req.Changed}, Full: req.Full, Now: req.Now}
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
