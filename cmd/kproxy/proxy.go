@@ -230,7 +230,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod, idle)
+	stopDrift := watchDrift(ctx, mode, loop, nls, fams, syncPeriod, idle)
 	defer stopDrift()
 
 	src, client, err := newSource(o, fromFile, node, health)
@@ -284,7 +284,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 // nf_tables notifications in nftables mode, a scheduled comparison of
 // iptables-save with what kproxy wrote in iptables mode. Either repairs
 // through loop.Repair. The returned function releases the listener.
-func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
 	switch mode {
 	case config.ModeNFTables:
 		mon, err := nfnetlink.NewMonitor()
@@ -302,21 +302,11 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		}
 		mon.SkipPorts(own)
 		w := &nftables.DriftWatch{
-			Watcher:  mon,
-			Families: fams,
-			Repair:   loop.Repair,
-			RepairTables: func(f v1.IPFamily, tables []string) {
-				// Through the wrappers: a backend that did not take the
-				// tables (none wants a repair) gets a full sync.
-				if p, ok := backends[f].(proxy.TableRepairer); ok {
-					if p.RepairTables(tables); p.WantsRepair() {
-						loop.RepairSoon()
-						return
-					}
-				}
-				loop.Repair(f)
-			},
-			Own: own,
+			Watcher:      mon,
+			Families:     fams,
+			Repair:       loop.Repair,
+			RepairTables: loop.RepairTables,
+			Own:          own,
 		}
 		go func() {
 			if err := w.Run(ctx); err != nil {
@@ -325,13 +315,7 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		}()
 		return func() { _ = mon.Close() }
 	case config.ModeIPTables:
-		checkers := map[v1.IPFamily]proxy.DriftChecker{}
-		for f, b := range backends {
-			if c, ok := b.(proxy.DriftChecker); ok {
-				checkers[f] = proxy.BusyChecker(c, idle)
-			}
-		}
-		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
+		go loop.CheckBackendDrifts(ctx, "iptables", idle, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
 }
