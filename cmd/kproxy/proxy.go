@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/kube-proxy/config/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -29,51 +28,6 @@ import (
 	"github.com/kproxy/kproxy/internal/source/apiserver"
 	"github.com/kproxy/kproxy/internal/source/file"
 )
-
-// healthCheckAddrs are the addresses the health check node ports listen
-// on: as upstream's service health server, the node's addresses inside
-// nodePortAddresses (nftables mode's default "primary": the node's primary
-// IPs; iptables mode's default: every address), an unspecified address for
-// a family that matches every local address. Resolved like the rules' node
-// port addresses (internal/proxy/nodeports), from the Node kproxy holds, so
-// that they follow a changed node IP. When the local addresses cannot be
-// read it falls back to every address, as upstream does.
-func healthCheckAddrs(c *v1alpha1.KubeProxyConfiguration, mode string, fams []v1.IPFamily, node *model.Node, local func() ([]netip.Addr, error)) []netip.Addr {
-	configured := c.NodePortAddresses
-	if mode == config.ModeNFTables && len(configured) == 0 {
-		configured = []string{nodeports.Primary}
-	}
-	var out []netip.Addr
-	var addrs []netip.Addr
-	for _, f := range fams {
-		var override []netip.Addr
-		if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-			override = []netip.Addr{ip}
-		}
-		var nodeIP netip.Addr
-		if ips := nodeports.NodeIPs(f, override, node); len(ips) > 0 {
-			nodeIP = ips[0]
-		}
-		npa := nodeports.New(f, configured, nodeIP)
-		if npa.MatchAll {
-			if f == model.IPv6 {
-				out = append(out, netip.IPv6Unspecified())
-			} else {
-				out = append(out, netip.IPv4Unspecified())
-			}
-			continue
-		}
-		if addrs == nil {
-			var err error
-			if addrs, err = local(); err != nil {
-				klog.ErrorS(err, "Failed to get node ip address matching node port addresses, health check port will listen to all node addresses", "nodePortAddresses", configured)
-				return []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
-			}
-		}
-		out = append(out, npa.Match(addrs)...)
-	}
-	return out
-}
 
 // nodeHealth forwards this node's object to the health server as well.
 type nodeHealth struct {
@@ -194,7 +148,11 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		},
 	})
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
-	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), proxy.LocalAddrs) })
+	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
+	configz := config.Configz(c)
+	svcHealth.SetAddresses(func() []netip.Addr {
+		return nodeports.HealthCheckAddrs(configz.NodePortAddresses, c.BindAddress, fams, tracker.Node(), proxy.LocalAddrs)
+	})
 	defer svcHealth.Close()
 	// What a sync leaves on the heap is returned to the system once
 	// kproxy is idle (package idlemem).
@@ -243,8 +201,6 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	recorder, nodeEv, stopEvents := setUpEvents(ctx, client, c, node)
 	defer stopEvents()
 
-	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
-	configz := config.Configz(c)
 	go func() {
 		err := server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
