@@ -570,3 +570,12 @@ func nodeNeedsFull(old, cur *model.Node) bool {
 	return !maps.Equal(old.Labels, cur.Labels) || fmt.Sprint(old.PodCIDRs) != fmt.Sprint(cur.PodCIDRs) ||
 		fmt.Sprint(old.Addresses) != fmt.Sprint(cur.Addresses)
 }
+
+// CheckFamily refuses a family other than IPv4 and IPv6, naming the
+// backend that was given it.
+func CheckFamily(backend string, f v1.IPFamily) error {
+	if f != model.IPv4 && f != model.IPv6 {
+		return fmt.Errorf("%s: unknown IP family %q", backend, f)
+	}
+	return nil
+}

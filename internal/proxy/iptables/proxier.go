@@ -73,8 +73,8 @@ type Handles struct {
 // opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start when
 // it cannot).
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
-		return nil, fmt.Errorf("iptables: unknown IP family %q", opts.Family)
+	if err := proxy.CheckFamily("iptables", opts.Family); err != nil {
+		return nil, err
 	}
 	if h.IPTables == nil {
 		return nil, fmt.Errorf("iptables: no iptables interface")

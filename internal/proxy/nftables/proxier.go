@@ -63,8 +63,8 @@ type Handles struct {
 
 // NewProxier returns one family's proxier.
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
-		return nil, fmt.Errorf("nftables: unknown IP family %q", opts.Family)
+	if err := proxy.CheckFamily("nftables", opts.Family); err != nil {
+		return nil, err
 	}
 	if h.NFT == nil {
 		return nil, fmt.Errorf("nftables: no nf_tables interface")
