@@ -75,19 +75,9 @@ func TestCheckDrifts(t *testing.T) {
 	l.opts.Request = func() { repaired <- struct{}{} }
 	c := &fakeChecker{drift: []Drift{{Family: model.IPv4, Kind: "chain", Name: "nat/KUBE-SERVICES", Change: "flushed"}}}
 	before := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
+	checkUntilRepair(t, repaired, func(ctx context.Context) {
 		l.CheckDrifts(ctx, "test", map[v1.IPFamily]DriftChecker{model.IPv4: c}, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
-		close(done)
-	}()
-	select {
-	case <-repaired:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no repair requested")
-	}
-	cancel()
-	<-done
+	})
 	if got := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain")); got != before+1 {
 		t.Errorf("kproxy_rules_drift_total{mode=test,kind=chain} went from %v to %v, want +1", before, got)
 	}
@@ -189,10 +179,27 @@ func TestCheckBackendDrifts(t *testing.T) {
 		SyncPeriod: 30 * time.Second, Clock: clocktesting.NewFakeClock(time.Now()), Request: func() { repaired <- struct{}{} }})
 	clear(l.needFull)
 	busy := &countingBusy{}
+	checkUntilRepair(t, repaired, func(ctx context.Context) {
+		l.CheckBackendDrifts(ctx, "test", busy, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
+	})
+	if busy.begins == 0 || busy.begins != busy.ends {
+		t.Errorf("busy told of %d check starts and %d ends; want as many, at least one", busy.begins, busy.ends)
+	}
+	l.repairMu.Lock()
+	defer l.repairMu.Unlock()
+	if !l.repair[model.IPv4] || l.repair[model.IPv6] {
+		t.Errorf("repairs %v; want IPv4 only", l.repair)
+	}
+}
+
+// checkUntilRepair runs check until a repair is requested on repaired,
+// then stops it.
+func checkUntilRepair(t *testing.T, repaired <-chan struct{}, check func(ctx context.Context)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		l.CheckBackendDrifts(ctx, "test", busy, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
+		check(ctx)
 		close(done)
 	}()
 	select {
@@ -202,12 +209,4 @@ func TestCheckBackendDrifts(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if busy.begins == 0 || busy.begins != busy.ends {
-		t.Errorf("busy told of %d check starts and %d ends; want as many, at least one", busy.begins, busy.ends)
-	}
-	l.repairMu.Lock()
-	defer l.repairMu.Unlock()
-	if !l.repair[model.IPv4] || l.repair[model.IPv6] {
-		t.Errorf("repairs %v; want IPv4 only", l.repair)
-	}
 }
