@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
@@ -63,7 +64,7 @@ func initSteps(ctx context.Context, c *v1alpha1.KubeProxyConfiguration, mode, no
 	if err := conntrack.SetSysctls(ctx, env.sys, &c.Conntrack, env.numCPU); err != nil {
 		return fmt.Errorf("could not set conntrack parameters from kube-proxy configuration: %w", err)
 	}
-	if initOnly && mode == config.ModeIPTables && hasFamily(fams, model.IPv4) {
+	if initOnly && mode == config.ModeIPTables && slices.Contains(fams, model.IPv4) {
 		opts := iptables.NewOptions(c, model.IPv4, node)
 		const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
 		if v, err := env.sys.Get(routeLocalnet); opts.RenderConfig(nil, nil).LocalhostNodePorts && (err != nil || v != 1) {
@@ -93,13 +94,4 @@ func applyOOMScoreAdj(c *v1alpha1.KubeProxyConfiguration, path string) {
 		}
 	}
 	klog.V(2).InfoS("Failed to apply OOMScore", "err", err)
-}
-
-func hasFamily(fams []v1.IPFamily, f v1.IPFamily) bool {
-	for _, x := range fams {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }

@@ -141,18 +141,11 @@ func (e iptablesEnv) read(path string) (string, error) {
 	return string(b), err
 }
 
-func xtablesFamily(f v1.IPFamily) xtables.Family {
-	if f == model.IPv6 {
-		return xtables.IPv6
-	}
-	return xtables.IPv4
-}
-
 // familyIPTables opens iptables of backend b for family f and checks that
 // it runs. The secondary family is optional, as upstream runs single-stack
 // when ip6tables does not work: then it logs why and returns nil, nil.
 func familyIPTables(ctx context.Context, b xtables.Backend, f v1.IPFamily, primary bool, mode string, opts []xtables.Option) (xtables.Interface, error) {
-	ipt, err := xtables.New(b, xtablesFamily(f), opts...)
+	ipt, err := xtables.New(b, xtables.Family(f), opts...) // spelled as v1.IPFamily
 	if err == nil {
 		_, err = ipt.Version(ctx)
 	}

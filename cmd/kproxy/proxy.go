@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/kube-proxy/config/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/internal/config"
@@ -29,51 +28,6 @@ import (
 	"github.com/kproxy/kproxy/internal/source/apiserver"
 	"github.com/kproxy/kproxy/internal/source/file"
 )
-
-// healthCheckAddrs are the addresses the health check node ports listen
-// on: as upstream's service health server, the node's addresses inside
-// nodePortAddresses (nftables mode's default "primary": the node's primary
-// IPs; iptables mode's default: every address), an unspecified address for
-// a family that matches every local address. Resolved like the rules' node
-// port addresses (internal/proxy/nodeports), from the Node kproxy holds, so
-// that they follow a changed node IP. When the local addresses cannot be
-// read it falls back to every address, as upstream does.
-func healthCheckAddrs(c *v1alpha1.KubeProxyConfiguration, mode string, fams []v1.IPFamily, node *model.Node, local func() ([]netip.Addr, error)) []netip.Addr {
-	configured := c.NodePortAddresses
-	if mode == config.ModeNFTables && len(configured) == 0 {
-		configured = []string{nodeports.Primary}
-	}
-	var out []netip.Addr
-	var addrs []netip.Addr
-	for _, f := range fams {
-		var override []netip.Addr
-		if ip, err := netip.ParseAddr(c.BindAddress); err == nil && !ip.IsUnspecified() && model.FamilyOf(ip) == f {
-			override = []netip.Addr{ip}
-		}
-		var nodeIP netip.Addr
-		if ips := nodeports.NodeIPs(f, override, node); len(ips) > 0 {
-			nodeIP = ips[0]
-		}
-		npa := nodeports.New(f, configured, nodeIP)
-		if npa.MatchAll {
-			if f == model.IPv6 {
-				out = append(out, netip.IPv6Unspecified())
-			} else {
-				out = append(out, netip.IPv4Unspecified())
-			}
-			continue
-		}
-		if addrs == nil {
-			var err error
-			if addrs, err = local(); err != nil {
-				klog.ErrorS(err, "Failed to get node ip address matching node port addresses, health check port will listen to all node addresses", "nodePortAddresses", configured)
-				return []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
-			}
-		}
-		out = append(out, npa.Match(addrs)...)
-	}
-	return out
-}
 
 // nodeHealth forwards this node's object to the health server as well.
 type nodeHealth struct {
@@ -194,7 +148,11 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 		},
 	})
 	svcHealth := server.NewServiceHealthServer(node, nil, health, server.DefaultListen)
-	svcHealth.SetAddresses(func() []netip.Addr { return healthCheckAddrs(c, mode, fams, tracker.Node(), proxy.LocalAddrs) })
+	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
+	configz := config.Configz(c)
+	svcHealth.SetAddresses(func() []netip.Addr {
+		return nodeports.HealthCheckAddrs(configz.NodePortAddresses, c.BindAddress, fams, tracker.Node(), proxy.LocalAddrs)
+	})
 	defer svcHealth.Close()
 	// What a sync leaves on the heap is returned to the system once
 	// kproxy is idle (package idlemem).
@@ -230,7 +188,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	stopDrift := watchDrift(ctx, mode, loop, backends, nls, fams, syncPeriod, idle)
+	stopDrift := watchDrift(ctx, mode, loop, nls, fams, syncPeriod, idle)
 	defer stopDrift()
 
 	src, client, err := newSource(o, fromFile, node, health)
@@ -243,8 +201,6 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	recorder, nodeEv, stopEvents := setUpEvents(ctx, client, c, node)
 	defer stopEvents()
 
-	// As upstream's /configz: the defaulted values (mode, nodePortAddresses).
-	configz := config.Configz(c)
 	go func() {
 		err := server.NewHealthzServer(server.HealthzServerConfig{
 			BindAddress: c.HealthzBindAddress, BindAddressHardFail: c.BindAddressHardFail, Health: health, Clock: clk,
@@ -284,7 +240,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 // nf_tables notifications in nftables mode, a scheduled comparison of
 // iptables-save with what kproxy wrote in iptables mode. Either repairs
 // through loop.Repair. The returned function releases the listener.
-func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map[v1.IPFamily]proxy.Backend, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
 	switch mode {
 	case config.ModeNFTables:
 		mon, err := nfnetlink.NewMonitor()
@@ -302,21 +258,11 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		}
 		mon.SkipPorts(own)
 		w := &nftables.DriftWatch{
-			Watcher:  mon,
-			Families: fams,
-			Repair:   loop.Repair,
-			RepairTables: func(f v1.IPFamily, tables []string) {
-				// Through the wrappers: a backend that did not take the
-				// tables (none wants a repair) gets a full sync.
-				if p, ok := backends[f].(proxy.TableRepairer); ok {
-					if p.RepairTables(tables); p.WantsRepair() {
-						loop.RepairSoon()
-						return
-					}
-				}
-				loop.Repair(f)
-			},
-			Own: own,
+			Watcher:      mon,
+			Families:     fams,
+			Repair:       loop.Repair,
+			RepairTables: loop.RepairTables,
+			Own:          own,
 		}
 		go func() {
 			if err := w.Run(ctx); err != nil {
@@ -325,13 +271,7 @@ func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, backends map
 		}()
 		return func() { _ = mon.Close() }
 	case config.ModeIPTables:
-		checkers := map[v1.IPFamily]proxy.DriftChecker{}
-		for f, b := range backends {
-			if c, ok := b.(proxy.DriftChecker); ok {
-				checkers[f] = proxy.BusyChecker(c, idle)
-			}
-		}
-		go loop.CheckDrifts(ctx, "iptables", checkers, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
+		go loop.CheckBackendDrifts(ctx, "iptables", idle, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
 }

@@ -7,17 +7,12 @@ import (
 	"io"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
-	"github.com/kproxy/kproxy/internal/proxy/iptables"
-	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
-	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
 	"github.com/kproxy/kproxy/internal/trace/node"
 )
@@ -127,7 +122,11 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 	res, err := node.Trace(ctx, node.Request{
 		Mode: string(o.Config.Mode), Rules: tf.rules, Live: tf.live, IPTablesMode: o.IPTablesMode,
 		Render: func(mode string, fam v1.IPFamily, local []netip.Addr) (*node.Rendered, error) {
-			return renderForTrace(errOut, o, tf.file, mode, fam, local)
+			snap, err := loadSnapshot(errOut, o, tf.file)
+			if err != nil {
+				return nil, err
+			}
+			return snap.ForTrace(o.Config, mode, fam, local)
 		},
 		Packet: p, Local: local, Log: errOut,
 	})
@@ -139,54 +138,4 @@ func runTrace(ctx context.Context, out, errOut io.Writer, o *config.Options, tf 
 	}
 	_, err = io.WriteString(out, res.String())
 	return err
-}
-
-// renderForTrace renders the snapshot's rules in a mode as a fresh node's
-// first sync: nftables both families, iptables and ipvs the family of
-// the destination.
-func renderForTrace(errOut io.Writer, o *config.Options, file, mode string, fam v1.IPFamily, local []netip.Addr) (*node.Rendered, error) {
-	snap, err := loadSnapshot(errOut, o, file)
-	if err != nil {
-		return nil, err
-	}
-	r := &node.Rendered{NodeAddrs: snap.LocalAddrs()}
-	if mode == config.ModeNFTables {
-		var b strings.Builder
-		for _, st := range snap.States {
-			opts := nftables.NewOptions(o.Config, st.Family)
-			cfg := opts.RenderConfig(snap.Node, snap.LocalAddrs())
-			in := &nftables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
-			b.WriteString(nftables.Render(cfg, in, nftables.NewApplied()).Tx.String())
-		}
-		r.Text = b.String()
-		return r, nil
-	}
-	var st *model.State
-	for _, s := range snap.States {
-		if s.Family == fam {
-			st = s
-		}
-	}
-	if st == nil {
-		return nil, fmt.Errorf("the snapshot has no %s services", fam)
-	}
-	if mode == config.ModeIPVS {
-		opts, err := ipvsmode.NewOptions(o.Config, fam, snap.NodeName)
-		if err != nil {
-			return nil, err
-		}
-		d, err := ipvsmode.Render(&opts.Config, st, snap.Node, ipvsmode.Host{Addrs: snap.LocalAddrs()})
-		r.IPVS = d
-		return r, err
-	}
-	if len(local) == 0 {
-		local = r.NodeAddrs
-	}
-	opts := iptables.NewOptions(o.Config, fam, snap.NodeName)
-	opts.MaxChainsPerRestore = -1
-	cfg := opts.RenderConfig(snap.Node, local)
-	in := &iptables.Input{State: st, NodeName: snap.NodeName, Zone: snap.Node.Zone(), Full: true,
-		Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
-	r.Text = iptables.Render(cfg, in, iptables.NewApplied()).Text()
-	return r, nil
 }

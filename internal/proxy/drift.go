@@ -118,6 +118,21 @@ func (l *Loop) RepairSoon() {
 	}
 }
 
+// RepairTables is the nftables drift watch's report that others changed
+// tables of family f: a backend that takes them (TableRepairer, through
+// the wrappers Options.Backends holds) and then wants a repair gets a
+// sync soon (RepairSoon); any other, or one that did not take them, a
+// full sync (Repair). Safe to call from any goroutine.
+func (l *Loop) RepairTables(f v1.IPFamily, tables []string) {
+	if p, ok := l.opts.Backends[f].(TableRepairer); ok {
+		if p.RepairTables(tables); p.WantsRepair() {
+			l.RepairSoon()
+			return
+		}
+	}
+	l.Repair(f)
+}
+
 // takeRepairs marks the families Repair asked for as needing a full sync.
 // l.mu is held.
 func (l *Loop) takeRepairs() {
@@ -147,6 +162,18 @@ type DriftCheckOptions struct {
 	// second).
 	Min, Max   time.Duration
 	CostFactor int
+}
+
+// CheckBackendDrifts runs CheckDrifts over the backends that are
+// DriftCheckers (iptables mode), each telling busy while it checks.
+func (l *Loop) CheckBackendDrifts(ctx context.Context, mode string, busy Busy, o DriftCheckOptions) {
+	checkers := map[v1.IPFamily]DriftChecker{}
+	for f, b := range l.opts.Backends {
+		if c, ok := b.(DriftChecker); ok {
+			checkers[f] = BusyChecker(c, busy)
+		}
+	}
+	l.CheckDrifts(ctx, mode, checkers, o)
 }
 
 // CheckDrifts runs the checkers on a bounded schedule until ctx ends;

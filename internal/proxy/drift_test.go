@@ -75,19 +75,9 @@ func TestCheckDrifts(t *testing.T) {
 	l.opts.Request = func() { repaired <- struct{}{} }
 	c := &fakeChecker{drift: []Drift{{Family: model.IPv4, Kind: "chain", Name: "nat/KUBE-SERVICES", Change: "flushed"}}}
 	before := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
+	checkUntilRepair(t, repaired, func(ctx context.Context) {
 		l.CheckDrifts(ctx, "test", map[v1.IPFamily]DriftChecker{model.IPv4: c}, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
-		close(done)
-	}()
-	select {
-	case <-repaired:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no repair requested")
-	}
-	cancel()
-	<-done
+	})
 	if got := testutil.ToFloat64(metrics.RulesDriftTotal.WithLabelValues("test", "chain")); got != before+1 {
 		t.Errorf("kproxy_rules_drift_total{mode=test,kind=chain} went from %v to %v, want +1", before, got)
 	}
@@ -140,4 +130,83 @@ func TestLoopRepairSoon(t *testing.T) {
 	if len(b.reqs) != 2 || b.last(t).Full {
 		t.Fatalf("%d backend calls, last full=%v; want a second, partial sync for the repair", len(b.reqs), len(b.reqs) == 2 && b.reqs[1].Full)
 	}
+}
+
+// choosyTableRepairer takes the tables it is told of when take is set.
+type choosyTableRepairer struct {
+	repairingBackend
+	take bool
+	told [][]string
+}
+
+func (b *choosyTableRepairer) RepairTables(tables []string) {
+	b.told = append(b.told, tables)
+	b.want = b.take
+}
+
+// TestLoopRepairTables: a backend that takes the tables gets a sync that
+// need not be full; one that does not, or is no TableRepairer, a full one.
+func TestLoopRepairTables(t *testing.T) {
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4, model.IPv6}})
+	taker := &choosyTableRepairer{take: true}
+	plain := &recordingBackend{}
+	urgent := 0
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: taker, model.IPv6: plain}, SyncPeriod: 30 * time.Second,
+		Clock: clocktesting.NewFakeClock(time.Now()), RequestUrgent: func() { urgent++ }})
+	clear(l.needFull)
+	l.RepairTables(model.IPv4, []string{"kube-proxy"})
+	if len(taker.told) != 1 || taker.told[0][0] != "kube-proxy" || urgent != 1 || l.repair[model.IPv4] {
+		t.Errorf("taken: told %v, %d urgent requests, full repair %v; want told once, 1, false", taker.told, urgent, l.repair[model.IPv4])
+	}
+	taker.take = false
+	l.RepairTables(model.IPv4, []string{"kube-proxy"})
+	if urgent != 2 || !l.repair[model.IPv4] {
+		t.Errorf("not taken: %d urgent requests, full repair %v; want 2, true", urgent, l.repair[model.IPv4])
+	}
+	l.RepairTables(model.IPv6, []string{"kube-proxy"})
+	if urgent != 3 || !l.repair[model.IPv6] {
+		t.Errorf("no TableRepairer: %d urgent requests, full repair %v; want 3, true", urgent, l.repair[model.IPv6])
+	}
+}
+
+// TestCheckBackendDrifts: the backend that can check drift is checked,
+// busy told of each check, and its family repaired; the one that cannot
+// is left alone.
+func TestCheckBackendDrifts(t *testing.T) {
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: []v1.IPFamily{model.IPv4, model.IPv6}})
+	repaired := make(chan struct{}, 4)
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: &driftingBackend{}, model.IPv6: &recordingBackend{}},
+		SyncPeriod: 30 * time.Second, Clock: clocktesting.NewFakeClock(time.Now()), Request: func() { repaired <- struct{}{} }})
+	clear(l.needFull)
+	busy := &countingBusy{}
+	checkUntilRepair(t, repaired, func(ctx context.Context) {
+		l.CheckBackendDrifts(ctx, "test", busy, DriftCheckOptions{Min: 20 * time.Millisecond, Max: time.Second})
+	})
+	if busy.begins == 0 || busy.begins != busy.ends {
+		t.Errorf("busy told of %d check starts and %d ends; want as many, at least one", busy.begins, busy.ends)
+	}
+	l.repairMu.Lock()
+	defer l.repairMu.Unlock()
+	if !l.repair[model.IPv4] || l.repair[model.IPv6] {
+		t.Errorf("repairs %v; want IPv4 only", l.repair)
+	}
+}
+
+// checkUntilRepair runs check until a repair is requested on repaired,
+// then stops it.
+func checkUntilRepair(t *testing.T, repaired <-chan struct{}, check func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		check(ctx)
+		close(done)
+	}()
+	select {
+	case <-repaired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no repair requested")
+	}
+	cancel()
+	<-done
 }

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/kproxy/kproxy/internal/model"
 )
 
 // LocalAddrs lists this network namespace's interface addresses (every
@@ -35,4 +38,22 @@ func LocalAddrsExcept(skip string) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// NodePortHostAddrs reads the host's addresses for a full sync's node
+// port rules (nodePortAddresses given as CIDRs) with read; with no host
+// to ask (read nil) the Node's own addresses stand in, none without a
+// Node.
+func NodePortHostAddrs(read func() ([]netip.Addr, error), node *model.Node) ([]netip.Addr, error) {
+	if read == nil {
+		if node == nil {
+			return nil, nil
+		}
+		return node.Addresses, nil
+	}
+	addrs, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
+	}
+	return addrs, nil
 }

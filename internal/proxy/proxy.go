@@ -26,6 +26,16 @@ import (
 	"github.com/kproxy/kproxy/internal/runner"
 )
 
+// RenderInput is what every backend renders one sync from, whatever
+// else its own Input adds (each backend's Input embeds it).
+type RenderInput struct {
+	State    *model.State
+	NodeName string
+	Zone     string
+	// Changed are the service ports to re-render in a partial sync.
+	Changed sets.Set[model.ServicePortName]
+}
+
 // Request is one sync's work for one IP family.
 type Request struct {
 	State *model.State
@@ -559,4 +569,13 @@ func nodeNeedsFull(old, cur *model.Node) bool {
 	}
 	return !maps.Equal(old.Labels, cur.Labels) || fmt.Sprint(old.PodCIDRs) != fmt.Sprint(cur.PodCIDRs) ||
 		fmt.Sprint(old.Addresses) != fmt.Sprint(cur.Addresses)
+}
+
+// CheckFamily refuses a family other than IPv4 and IPv6, naming the
+// backend that was given it.
+func CheckFamily(backend string, f v1.IPFamily) error {
+	if f != model.IPv4 && f != model.IPv6 {
+		return fmt.Errorf("%s: unknown IP family %q", backend, f)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -451,5 +452,21 @@ func TestLoopNetworkProgrammingLatencyFamily(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckFamily: IPv4 and IPv6 pass; anything else is named, with the
+// backend.
+func TestCheckFamily(t *testing.T) {
+	for _, f := range []v1.IPFamily{model.IPv4, model.IPv6} {
+		if err := CheckFamily("nftables", f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for _, f := range []v1.IPFamily{"", "IPv5"} {
+		err := CheckFamily("nftables", f)
+		if err == nil || !strings.HasPrefix(err.Error(), "nftables: unknown IP family") {
+			t.Errorf("%q: %v; want the family refused", f, err)
+		}
 	}
 }

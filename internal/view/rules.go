@@ -3,33 +3,113 @@ package view
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
 	"github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/proxy/safetext"
+	"github.com/kproxy/kproxy/internal/trace/node"
 )
 
 // The rules each mode would write on a fresh node, as `kproxy render
 // --proxy-mode` prints them: every backend's options come from its
 // NewOptions, as the proxy's.
 
+// FreshNFTables renders the transaction of family st.Family that a
+// fresh node's first (full) sync applies.
+func (cl *Cluster) FreshNFTables(c *v1alpha1.KubeProxyConfiguration, st *model.State) *nftables.Plan {
+	opts := nftables.NewOptions(c, st.Family)
+	cfg := opts.RenderConfig(cl.Node, cl.LocalAddrs())
+	in := &nftables.Input{RenderInput: cl.renderInput(st), Full: true, Now: time.Time{}}
+	return nftables.Render(cfg, in, nftables.NewApplied())
+}
+
+// FreshIPTables renders the iptables-restore input of family st.Family
+// that a fresh node's first (full) sync applies with iptables backend b
+// (nft splits it into runs of iptables.DefaultMaxChainsPerRestore chains,
+// legacy does not); local are the host's addresses, compact is
+// --iptables-compact-layout.
+func (cl *Cluster) FreshIPTables(c *v1alpha1.KubeProxyConfiguration, st *model.State, local []netip.Addr, b xtables.Backend, compact bool) *iptables.Plan {
+	opts := iptables.NewOptions(c, st.Family, cl.NodeName)
+	opts.MaxChainsPerRestore = -1
+	opts.CompactLayout = compact
+	if b == xtables.NFT {
+		opts.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
+	}
+	cfg := opts.RenderConfig(cl.Node, local)
+	in := &iptables.Input{RenderInput: cl.renderInput(st), Full: true, Existing: &iptables.Existing{}}
+	return iptables.Render(cfg, in, iptables.NewApplied())
+}
+
+// FreshIPVS renders what ipvs mode programs for family st.Family on a
+// fresh node.
+func (cl *Cluster) FreshIPVS(c *v1alpha1.KubeProxyConfiguration, st *model.State) (*ipvs.Plan, error) {
+	opts, err := ipvs.NewOptions(c, st.Family, cl.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	return ipvs.Render(&opts.Config, st, cl.Node, ipvs.Host{Addrs: cl.LocalAddrs()})
+}
+
+// renderInput is a full sync's view of st on the snapshot's node.
+func (cl *Cluster) renderInput(st *model.State) proxy.RenderInput {
+	return proxy.RenderInput{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Changed: sets.New[model.ServicePortName]()}
+}
+
+// ForTrace renders the rules of mode (a config.Mode*) as a fresh node's
+// first sync, for trace: nftables both families, iptables and ipvs
+// family fam. local are the host's addresses for iptables mode (empty:
+// the node's).
+func (cl *Cluster) ForTrace(c *v1alpha1.KubeProxyConfiguration, mode string, fam v1.IPFamily, local []netip.Addr) (*node.Rendered, error) {
+	r := &node.Rendered{NodeAddrs: cl.LocalAddrs()}
+	if mode == config.ModeNFTables {
+		var b strings.Builder
+		for _, st := range cl.States {
+			b.WriteString(cl.FreshNFTables(c, st).Tx.String())
+		}
+		r.Text = b.String()
+		return r, nil
+	}
+	var st *model.State
+	for _, s := range cl.States {
+		if s.Family == fam {
+			st = s
+		}
+	}
+	if st == nil {
+		return nil, fmt.Errorf("the snapshot has no %s services", fam)
+	}
+	if mode == config.ModeIPVS {
+		d, err := cl.FreshIPVS(c, st)
+		r.IPVS = d
+		return r, err
+	}
+	if len(local) == 0 {
+		local = r.NodeAddrs
+	}
+	// Legacy: one restore, as trace reads it.
+	r.Text = cl.FreshIPTables(c, st, local, xtables.Legacy, false).Text()
+	return r, nil
+}
+
 // WriteNFTables prints the transactions a fresh node would get at its
 // first (full) sync, one per family, in 'nft -f' syntax.
 func WriteNFTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluster) error {
 	for _, st := range cl.States {
-		opts := nftables.NewOptions(c, st.Family)
-		cfg := opts.RenderConfig(cl.Node, cl.LocalAddrs())
-		in := &nftables.Input{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Now: time.Time{}}
-		plan := nftables.Render(cfg, in, nftables.NewApplied())
+		plan := cl.FreshNFTables(c, st)
 		_, _ = fmt.Fprintf(out, "# %s: %d service ports, %d operations\n", st.Family, len(st.Services), plan.Tx.Len())
 		writeContested(out, st)
 		for _, c := range plan.Conflicts {
@@ -49,16 +129,7 @@ func WriteNFTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluste
 // b (legacy or nft); compact is --iptables-compact-layout.
 func WriteIPTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluster, b xtables.Backend, compact bool) error {
 	for _, st := range cl.States {
-		opts := iptables.NewOptions(c, st.Family, cl.NodeName)
-		opts.MaxChainsPerRestore = -1
-		opts.CompactLayout = compact
-		if b == xtables.NFT {
-			opts.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
-		}
-		cfg := opts.RenderConfig(cl.Node, cl.LocalAddrs())
-		in := &iptables.Input{State: st, NodeName: cl.NodeName, Zone: cl.Node.Zone(), Full: true,
-			Changed: sets.New[model.ServicePortName](), Existing: &iptables.Existing{}}
-		plan := iptables.Render(cfg, in, iptables.NewApplied())
+		plan := cl.FreshIPTables(c, st, cl.LocalAddrs(), b, compact)
 		bin := "iptables"
 		if st.Family == model.IPv6 {
 			bin = "ip6tables"
@@ -82,11 +153,7 @@ func WriteIPTables(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluste
 // them, the sets as ipset save does, and the iptables-restore input.
 func WriteIPVS(out io.Writer, c *v1alpha1.KubeProxyConfiguration, cl *Cluster) error {
 	for _, st := range cl.States {
-		opts, err := ipvs.NewOptions(c, st.Family, cl.NodeName)
-		if err != nil {
-			return err
-		}
-		d, err := ipvs.Render(&opts.Config, st, cl.Node, ipvs.Host{Addrs: cl.LocalAddrs()})
+		d, err := cl.FreshIPVS(c, st)
 		if err != nil {
 			return err
 		}

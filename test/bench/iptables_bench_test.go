@@ -159,7 +159,7 @@ func BenchmarkIPTablesBareRestore(b *testing.B) {
 					if backend == xtables.NFT {
 						cfg.MaxChainsPerRestore = iptables.DefaultMaxChainsPerRestore
 					}
-					plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{State: state(n), Full: true, Existing: &iptables.Existing{}, Changed: sets.New[model.ServicePortName]()}, iptables.NewApplied())
+					plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{RenderInput: proxy.RenderInput{State: state(n), Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &iptables.Existing{}}, iptables.NewApplied())
 					size := 0
 					for _, r := range plan.Restores {
 						size += len(r)
@@ -233,7 +233,7 @@ func BenchmarkIPTablesRender(b *testing.B) {
 			b.ResetTimer()
 			size := 0
 			for range b.N {
-				plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{State: st, Full: true, Existing: &iptables.Existing{}, Changed: sets.New[model.ServicePortName]()}, iptables.NewApplied())
+				plan := iptables.Render(cfg.RenderConfig(nil, nil), &iptables.Input{RenderInput: proxy.RenderInput{State: st, Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &iptables.Existing{}}, iptables.NewApplied())
 				size = 0
 				for _, r := range plan.Restores {
 					size += len(r)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
@@ -47,7 +48,7 @@ var hostA = flowtest.HostA
 // the example, masquerade bit 14, localhost node ports on (the default),
 // nodePortAddresses left at iptables mode's default (all local IPs).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, LocalhostNodePorts: true}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, LocalhostNodePorts: true}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }
@@ -55,12 +56,9 @@ func exampleOptions(f v1.IPFamily) Options {
 // exampleInput is a full sync of family f of the example on a fresh node.
 func exampleInput(c *flowtest.Snapshot, f v1.IPFamily) *Input {
 	return &Input{
-		State:    c.States[f],
-		NodeName: c.Node.Name,
-		Zone:     c.Node.Zone(),
-		Full:     true,
-		Changed:  sets.New[model.ServicePortName](),
-		Existing: &Existing{},
+		RenderInput: proxy.RenderInput{State: c.States[f], NodeName: c.Node.Name, Zone: c.Node.Zone(), Changed: sets.New[model.ServicePortName]()},
+		Full:        true,
+		Existing:    &Existing{},
 	}
 }
 

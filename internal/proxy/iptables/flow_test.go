@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/trace"
 	iptrace "github.com/kproxy/kproxy/internal/trace/iptables"
@@ -48,7 +49,7 @@ func flowAdapter(compact bool) flowtest.Adapter {
 		for _, f := range flowtest.Families {
 			o := flowOptions(f, s.Config)
 			o.CompactLayout = compact
-			in := &Input{State: s.States[f], NodeName: s.Node.Name, Zone: s.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}
+			in := &Input{RenderInput: proxy.RenderInput{State: s.States[f], NodeName: s.Node.Name, Zone: s.Node.Zone(), Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
 			plan := Render(o.RenderConfig(s.Node, s.LocalAddrs), in, NewApplied())
 			rs := &iptrace.Ruleset{RouteLocalnet: f == model.IPv4 && o.LocalhostNodePorts}
 			for i, r := range plan.Restores {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/testutil/fuzzsnap"
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
 	"github.com/kproxy/kproxy/internal/testutil/netns"
@@ -64,8 +65,11 @@ func FuzzRender(f *testing.F) {
 			o.Hostname = fuzzsnap.Node
 			o.CompactLayout = compact
 			o.MaxChainsPerRestore = -1
-			plan := Render(o.RenderConfig(snap.Node, snap.Node.Addresses), &Input{State: snap.States[fam], NodeName: fuzzsnap.Node,
-				Zone: fuzzsnap.Zone, Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}, NewApplied())
+			plan := Render(o.RenderConfig(snap.Node, snap.Node.Addresses), &Input{
+				RenderInput: proxy.RenderInput{State: snap.States[fam], NodeName: fuzzsnap.Node, Zone: fuzzsnap.Zone, Changed: sets.New[model.ServicePortName]()},
+				Full:        true,
+				Existing:    &Existing{},
+			}, NewApplied())
 			if len(plan.Restores) != 1 {
 				t.Fatalf("%s: %d restores, want one", fam, len(plan.Restores))
 			}

@@ -14,14 +14,6 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
-// Detect-local modes (KubeProxyConfiguration.detectLocalMode).
-const (
-	DetectClusterCIDR         = localdetect.ClusterCIDR
-	DetectNodeCIDR            = localdetect.NodeCIDR
-	DetectBridgeInterface     = localdetect.BridgeInterface
-	DetectInterfaceNamePrefix = localdetect.InterfaceNamePrefix
-)
-
 // DefaultMaxChainsPerRestore bounds the chains one iptables-nft-restore
 // run creates or rewrites. iptables-nft (1.8.x) handles the chains of one
 // batch in lists, so a run's cost grows with the square of its chain

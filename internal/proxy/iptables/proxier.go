@@ -73,8 +73,8 @@ type Handles struct {
 // opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start when
 // it cannot).
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
-		return nil, fmt.Errorf("iptables: unknown IP family %q", opts.Family)
+	if err := proxy.CheckFamily("iptables", opts.Family); err != nil {
+		return nil, err
 	}
 	if h.IPTables == nil {
 		return nil, fmt.Errorf("iptables: no iptables interface")
@@ -130,19 +130,14 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fam := string(p.opts.Family)
-	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full || p.cfg == nil, NodeName: p.opts.Hostname}
+	in := &Input{RenderInput: proxy.RenderInput{State: req.State, Changed: req.Changed, NodeName: p.opts.Hostname}, Full: req.Full || p.cfg == nil}
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
 	if in.Full {
-		var addrs []netip.Addr
-		if p.localAddrs != nil {
-			var err error
-			if addrs, err = p.localAddrs(); err != nil {
-				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
-			}
-		} else if req.Node != nil {
-			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
+		addrs, err := proxy.NodePortHostAddrs(p.localAddrs, req.Node)
+		if err != nil {
+			return nil, err
 		}
 		cfg := p.opts.RenderConfig(req.Node, addrs)
 		cfg.CountInvalidDropped = !cfg.ConntrackTCPBeLiberal && p.ensureCounter(NFAcctInvalidDropped)

@@ -600,7 +600,7 @@ func (r *rig) checkTraces(t *testing.T, step string) {
 	got.RouteLocalnet = true
 	fresh := mustNewProxier(t, r.opts, Handles{IPTables: xtablestest.NewFake(r.backend, xfamily(r.opts.Family))})
 	want := &iptrace.Ruleset{RouteLocalnet: true}
-	plan := Render(fresh.opts.RenderConfig(r.node, r.node.Addresses), &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Existing: &Existing{}}, NewApplied())
+	plan := Render(fresh.opts.RenderConfig(r.node, r.node.Addresses), &Input{RenderInput: proxy.RenderInput{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone()}, Full: true, Existing: &Existing{}}, NewApplied())
 	for _, data := range plan.Restores {
 		if err := want.Apply(data, true); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
@@ -60,11 +61,7 @@ func (c *Config) ipv6() bool { return c.Family == model.IPv6 }
 
 // Input is one sync's view of the world.
 type Input struct {
-	State    *model.State
-	NodeName string
-	Zone     string
-	// Changed are the service ports to re-render in a partial sync.
-	Changed sets.Set[model.ServicePortName]
+	proxy.RenderInput
 	// Full rewrites every chain. Existing, read from the kernel just
 	// before, says which chains and jump rules are there; nil means the
 	// kernel holds what Applied says (or nothing, before the first sync).

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 )
@@ -106,7 +107,7 @@ func TestLargeClusterMode(t *testing.T) {
 				st.Endpoints[sp.Name] = append(st.Endpoints[sp.Name], fixtures.Endpoint(netip.AddrFrom4([4]byte{198, 18, byte(130 + i/250), byte(i % 250)}).String(), 8080, false, nil))
 			}
 			o := exampleOptions(model.IPv4)
-			plan := Render(o.RenderConfig(nil, nil), &Input{State: st, Full: true, Existing: &Existing{}}, NewApplied())
+			plan := Render(o.RenderConfig(nil, nil), &Input{RenderInput: proxy.RenderInput{State: st}, Full: true, Existing: &Existing{}}, NewApplied())
 			text := plan.Text()
 			sepComment := strings.Contains(text, `-m comment --comment demo/big:http -s `)
 			svcComment := strings.Contains(text, `"demo/big:http -> 198.18.130.0:8080"`)
@@ -151,7 +152,7 @@ func TestEndpointOrderIsUpstreams(t *testing.T) {
 	st.Apply(tr.Take().Families[model.IPv4])
 
 	o := exampleOptions(model.IPv4)
-	text := Render(o.RenderConfig(nil, nil), &Input{State: st, Full: true, Existing: &Existing{}}, NewApplied()).Text()
+	text := Render(o.RenderConfig(nil, nil), &Input{RenderInput: proxy.RenderInput{State: st}, Full: true, Existing: &Existing{}}, NewApplied()).Text()
 	svcChain := newServiceChains(fixtures.SPName("order", "http", model.TCP)).svc
 	var got []string
 	for _, l := range strings.Split(text, "\n") {

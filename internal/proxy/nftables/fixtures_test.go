@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
@@ -71,7 +72,7 @@ var (
 // example's 14 IPv4 service ports spread over 4 shard tables (its 2 IPv6
 // ones fit in one).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, ServicesPerShard: 4}
+	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }
@@ -79,11 +80,8 @@ func exampleOptions(f v1.IPFamily) Options {
 // exampleInput is a full sync of family f of the example on a fresh node.
 func exampleInput(c *flowtest.Snapshot, f v1.IPFamily) *Input {
 	return &Input{
-		State:    c.States[f],
-		NodeName: c.Node.Name,
-		Zone:     c.Node.Zone(),
-		Full:     true,
-		Changed:  sets.New[model.ServicePortName](),
+		RenderInput: proxy.RenderInput{State: c.States[f], NodeName: c.Node.Name, Zone: c.Node.Zone(), Changed: sets.New[model.ServicePortName]()},
+		Full:        true,
 	}
 }
 

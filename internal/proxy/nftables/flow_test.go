@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/internal/example"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
 	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
@@ -28,7 +29,7 @@ func flowAdapter(t testing.TB, s *flowtest.Snapshot) flowtest.Tracer {
 	fake := nfttest.New()
 	for _, f := range flowtest.Families {
 		o := flowOptions(f, s.Config)
-		in := &Input{State: s.States[f], NodeName: s.Node.Name, Zone: s.Node.Zone(), Full: true, Changed: sets.New[model.ServicePortName]()}
+		in := &Input{RenderInput: proxy.RenderInput{State: s.States[f], NodeName: s.Node.Name, Zone: s.Node.Zone(), Changed: sets.New[model.ServicePortName]()}, Full: true}
 		p := Render(o.RenderConfig(s.Node, s.LocalAddrs), in, NewApplied())
 		if len(p.Conflicts) > 0 {
 			t.Fatalf("unexpected conflicts: %v", p.Conflicts)

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
 	"github.com/kproxy/kproxy/internal/testutil/fuzzsnap"
 	"github.com/kproxy/kproxy/internal/testutil/hostile"
@@ -47,11 +48,13 @@ func FuzzRender(f *testing.F) {
 		snap := fuzzsnap.Build(data, name)
 		var text strings.Builder
 		for _, fam := range fuzzsnap.Families {
-			o := Options{Family: fam, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: DetectClusterCIDR}, ServicesPerShard: 4}
+			o := Options{Family: fam, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
 			o.LocalDetect.ClusterCIDRs = exampleOptions(fam).LocalDetect.ClusterCIDRs
 			cfg := o.RenderConfig(snap.Node, snap.Node.Addresses)
-			plan := Render(cfg, &Input{State: snap.States[fam], NodeName: fuzzsnap.Node, Zone: fuzzsnap.Zone, Full: true,
-				Changed: sets.New[model.ServicePortName]()}, NewApplied())
+			plan := Render(cfg, &Input{
+				RenderInput: proxy.RenderInput{State: snap.States[fam], NodeName: fuzzsnap.Node, Zone: fuzzsnap.Zone, Changed: sets.New[model.ServicePortName]()},
+				Full:        true,
+			}, NewApplied())
 			if len(plan.Conflicts) > 0 {
 				t.Errorf("%s: conflicts left after the model resolved claims: %v", fam, plan.Conflicts)
 			}

@@ -13,14 +13,6 @@ import (
 	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
-// Detect-local modes (KubeProxyConfiguration.detectLocalMode).
-const (
-	DetectClusterCIDR         = localdetect.ClusterCIDR
-	DetectNodeCIDR            = localdetect.NodeCIDR
-	DetectBridgeInterface     = localdetect.BridgeInterface
-	DetectInterfaceNamePrefix = localdetect.InterfaceNamePrefix
-)
-
 // Options are the settings of one family's nftables proxier, taken from the
 // KubeProxyConfiguration once at start.
 type Options struct {

@@ -63,8 +63,8 @@ type Handles struct {
 
 // NewProxier returns one family's proxier.
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if opts.Family != model.IPv4 && opts.Family != model.IPv6 {
-		return nil, fmt.Errorf("nftables: unknown IP family %q", opts.Family)
+	if err := proxy.CheckFamily("nftables", opts.Family); err != nil {
+		return nil, err
 	}
 	if h.NFT == nil {
 		return nil, fmt.Errorf("nftables: no nf_tables interface")
@@ -138,7 +138,7 @@ func (p *Proxier) repair(ctx context.Context, in *Input, damaged []string) error
 // Sync implements proxy.Backend.
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	fam, table := nft.FamilyFor(p.opts.Family), p.table()
-	in := &Input{State: req.State, Changed: req.Changed, Full: req.Full, Now: req.Now}
+	in := &Input{RenderInput: proxy.RenderInput{State: req.State, Changed: req.Changed}, Full: req.Full, Now: req.Now}
 	if req.Node != nil {
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
@@ -156,14 +156,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	if full {
 		in.Full = true
-		var addrs []netip.Addr
-		if p.localAddrs != nil {
-			var err error
-			if addrs, err = p.localAddrs(); err != nil {
-				return nil, fmt.Errorf("reading local addresses for nodePortAddresses: %w", err)
-			}
-		} else if req.Node != nil {
-			addrs = req.Node.Addresses // no host to ask: the Node's own addresses
+		addrs, err := proxy.NodePortHostAddrs(p.localAddrs, req.Node)
+		if err != nil {
+			return nil, err
 		}
 		p.cfg = p.opts.RenderConfig(req.Node, addrs)
 		if len(req.ServiceCIDRs) > 0 {

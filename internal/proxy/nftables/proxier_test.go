@@ -139,7 +139,7 @@ func (r *proxierRig) freshDump() string {
 	r.t.Helper()
 	f := nfttest.New()
 	cfg := r.opts.RenderConfig(r.node, r.node.Addresses)
-	in := &Input{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone(), Full: true, Now: r.now}
+	in := &Input{RenderInput: proxy.RenderInput{State: r.state, NodeName: r.node.Name, Zone: r.node.Zone()}, Full: true, Now: r.now}
 	if err := f.Apply(context.Background(), Render(cfg, in, NewApplied()).Tx); err != nil {
 		r.t.Fatalf("a fresh full render does not apply: %v", err)
 	}

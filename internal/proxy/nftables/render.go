@@ -9,6 +9,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/masquerade"
 	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
@@ -71,11 +72,7 @@ func (c *Config) shardTable(i int) string { return ShardTable(c.table(), i) }
 
 // Input is one sync's view of the world.
 type Input struct {
-	State    *model.State
-	NodeName string
-	Zone     string
-	// Changed are the service ports to re-render in a partial sync.
-	Changed sets.Set[model.ServicePortName]
+	proxy.RenderInput
 	// Full re-renders everything; it ignores Applied except for stale
 	// objects and shard count, and needs Existing read from the kernel.
 	Full bool

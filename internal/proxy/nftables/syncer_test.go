@@ -23,6 +23,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/trace"
 	nfttrace "github.com/kproxy/kproxy/internal/trace/nftables"
@@ -66,7 +67,7 @@ func (s *syncer) input(full bool, changed sets.Set[model.ServicePortName]) *Inpu
 	if changed == nil {
 		changed = sets.New[model.ServicePortName]()
 	}
-	return &Input{State: s.state, NodeName: s.node.Name, Zone: s.node.Zone(), Full: full, Changed: changed, Now: s.now}
+	return &Input{RenderInput: proxy.RenderInput{State: s.state, NodeName: s.node.Name, Zone: s.node.Zone(), Changed: changed}, Full: full, Now: s.now}
 }
 
 // run applies a plan to the cumulative ruleset and commits it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/trace"
 	"github.com/kproxy/kproxy/internal/trace/savedstate"
@@ -39,10 +40,10 @@ func traceIPVS(ctx context.Context, req Request) (*trace.Result, error) {
 			return nil, err
 		}
 		if len(req.Local) == 0 {
-			if hostLocal, err = HostAddrs(""); err != nil {
+			if hostLocal, err = proxy.LocalAddrs(); err != nil {
 				return nil, err
 			}
-			if node, err = HostAddrs(ipvsmode.DummyDevice); err != nil {
+			if node, err = proxy.LocalAddrsExcept(ipvsmode.DummyDevice); err != nil {
 				return nil, err
 			}
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -118,33 +116,6 @@ func IPSets() (map[string]*trace.IPSet, error) {
 				return nil, fmt.Errorf("listing ipset %s: %w", def.Name, err)
 			}
 			out[def.Name] = &trace.IPSet{Name: def.Name, Type: def.Type, IPv6: def.IPv6, Entries: es}
-		}
-	}
-	return out, nil
-}
-
-// HostAddrs are the addresses of this host's interfaces, but for the
-// interface named except ("": every interface).
-func HostAddrs(except string) ([]netip.Addr, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ifc := range ifaces {
-		if except != "" && ifc.Name == except {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
-			}
 		}
 	}
 	return out, nil

@@ -27,6 +27,7 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/execer"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy"
 	ipvsmode "github.com/kproxy/kproxy/internal/proxy/ipvs"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 	"github.com/kproxy/kproxy/internal/trace"
@@ -134,7 +135,7 @@ func rules(ctx context.Context, req Request, mode string) (text string, local []
 		}
 	}
 	if err == nil && req.Live && len(local) == 0 {
-		local, err = HostAddrs("")
+		local, err = proxy.LocalAddrs()
 	}
 	return text, local, err
 }

@@ -1,4 +1,4 @@
-package main
+package nodeports
 
 import (
 	"errors"
@@ -8,9 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/kube-proxy/config/v1alpha1"
 
-	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 )
 
@@ -25,7 +23,6 @@ func TestHealthCheckAddrs(t *testing.T) {
 	all4, all6 := netip.IPv4Unspecified(), netip.IPv6Unspecified()
 	for _, tc := range []struct {
 		name     string
-		mode     string
 		npa      []string
 		bind     string
 		node     *model.Node
@@ -33,26 +30,25 @@ func TestHealthCheckAddrs(t *testing.T) {
 		fams     []v1.IPFamily
 		want     []netip.Addr
 	}{
-		{name: "nftables default: the primary IPs", mode: config.ModeNFTables, node: node, fams: both,
+		{name: "nftables default (primary): the primary IPs", npa: []string{"primary"}, node: node, fams: both,
 			want: []netip.Addr{a("198.18.0.10"), a("fd00:18::10")}},
-		{name: "iptables default: every address", mode: config.ModeIPTables, node: node, fams: both,
+		{name: "iptables default (none): every address", node: node, fams: both,
 			want: []netip.Addr{all4, all6}},
-		{name: "a CIDR of one family; the other family on all", mode: config.ModeIPTables, npa: []string{"198.18.5.0/24"}, node: node, fams: both,
+		{name: "a CIDR of one family; the other family on all", npa: []string{"198.18.5.0/24"}, node: node, fams: both,
 			want: []netip.Addr{a("198.18.5.1"), all6}},
-		{name: "a CIDR that matches no local address", mode: config.ModeNFTables, npa: []string{"198.18.9.0/24", "fd00:99::/64"}, node: node, fams: both,
+		{name: "a CIDR that matches no local address", npa: []string{"198.18.9.0/24", "fd00:99::/64"}, node: node, fams: both,
 			want: nil},
-		{name: "primary with bindAddress", mode: config.ModeNFTables, npa: []string{"primary"}, bind: "198.18.5.1", node: node, fams: []v1.IPFamily{model.IPv4},
+		{name: "primary with bindAddress", npa: []string{"primary"}, bind: "198.18.5.1", node: node, fams: []v1.IPFamily{model.IPv4},
 			want: []netip.Addr{a("198.18.5.1")}},
-		{name: "all keyword", mode: config.ModeNFTables, npa: []string{"all"}, node: node, fams: both,
+		{name: "all keyword", npa: []string{"all"}, node: node, fams: both,
 			want: []netip.Addr{all4, all6}},
-		{name: "the node's IP changed", mode: config.ModeNFTables, node: &model.Node{Name: "node-a", Addresses: []netip.Addr{a("198.18.5.1")}}, fams: []v1.IPFamily{model.IPv4},
+		{name: "the node's IP changed", npa: []string{"primary"}, node: &model.Node{Name: "node-a", Addresses: []netip.Addr{a("198.18.5.1")}}, fams: []v1.IPFamily{model.IPv4},
 			want: []netip.Addr{a("198.18.5.1")}},
-		{name: "local addresses unreadable: every address", mode: config.ModeNFTables, node: node, fams: both, localErr: errors.New("boom"),
+		{name: "local addresses unreadable: every address", npa: []string{"primary"}, node: node, fams: both, localErr: errors.New("boom"),
 			want: []netip.Addr{all4, all6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &v1alpha1.KubeProxyConfiguration{NodePortAddresses: tc.npa, BindAddress: tc.bind}
-			got := healthCheckAddrs(c, tc.mode, tc.fams, tc.node, func() ([]netip.Addr, error) { return local, tc.localErr })
+			got := HealthCheckAddrs(tc.npa, tc.bind, tc.fams, tc.node, func() ([]netip.Addr, error) { return local, tc.localErr })
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
 				t.Errorf("addresses (-want +got):\n%s", diff)
 			}
