@@ -182,7 +182,7 @@ func TestFullSyncAllocations(t *testing.T) {
 	st := plainState(services, perService)
 	o := exampleOptions(v1.IPv4Protocol)
 	cfg := o.RenderConfig(nil, nil)
-	in := &Input{State: st, NodeName: "node-a", Full: true, Changed: sets.New[model.ServicePortName](), Existing: &Existing{}}
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
 	var plan *Plan
 	allocs := testing.AllocsPerRun(3, func() { plan = Render(cfg, in, NewApplied()) })
 	if plan.Endpoints != services*perService {
