@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/runner"
@@ -569,6 +570,16 @@ func nodeNeedsFull(old, cur *model.Node) bool {
 	}
 	return !maps.Equal(old.Labels, cur.Labels) || fmt.Sprint(old.PodCIDRs) != fmt.Sprint(cur.PodCIDRs) ||
 		fmt.Sprint(old.Addresses) != fmt.Sprint(cur.Addresses)
+}
+
+// HostHandles are the host interfaces every backend's Handles embed next
+// to its own kernel interface.
+type HostHandles struct {
+	// Conntrack clears stale UDP entries; nil: none are cleared.
+	Conntrack conntrack.Interface
+	// LocalAddrs reads the host's addresses (for CIDR
+	// nodePortAddresses); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
 }
 
 // CheckFamily refuses a family other than IPv4 and IPv6, naming the
