@@ -590,3 +590,16 @@ func CheckFamily(backend string, f v1.IPFamily) error {
 	}
 	return nil
 }
+
+// CheckNew refuses what a backend's NewProxier cannot work with: a family
+// other than IPv4 and IPv6 (CheckFamily), or no kernel interface
+// (kernelMissing; kernel names the interface).
+func CheckNew(backend string, f v1.IPFamily, kernelMissing bool, kernel string) error {
+	if err := CheckFamily(backend, f); err != nil {
+		return err
+	}
+	if kernelMissing {
+		return fmt.Errorf("%s: no %s", backend, kernel)
+	}
+	return nil
+}

@@ -68,11 +68,8 @@ type Handles struct {
 // opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start when
 // it cannot).
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if err := proxy.CheckFamily("iptables", opts.Family); err != nil {
+	if err := proxy.CheckNew("iptables", opts.Family, h.IPTables == nil, "iptables interface"); err != nil {
 		return nil, err
-	}
-	if h.IPTables == nil {
-		return nil, fmt.Errorf("iptables: no iptables interface")
 	}
 	// xtables.Family spells the families as v1.IPFamily does.
 	if got, want := h.IPTables.Family(), xtables.Family(opts.Family); got != want {

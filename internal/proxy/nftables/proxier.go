@@ -58,11 +58,8 @@ type Handles struct {
 
 // NewProxier returns one family's proxier.
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if err := proxy.CheckFamily("nftables", opts.Family); err != nil {
+	if err := proxy.CheckNew("nftables", opts.Family, h.NFT == nil, "nf_tables interface"); err != nil {
 		return nil, err
-	}
-	if h.NFT == nil {
-		return nil, fmt.Errorf("nftables: no nf_tables interface")
 	}
 	p := &Proxier{opts: opts, nft: h.NFT, host: h.HostHandles, applied: NewApplied()}
 	p.addrs = proxy.NewAddressWatch(h.LocalAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
