@@ -91,7 +91,8 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 			}
 		}
 		s.families = append(s.families, f)
-		p, err := iptables.NewProxier(opts, iptables.Handles{IPTables: wrapXtables(ipt), Conntrack: conntrack.Netlink{}, NFAcct: acct, LocalAddrs: proxy.LocalAddrs})
+		p, err := iptables.NewProxier(opts, iptables.Handles{IPTables: wrapXtables(ipt), NFAcct: acct,
+			HostHandles: proxy.HostHandles{Conntrack: conntrack.Netlink{}, LocalAddrs: proxy.LocalAddrs}})
 		if err != nil {
 			return nil, err
 		}

@@ -36,7 +36,8 @@ func setUpNFTablesMode(c *v1alpha1.KubeProxyConfiguration, fams []v1.IPFamily) (
 			return nil, fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 		}
 		s.nls = append(s.nls, iface)
-		p, err := nftables.NewProxier(nftables.NewOptions(c, f), nftables.Handles{NFT: wrapNFT(iface), Conntrack: conntrack.Netlink{}, LocalAddrs: proxy.LocalAddrs})
+		p, err := nftables.NewProxier(nftables.NewOptions(c, f), nftables.Handles{NFT: wrapNFT(iface),
+			HostHandles: proxy.HostHandles{Conntrack: conntrack.Netlink{}, LocalAddrs: proxy.LocalAddrs}})
 		if err != nil {
 			return nil, err
 		}

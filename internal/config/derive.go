@@ -14,6 +14,35 @@ import (
 // What every mode's options take from the configuration the same way
 // (each backend's NewOptions).
 
+// ModeOptions are the settings every mode's Options embed, derived from
+// the configuration the same way for each (NewModeOptions).
+type ModeOptions struct {
+	MasqueradeBit int
+	MasqueradeAll bool
+
+	// LocalDetect is detectLocalMode with its inputs (the backend fills
+	// Family in from its own).
+	LocalDetect localdetect.Config
+
+	// NodePortAddresses as configured (keywords and CIDRs, see package
+	// nodeports); what empty means is the mode's default.
+	NodePortAddresses []string
+	// NodeIPs are the node's primary IPs of this family (from
+	// bindAddress); when empty they are taken from the Node object.
+	NodeIPs []netip.Addr
+}
+
+// NewModeOptions derives family f's ModeOptions from the configuration.
+func NewModeOptions(c *v1alpha1.KubeProxyConfiguration, f v1.IPFamily) ModeOptions {
+	return ModeOptions{
+		MasqueradeBit:     int(MasqueradeBit(c)),
+		MasqueradeAll:     MasqueradeAll(c),
+		LocalDetect:       LocalDetect(c, f),
+		NodePortAddresses: c.NodePortAddresses,
+		NodeIPs:           BindNodeIPs(c, f),
+	}
+}
+
 // ClusterCIDRs parses clusterCIDR (comma-separated; validation refused
 // bad ones, which are skipped here).
 func ClusterCIDRs(c *v1alpha1.KubeProxyConfiguration) []netip.Prefix {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/runner"
@@ -571,11 +572,34 @@ func nodeNeedsFull(old, cur *model.Node) bool {
 		fmt.Sprint(old.Addresses) != fmt.Sprint(cur.Addresses)
 }
 
+// HostHandles are the host interfaces every backend's Handles embed next
+// to its own kernel interface.
+type HostHandles struct {
+	// Conntrack clears stale UDP entries; nil: none are cleared.
+	Conntrack conntrack.Interface
+	// LocalAddrs reads the host's addresses (for CIDR
+	// nodePortAddresses); nil: the Node's addresses stand in.
+	LocalAddrs func() ([]netip.Addr, error)
+}
+
 // CheckFamily refuses a family other than IPv4 and IPv6, naming the
 // backend that was given it.
 func CheckFamily(backend string, f v1.IPFamily) error {
 	if f != model.IPv4 && f != model.IPv6 {
 		return fmt.Errorf("%s: unknown IP family %q", backend, f)
+	}
+	return nil
+}
+
+// CheckNew refuses what a backend's NewProxier cannot work with: a family
+// other than IPv4 and IPv6 (CheckFamily), or no kernel interface
+// (kernelMissing; kernel names the interface).
+func CheckNew(backend string, f v1.IPFamily, kernelMissing bool, kernel string) error {
+	if err := CheckFamily(backend, f); err != nil {
+		return err
+	}
+	if kernelMissing {
+		return fmt.Errorf("%s: no %s", backend, kernel)
 	}
 	return nil
 }

@@ -470,3 +470,17 @@ func TestCheckFamily(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNew: a bad family is refused before a missing kernel
+// interface, which is named with the backend; both present pass.
+func TestCheckNew(t *testing.T) {
+	if err := CheckNew("nftables", model.IPv4, false, "nf_tables interface"); err != nil {
+		t.Errorf("IPv4 with its interface: %v", err)
+	}
+	if err := CheckNew("nftables", model.IPv6, true, "nf_tables interface"); err == nil || err.Error() != "nftables: no nf_tables interface" {
+		t.Errorf("missing interface: %v; want it named", err)
+	}
+	if err := CheckNew("iptables", "IPv5", true, "iptables interface"); err == nil || !strings.HasPrefix(err.Error(), "iptables: unknown IP family") {
+		t.Errorf("bad family: %v; want the family refused first", err)
+	}
+}

@@ -10,13 +10,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/nftables"
 )
 
 func renderFull(st *model.State) *nftables.Plan {
-	cfg := (&nftables.Options{Family: model.IPv4, MasqueradeBit: 14}).RenderConfig(nil, nil)
+	cfg := (&nftables.Options{Family: model.IPv4, ModeOptions: config.ModeOptions{MasqueradeBit: 14}}).RenderConfig(nil, nil)
 	return nftables.Render(cfg, &nftables.Input{RenderInput: proxy.RenderInput{State: st, Changed: sets.New[model.ServicePortName]()}, Full: true, Now: time.Now()}, nftables.NewApplied())
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -60,8 +61,8 @@ func BenchmarkNFTablesDataPlane(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = iface.Close() })
-	p, err := nftables.NewProxier(nftables.Options{Family: model.IPv4, MasqueradeBit: 14,
-		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}}, nftables.Handles{NFT: iface})
+	p, err := nftables.NewProxier(nftables.Options{Family: model.IPv4, ModeOptions: config.ModeOptions{MasqueradeBit: 14,
+		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")}}}}, nftables.Handles{NFT: iface})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -95,9 +96,12 @@ func layoutName(compact bool) string {
 func iptablesOptions(compact bool) iptables.Options {
 	return iptables.Options{
 		CompactLayout: compact,
-		Family:        model.IPv4, Hostname: "node-a", MasqueradeBit: 14, LocalhostNodePorts: true,
-		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
-		NodeIPs:     []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		Family:        model.IPv4, Hostname: "node-a", LocalhostNodePorts: true,
+		ModeOptions: config.ModeOptions{
+			MasqueradeBit: 14,
+			LocalDetect:   localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
+			NodeIPs:       []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		},
 	}
 }
 

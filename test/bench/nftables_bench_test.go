@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfnetlink"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
@@ -99,9 +100,12 @@ func newProxier(b *testing.B, ns string) *nftables.Proxier {
 	}
 	b.Cleanup(func() { _ = iface.Close() })
 	opts := nftables.Options{
-		Family: model.IPv4, MasqueradeBit: 14,
-		LocalDetect: localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
-		NodeIPs:     []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		Family: model.IPv4,
+		ModeOptions: config.ModeOptions{
+			MasqueradeBit: 14,
+			LocalDetect:   localdetect.Config{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}},
+			NodeIPs:       []netip.Addr{netip.MustParseAddr("198.17.0.10")},
+		},
 	}
 	p, err := nftables.NewProxier(opts, nftables.Handles{NFT: iface})
 	if err != nil {

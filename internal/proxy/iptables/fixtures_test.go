@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
@@ -48,7 +49,7 @@ var hostA = flowtest.HostA
 // the example, masquerade bit 14, localhost node ports on (the default),
 // nodePortAddresses left at iptables mode's default (all local IPs).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, LocalhostNodePorts: true}
+	o := Options{Family: f, ModeOptions: config.ModeOptions{MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}}, LocalhostNodePorts: true}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }

@@ -31,28 +31,18 @@ type Options struct {
 	Family v1.IPFamily
 	// Hostname is this node's name: it selects node topology hints when
 	// the Node object is not known.
-	Hostname      string
-	MasqueradeBit int
-	MasqueradeAll bool
+	Hostname string
+	// ModeOptions: masquerading, local traffic detection, node port
+	// addresses (empty: every local address, iptables mode's default) and
+	// node IPs (a node inside a service's loadBalancerSourceRanges may
+	// reach its LB IP); the first cluster CIDR is used, as upstream.
+	config.ModeOptions
 	// LocalhostNodePorts (iptables.localhostNodePorts, default true):
 	// IPv4 node ports answer on 127.0.0.0/8 too, which needs
 	// route_localnet=1 (the caller sets it) and the guard rule against
 	// martian packets to 127.0.0.0/8 from other hosts. It is off when
 	// nodePortAddresses leaves loopback out, as upstream.
 	LocalhostNodePorts bool
-
-	// LocalDetect is detectLocalMode with its inputs (Family is filled
-	// in from Family); the first cluster CIDR is used, as upstream.
-	LocalDetect localdetect.Config
-
-	// NodePortAddresses as configured (keywords and CIDRs, see package
-	// nodeports); empty means every local address, iptables mode's
-	// default.
-	NodePortAddresses []string
-	// NodeIPs are the node's primary IPs of this family; when empty they
-	// are taken from the Node object. A node inside a service's
-	// loadBalancerSourceRanges may reach its LB IP.
-	NodeIPs []netip.Addr
 
 	// ConntrackTCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal
 	// != 0: then packets conntrack calls INVALID are not dropped in
@@ -88,12 +78,8 @@ func NewOptions(c *v1alpha1.KubeProxyConfiguration, family v1.IPFamily, hostname
 	return Options{
 		Family:             family,
 		Hostname:           hostname,
-		MasqueradeBit:      int(config.MasqueradeBit(c)),
-		MasqueradeAll:      config.MasqueradeAll(c),
+		ModeOptions:        config.NewModeOptions(c, family),
 		LocalhostNodePorts: ptr.Deref(c.IPTables.LocalhostNodePorts, true),
-		LocalDetect:        config.LocalDetect(c, family),
-		NodePortAddresses:  c.NodePortAddresses,
-		NodeIPs:            config.BindNodeIPs(c, family),
 	}
 }
 

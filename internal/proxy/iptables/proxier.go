@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
@@ -26,12 +25,11 @@ const fullSyncFreeBytes = 16 << 20
 
 // Proxier is the iptables backend of one IP family.
 type Proxier struct {
-	opts      Options
-	ipt       xtables.Interface
-	conntrack conntrack.Interface
-	// localAddrs reads the host's addresses (for CIDR nodePortAddresses).
-	localAddrs func() ([]netip.Addr, error)
-	applied    *Applied
+	opts Options
+	ipt  xtables.Interface
+	// host clears conntrack entries and reads the host's addresses.
+	host    proxy.HostHandles
+	applied *Applied
 	// cfg is nil until the first successful full sync and after a
 	// failure: then the next sync is full and reads the kernel first.
 	cfg *Config
@@ -56,16 +54,13 @@ var _ proxy.Backend = (*Proxier)(nil)
 type Handles struct {
 	// IPTables is the family's iptables of the chosen backend.
 	IPTables xtables.Interface
-	// Conntrack clears stale UDP entries; nil: none are cleared.
-	Conntrack conntrack.Interface
 	// NFAcct creates upstream's nfacct counters the rules count in
 	// (NFAcctInvalidDropped, NFAcctLocalhostNodePorts), which every full
 	// sync creates when missing; a counter that cannot be created is
 	// logged and its rule counts nothing, as upstream. Nil: no counters.
 	NFAcct nfacct.Interface
-	// LocalAddrs reads the host's addresses (for CIDR
-	// nodePortAddresses); nil: the Node's addresses stand in.
-	LocalAddrs func() ([]netip.Addr, error)
+	// HostHandles: Conntrack and LocalAddrs.
+	proxy.HostHandles
 }
 
 // NewProxier returns one family's proxier. The family of h.IPTables must
@@ -73,18 +68,15 @@ type Handles struct {
 // opts.LocalhostNodePorts is on for IPv4 (upstream refuses to start when
 // it cannot).
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if err := proxy.CheckFamily("iptables", opts.Family); err != nil {
+	if err := proxy.CheckNew("iptables", opts.Family, h.IPTables == nil, "iptables interface"); err != nil {
 		return nil, err
-	}
-	if h.IPTables == nil {
-		return nil, fmt.Errorf("iptables: no iptables interface")
 	}
 	// xtables.Family spells the families as v1.IPFamily does.
 	if got, want := h.IPTables.Family(), xtables.Family(opts.Family); got != want {
 		return nil, fmt.Errorf("iptables: %s proxier given %s iptables", opts.Family, got)
 	}
-	p := &Proxier{opts: opts, ipt: h.IPTables, conntrack: h.Conntrack, nfacct: h.NFAcct, localAddrs: h.LocalAddrs,
-		applied: NewApplied(), written: newWritten()}
+	p := &Proxier{opts: opts, ipt: h.IPTables, nfacct: h.NFAcct,
+		host: h.HostHandles, applied: NewApplied(), written: newWritten()}
 	p.addrs = proxy.NewAddressWatch(h.LocalAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
 		return opts.RenderConfig(node, addrs).NodePortIPs
 	})
@@ -135,7 +127,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 		in.NodeName, in.Zone = req.Node.Name, req.Node.Zone()
 	}
 	if in.Full {
-		addrs, err := proxy.NodePortHostAddrs(p.localAddrs, req.Node)
+		addrs, err := proxy.NodePortHostAddrs(p.host.LocalAddrs, req.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -260,9 +252,9 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	metrics.IPTablesRulesLastSync.WithLabelValues(fam, tableNAT).Set(float64(plan.NATRules))
 	metrics.IPTablesRulesLastSync.WithLabelValues(fam, tableFilter).Set(float64(plan.FilterRules))
 
-	udpflows.Clear(p.conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
+	udpflows.Clear(p.host.Conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
 	if in.Full {
-		udpflows.Reconcile(p.conntrack, p.opts.Family, req.State)
+		udpflows.Reconcile(p.host.Conntrack, p.opts.Family, req.State)
 		if size > fullSyncFreeBytes {
 			// A large full sync holds all its restore input at once.
 			debug.FreeOSMemory()

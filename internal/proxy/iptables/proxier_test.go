@@ -62,7 +62,7 @@ func newRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily, b xtables.Backend
 	ct := &conntrack.Fake{}
 	return &rig{
 		t: t, opts: o, backend: b, fake: fake, ct: ct,
-		p:       mustNewProxier(t, o, Handles{IPTables: fake, Conntrack: ct}),
+		p:       mustNewProxier(t, o, Handles{IPTables: fake, HostHandles: proxy.HostHandles{Conntrack: ct}}),
 		node:    c.Node,
 		state:   c.States[f].Clone(),
 		changed: sets.New[model.ServicePortName](),
@@ -82,7 +82,7 @@ func mustNewProxier(t testing.TB, o Options, h Handles) *Proxier {
 // setNFAcct has the rig's proxier count in n's counters: a new proxier
 // over the same kernel, before its first sync.
 func (r *rig) setNFAcct(n nfacct.Interface) {
-	r.p = mustNewProxier(r.t, r.opts, Handles{IPTables: r.fake, Conntrack: r.ct, NFAcct: n})
+	r.p = mustNewProxier(r.t, r.opts, Handles{IPTables: r.fake, NFAcct: n, HostHandles: proxy.HostHandles{Conntrack: r.ct}})
 }
 
 func (r *rig) sync(full bool) (*proxy.Result, error) {

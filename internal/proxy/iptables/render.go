@@ -9,7 +9,6 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
-	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 var newline = []byte{'\n'}
@@ -80,9 +79,6 @@ type Existing struct {
 	// there are not added again.
 	Rules map[string]sets.Set[string]
 }
-
-// StaleUDP is a service port (as it was rendered) and endpoints it lost.
-type StaleUDP = udpflows.Stale
 
 // renderer holds one Render call's work.
 type renderer struct {

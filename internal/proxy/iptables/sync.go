@@ -109,7 +109,7 @@ func (r *renderer) renderFull() {
 			r.udpGone(old)
 		}
 	}
-	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+	slices.SortFunc(r.plan.StaleUDP, func(a, b udpflows.Stale) int { return a.Service.Name.Compare(b.Service.Name) })
 
 	// Chains of ours that no service uses any more: found in the kernel,
 	// or known from the last sync when the kernel was not read.
@@ -227,7 +227,7 @@ func (r *renderer) renderPartial() {
 			o.natN++
 		}
 	}
-	slices.SortFunc(r.plan.StaleUDP, func(a, b StaleUDP) int { return a.Service.Name.Compare(b.Service.Name) })
+	slices.SortFunc(r.plan.StaleUDP, func(a, b udpflows.Stale) int { return a.Service.Name.Compare(b.Service.Name) })
 	r.assemble(o)
 }
 
@@ -263,7 +263,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 	}
 	eps := r.in.State.Endpoints[n]
 	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(s.reachable) > 0 {
 		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, s.sp)
@@ -272,6 +272,6 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 
 func (r *renderer) udpGone(old *svcApplied) {
 	if old.sp.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/tally"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // Applied is what the last successful sync left in the kernel. Render reads
@@ -87,7 +88,7 @@ type Plan struct {
 	Conflicts []string
 	// StaleUDP are UDP endpoints no longer reachable through a service
 	// port: conntrack entries that DNAT to them must go once applied.
-	StaleUDP []StaleUDP
+	StaleUDP []udpflows.Stale
 	// NewlyServedUDP are UDP service ports that had no endpoints and now
 	// have some: conntrack entries for their IPs (cached rejects) must go.
 	NewlyServedUDP []*model.ServicePort

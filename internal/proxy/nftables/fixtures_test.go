@@ -26,6 +26,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
@@ -72,7 +73,7 @@ var (
 // example's 14 IPv4 service ports spread over 4 shard tables (its 2 IPv6
 // ones fit in one).
 func exampleOptions(f v1.IPFamily) Options {
-	o := Options{Family: f, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
+	o := Options{Family: f, ModeOptions: config.ModeOptions{MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}}, ServicesPerShard: 4}
 	o.LocalDetect.ClusterCIDRs = fixtures.ClusterCIDRs(f)
 	return o
 }

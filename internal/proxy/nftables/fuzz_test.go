@@ -22,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/localdetect"
@@ -48,7 +49,7 @@ func FuzzRender(f *testing.F) {
 		snap := fuzzsnap.Build(data, name)
 		var text strings.Builder
 		for _, fam := range fuzzsnap.Families {
-			o := Options{Family: fam, MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}, ServicesPerShard: 4}
+			o := Options{Family: fam, ModeOptions: config.ModeOptions{MasqueradeBit: masqueradeBit, LocalDetect: localdetect.Config{Mode: localdetect.ClusterCIDR}}, ServicesPerShard: 4}
 			o.LocalDetect.ClusterCIDRs = exampleOptions(fam).LocalDetect.ClusterCIDRs
 			cfg := o.RenderConfig(snap.Node, snap.Node.Addresses)
 			plan := Render(cfg, &Input{

@@ -16,22 +16,12 @@ import (
 // Options are the settings of one family's nftables proxier, taken from the
 // KubeProxyConfiguration once at start.
 type Options struct {
-	Family        v1.IPFamily
-	TableName     string
-	MasqueradeBit int
-	MasqueradeAll bool
-
-	// LocalDetect is detectLocalMode with its inputs (Family is filled
-	// in from Family); for ClusterCIDR the family's first cluster CIDR is
-	// matched, as upstream.
-	LocalDetect localdetect.Config
-
-	// NodePortAddresses as configured (keywords and CIDRs, see package
-	// nodeports); empty means "primary", nftables mode's default.
-	NodePortAddresses []string
-	// NodeIPs are the node's primary IPs of this family (from
-	// bindAddress); when empty they are taken from the Node object.
-	NodeIPs []netip.Addr
+	Family    v1.IPFamily
+	TableName string
+	// ModeOptions: masquerading, local traffic detection (every cluster
+	// CIDR of the family is matched, as upstream), node port addresses
+	// (empty means "primary", nftables mode's default) and node IPs.
+	config.ModeOptions
 	// ServiceCIDRs stand in when a Request carries none; the ServiceCIDR
 	// objects' CIDRs come in proxy.Request.ServiceCIDRs.
 	ServiceCIDRs []netip.Prefix
@@ -43,13 +33,9 @@ type Options struct {
 // the proxy and `kproxy render` alike.
 func NewOptions(c *v1alpha1.KubeProxyConfiguration, family v1.IPFamily) Options {
 	return Options{
-		Family:            family,
-		TableName:         DefaultTableName,
-		MasqueradeBit:     int(config.MasqueradeBit(c)),
-		MasqueradeAll:     config.MasqueradeAll(c),
-		LocalDetect:       config.LocalDetect(c, family),
-		NodePortAddresses: c.NodePortAddresses,
-		NodeIPs:           config.BindNodeIPs(c, family),
+		Family:      family,
+		TableName:   DefaultTableName,
+		ModeOptions: config.NewModeOptions(c, family),
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
-	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/metrics"
 	"github.com/kproxy/kproxy/internal/model"
@@ -27,13 +26,12 @@ const fullSyncFreeThreshold = 50000
 
 // Proxier is the nftables backend of one IP family.
 type Proxier struct {
-	opts      Options
-	nft       nft.Interface
-	conntrack conntrack.Interface
-	// localAddrs reads the host's addresses (for CIDR nodePortAddresses).
-	localAddrs func() ([]netip.Addr, error)
-	applied    *Applied
-	cfg        *Config
+	opts Options
+	nft  nft.Interface
+	// host clears conntrack entries and reads the host's addresses.
+	host    proxy.HostHandles
+	applied *Applied
+	cfg     *Config
 	// wroteTable is set once a sync of this process has been applied.
 	wroteTable bool
 	// addrs follows the node port addresses between full syncs.
@@ -54,22 +52,16 @@ var (
 type Handles struct {
 	// NFT programs nf_tables.
 	NFT nft.Interface
-	// Conntrack clears stale UDP entries; nil: none are cleared.
-	Conntrack conntrack.Interface
-	// LocalAddrs reads the host's addresses (for CIDR
-	// nodePortAddresses); nil: the Node's addresses stand in.
-	LocalAddrs func() ([]netip.Addr, error)
+	// HostHandles: Conntrack and LocalAddrs.
+	proxy.HostHandles
 }
 
 // NewProxier returns one family's proxier.
 func NewProxier(opts Options, h Handles) (*Proxier, error) {
-	if err := proxy.CheckFamily("nftables", opts.Family); err != nil {
+	if err := proxy.CheckNew("nftables", opts.Family, h.NFT == nil, "nf_tables interface"); err != nil {
 		return nil, err
 	}
-	if h.NFT == nil {
-		return nil, fmt.Errorf("nftables: no nf_tables interface")
-	}
-	p := &Proxier{opts: opts, nft: h.NFT, conntrack: h.Conntrack, localAddrs: h.LocalAddrs, applied: NewApplied()}
+	p := &Proxier{opts: opts, nft: h.NFT, host: h.HostHandles, applied: NewApplied()}
 	p.addrs = proxy.NewAddressWatch(h.LocalAddrs, func(node *model.Node, addrs []netip.Addr) []netip.Addr {
 		return opts.RenderConfig(node, addrs).NodePortIPs
 	})
@@ -156,7 +148,7 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	if full {
 		in.Full = true
-		addrs, err := proxy.NodePortHostAddrs(p.localAddrs, req.Node)
+		addrs, err := proxy.NodePortHostAddrs(p.host.LocalAddrs, req.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -218,10 +210,10 @@ func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, 
 	}
 	plan.Commit(p.applied)
 	p.wroteTable = true
-	udpflows.Clear(p.conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
+	udpflows.Clear(p.host.Conntrack, p.opts.Family, plan.StaleUDP, plan.NewlyServedUDP)
 	if in.Full {
 		p.addrs.Rendered(req.Node, p.cfg.NodePortIPs, p.cfg.NodePortAllLocal)
-		udpflows.Reconcile(p.conntrack, p.opts.Family, req.State)
+		udpflows.Reconcile(p.host.Conntrack, p.opts.Family, req.State)
 	}
 	if plan.Cleanup != nil {
 		if err := p.nft.Apply(ctx, plan.Cleanup); err != nil {

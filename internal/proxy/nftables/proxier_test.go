@@ -82,7 +82,7 @@ func newProxierRig(t *testing.T, c *flowtest.Snapshot, f v1.IPFamily) *proxierRi
 // newProxier is a proxier over the rig's fake kernel.
 func (r *proxierRig) newProxier() *Proxier {
 	r.t.Helper()
-	p, err := NewProxier(r.opts, Handles{NFT: r.fake, Conntrack: r.ct})
+	p, err := NewProxier(r.opts, Handles{NFT: r.fake, HostHandles: proxy.HostHandles{Conntrack: r.ct}})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/masquerade"
-	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // staleDelay is how long a flushed per-service chain or set waits before it
@@ -98,9 +97,6 @@ type Objects struct {
 
 // objRef names a chain or set of one of our tables.
 type objRef struct{ table, name string }
-
-// StaleUDP is a service port (as it was rendered) and endpoints it lost.
-type StaleUDP = udpflows.Stale
 
 // renderer holds one Render call's work.
 type renderer struct {

@@ -364,7 +364,7 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 		return
 	}
 	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: prev.sp, Endpoints: removed})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(sel.AllReachable) > 0 {
 		r.plan.NewlyServedUDP = append(r.plan.NewlyServedUDP, sp)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 func (r *renderer) renderFull() {
@@ -60,7 +61,7 @@ func (r *renderer) renderFull() {
 	slices.SortFunc(gone, model.ServicePortName.Compare)
 	for _, n := range gone {
 		old := r.last.services[n]
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
 	}
 	active := make(sets.Set[objRef], len(names))
 	for _, n := range names {
@@ -257,6 +258,6 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 		r.plan.epMaps.garbage = append(r.plan.epMaps.garbage, epGarbage{epRange: e, since: r.in.Now})
 	}
 	if n.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, StaleUDP{Service: old.sp, Endpoints: old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
 	}
 }

@@ -75,15 +75,10 @@ func (m *ipvsMatch) option(p *ruleParser, opt string, negate bool) (bool, error)
 		m.vproto, m.any = protoMatch{set: true, neg: negate, num: n}, true
 		return true, nil
 	case "--vport":
-		v, err := p.next(opt)
+		pr, err := p.portRangeArg(opt, negate)
 		if err != nil {
 			return true, err
 		}
-		pr, err := parsePortRange(v)
-		if err != nil {
-			return true, err
-		}
-		pr.neg = negate
 		m.vport, m.any = pr, true
 		return true, nil
 	case "--vdir", "--vmethod", "--vportctl":

@@ -52,15 +52,10 @@ func (p *ruleParser) matchOption(m match, opt string, negate bool) (ok bool, err
 	case *l4Match:
 		switch opt {
 		case "--dport", "--destination-port", "--sport", "--source-port":
-			v, err := arg()
+			pr, err := p.portRangeArg(opt, negate)
 			if err != nil {
 				return true, err
 			}
-			pr, err := parsePortRange(v)
-			if err != nil {
-				return true, err
-			}
-			pr.neg = negate
 			dst := &m.dport
 			if opt == "--sport" || opt == "--source-port" {
 				dst = &m.sport
@@ -301,6 +296,20 @@ func parseTCPFlags(v string) (uint8, error) {
 		}
 	}
 	return b, nil
+}
+
+// portRangeArg reads option opt's port or port range (negated when negate).
+func (p *ruleParser) portRangeArg(opt string, negate bool) (portRange, error) {
+	v, err := p.next(opt)
+	if err != nil {
+		return portRange{}, err
+	}
+	pr, err := parsePortRange(v)
+	if err != nil {
+		return portRange{}, err
+	}
+	pr.neg = negate
+	return pr, nil
 }
 
 func parsePortRange(v string) (portRange, error) {

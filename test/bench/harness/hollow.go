@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
@@ -268,8 +269,8 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 			ips = []netip.Addr{addr}
 		}
 		p, err := nftables.NewProxier(nftables.Options{
-			Family: f, TableName: nftables.DefaultTableName, MasqueradeBit: 14, NodeIPs: ips,
-		}, nftables.Handles{NFT: watchedNFT{Fake: fake, n: n}, Conntrack: &conntrack.Fake{}, LocalAddrs: local})
+			Family: f, TableName: nftables.DefaultTableName, ModeOptions: config.ModeOptions{MasqueradeBit: 14, NodeIPs: ips},
+		}, nftables.Handles{NFT: watchedNFT{Fake: fake, n: n}, HostHandles: proxy.HostHandles{Conntrack: &conntrack.Fake{}, LocalAddrs: local}})
 		if err != nil {
 			return nil, err
 		}
