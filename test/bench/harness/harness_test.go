@@ -16,7 +16,7 @@ import (
 )
 
 // testLog sends the harness's progress to t.Log.
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

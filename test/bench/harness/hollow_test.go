@@ -16,17 +16,17 @@ import (
 
 // The many-node run at a chosen size, e.g. (as root)
 //
-//	KPROXY_E2E_BIN=/work/ci-base/_output/bin go test ./test/bench/harness \
-//	  -run '^TestHollowScale$' -v -timeout 60m -hollow.nodes 40 -hollow.services 1000
+//	KPROXY_E2E=1 KPROXY_E2E_BIN=$PWD/_output/bin go test ./test/bench/harness -run '^$' \
+//	  -bench '^BenchmarkHollowScale$' -benchtime 1x -v -timeout 60m -hollow.nodes 40 -hollow.services 1000
 var (
-	hollowNodes    = flag.Int("hollow.nodes", 0, "TestHollowScale: hollow nodes (0 skips it)")
-	hollowServices = flag.Int("hollow.services", 1000, "TestHollowScale: services of the realistic mix")
-	hollowChanges  = flag.Int("hollow.changes", 20, "TestHollowScale: endpoint changes, one at a time")
-	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "TestHollowScale: pause after each change")
+	hollowNodes    = flag.Int("hollow.nodes", 30, "BenchmarkHollowScale: hollow nodes")
+	hollowServices = flag.Int("hollow.services", 1000, "BenchmarkHollowScale: services of the realistic mix")
+	hollowChanges  = flag.Int("hollow.changes", 20, "BenchmarkHollowScale: endpoint changes, one at a time")
+	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
 )
 
 // runHollow runs o in t's scope and fails t when a node missed a change.
-func runHollow(t *testing.T, o HollowOptions) *HollowResult {
+func runHollow(t testing.TB, o HollowOptions) *HollowResult {
 	t.Helper()
 	needControlPlane(t)
 	tb := NewTB(context.Background(), testLog{t}, t.Name())
@@ -72,14 +72,13 @@ func TestHollowNodes(t *testing.T) {
 	}
 }
 
-// TestHollowScale is the many-node run at the size the flags give; it
-// fails as TestHollowNodes does.
-func TestHollowScale(t *testing.T) {
-	if *hollowNodes <= 0 {
-		t.Skip("set -hollow.nodes to run")
+// BenchmarkHollowScale is the many-node run at the size the flags give
+// (run it with -benchtime 1x); it fails as TestHollowNodes does.
+func BenchmarkHollowScale(b *testing.B) {
+	for range b.N {
+		runHollow(b, HollowOptions{Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
+			Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 2 * time.Minute})
 	}
-	runHollow(t, HollowOptions{Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-		Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 2 * time.Minute})
 }
 
 // TestAwaitSeen: a node whose kernel never commits the new address is
@@ -136,7 +135,7 @@ func TestContainsAddr(t *testing.T) {
 
 // needControlPlane skips t where a control plane cannot run, or fails it
 // when KPROXY_E2E=1 makes that mandatory (as test/e2e does).
-func needControlPlane(t *testing.T) {
+func needControlPlane(t testing.TB) {
 	t.Helper()
 	if reason := framework.SkipReason(); reason != "" {
 		if framework.Mandatory() {
