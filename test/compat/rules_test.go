@@ -117,13 +117,36 @@ func savedChains(t *testing.T, ns string) map[string]string {
 	return out
 }
 
+// bothFamiliesSynced reads ns's chains once each family's first sync has
+// written KUBE-POSTROUTING (every sync writes its rules): a proxy reports
+// its first sync when one family is done, and upstream's IPv6 proxier may
+// still be on its way then. Bounded: 30 s, then the last reading is
+// compared as it is.
+func bothFamiliesSynced(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		chains := savedChains(t, ns)
+		synced := true
+		for _, fam := range []string{"IPv4", "IPv6"} {
+			if !strings.Contains(chains[fam+" nat KUBE-POSTROUTING"], "\n-A ") {
+				synced = false
+			}
+		}
+		if synced || time.Now().After(deadline) {
+			return chains
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // compareRules compares what both proxies left in the kernel after their
 // first sync in iptables mode, chain by chain. Built-in chains that
 // neither proxy wrote to (policy only) are left out.
 func compareRules(t *testing.T, nodes [2]node) {
 	var chains [2]map[string]string
 	for i, n := range nodes {
-		chains[i] = savedChains(t, n.ns)
+		chains[i] = bothFamiliesSynced(t, n.ns)
 	}
 	keys := unionKeys(chains[0], chains[1])
 	sort.Strings(keys)
