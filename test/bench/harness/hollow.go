@@ -43,6 +43,10 @@ import (
 
 // HollowOptions say what RunHollow runs.
 type HollowOptions struct {
+	// Proxy is what each node runs: "kproxy" (the default, in this
+	// process) or "upstream" (kubemark's hollow proxy, a process per
+	// node; see upstreamHollow).
+	Proxy    string
 	Nodes    int
 	Services int
 	Seed     uint64
@@ -57,20 +61,26 @@ type HollowOptions struct {
 
 // HollowResult is one RunHollow.
 type HollowResult struct {
-	Nodes     int `json:"nodes"`
-	Services  int `json:"services"`
-	Endpoints int `json:"endpoints"`
+	Proxy     string `json:"proxy"`
+	Nodes     int    `json:"nodes"`
+	Services  int    `json:"services"`
+	Endpoints int    `json:"endpoints"`
 	// AllSynced: from starting the nodes until every node's first sync
 	// of both families was committed.
 	AllSynced time.Duration `json:"allSynced"`
-	// The nodes share this process: RSS and heap per node are the
+	// kproxy's nodes share this process: RSS and heap per node are the
 	// process's growth over its baseline (the cluster created, no node
 	// started) divided by Nodes, measured after the changes; CPU per
 	// node is the process's CPU from the nodes' start to the end over
 	// Nodes (the writer of the changes included, which is small).
+	// Upstream's nodes are processes of their own: RSS per node is the
+	// mean of their RSS after the changes (RSSMaxMiB the largest, the
+	// baseline 0 and the end their sum), CPU per node the mean of
+	// their CPU; heap and kernel figures are not known (0).
 	RSSBaselineMiB float64 `json:"rssBaselineMiB"`
 	RSSEndMiB      float64 `json:"rssEndMiB"`
 	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
+	RSSMaxMiB      float64 `json:"rssMaxMiB,omitempty"`
 	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
 	// FakeKernelMiB is the part of a node's heap that is its in-memory
 	// kernel (nfttest.Fake, both families), which a real node keeps in
@@ -84,7 +94,8 @@ type HollowResult struct {
 	BytesMean, BytesMin, BytesMax int64
 	// Latencies: for every change and every node, the time from the
 	// slice's write (its EndpointsLastChangeTriggerTime) until a
-	// committed transaction of that node held the new address.
+	// committed transaction of that node held the new address. None for
+	// upstream's hollow proxy, which programs nothing.
 	Latencies      []time.Duration `json:"-"`
 	P50, P99, Max  time.Duration
 	Missed         []string `json:"missed,omitempty"`
@@ -297,18 +308,32 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 
 // RunHollow creates the cluster in a new control plane, starts the
 // hollow nodes, writes the changes and measures (see HollowResult). A
-// change some node never programs within SeeTimeout is in Missed (and
-// the run goes on); the caller decides whether that fails.
+// change some kproxy node never programs within SeeTimeout is in Missed
+// (and the run goes on); the caller decides whether that fails.
 func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	if o.SeeTimeout <= 0 {
 		o.SeeTimeout = time.Minute
+	}
+	if o.Proxy == "" {
+		o.Proxy = "kproxy"
+	}
+	upstream := o.Proxy == "upstream"
+	var kubemark string
+	switch {
+	case upstream:
+		var err error
+		if kubemark, err = upstreamHollowBin(); err != nil {
+			tb.Fatal(err)
+		}
+	case o.Proxy != "kproxy":
+		tb.Fatalf("hollow proxy %q: want kproxy or upstream", o.Proxy)
 	}
 	c, err := cluster.Generate(cluster.Options{Services: o.Services, Mix: cluster.Realistic, Seed: o.Seed})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	a := startAPICluster(tb, c)
-	r := &HollowResult{Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
+	r := &HollowResult{Proxy: o.Proxy, Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
 	kubeconfig := a.cp.Kubeconfig(tb, "system:kube-proxy")
 	apiPid := a.cp.APIServer.Pid()
 	self := os.Getpid()
@@ -329,30 +354,63 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	var wg sync.WaitGroup
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 	start := time.Now()
-	nodes := make([]*hollowNode, o.Nodes)
-	for i := range nodes {
-		if nodes[i], err = startHollow(ctx, &wg, a.cp, kubeconfig, hollowName(i), cluster.NodeIP(len(c.Nodes)+i)); err != nil {
-			tb.Fatalf("node %s: %v", hollowName(i), err)
+	// What the harness needs of every node, whichever proxy it runs.
+	var (
+		nodes    []*hollowNode
+		ups      []*upstreamHollow
+		synced   = make([]<-chan struct{}, o.Nodes)
+		exited   = make([]<-chan struct{}, o.Nodes)
+		received = make([]*atomic.Int64, o.Nodes)
+	)
+	for i := range o.Nodes {
+		name := hollowName(i)
+		if upstream {
+			u, err := startUpstreamHollow(ctx, tb, a.cp, kubemark, kubeconfig, name)
+			if err != nil {
+				tb.Fatalf("node %s: %v", name, err)
+			}
+			ups = append(ups, u)
+			synced[i], exited[i], received[i] = u.syncedCh, u.proc.Done(), &u.received
+			continue
 		}
+		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i))
+		if err != nil {
+			tb.Fatalf("node %s: %v", name, err)
+		}
+		nodes = append(nodes, n)
+		synced[i], received[i] = n.syncedCh, &n.received
+	}
+	// The processes' CPU (upstream), or this process's (kproxy).
+	nodesCPU := func() float64 {
+		if !upstream {
+			return cpuSeconds(self) - cpuBefore
+		}
+		sum := 0.0
+		for _, u := range ups {
+			sum += cpuSeconds(u.proc.Pid())
+		}
+		return sum
 	}
 	deadline := time.After(o.SeeTimeout)
-	for _, n := range nodes {
+	for i := range o.Nodes {
 		select {
-		case <-n.syncedCh:
+		case <-synced[i]:
+		case <-exited[i]:
+			tb.Fatalf("node %s exited before its first sync: %v\n%s", hollowName(i), ups[i].proc.ExitError(), ups[i].proc.Tail(20))
 		case <-deadline:
-			tb.Fatalf("node %s: no first sync of both families within %s", n.name, o.SeeTimeout)
+			tb.Fatalf("node %s: no first sync within %s", hollowName(i), o.SeeTimeout)
 		}
 	}
 	r.AllSynced = time.Since(start)
-	r.AllSyncedCPUProcessSeconds = cpuSeconds(self) - cpuBefore
+	r.AllSyncedCPUProcessSeconds = nodesCPU()
 	r.CPUToSyncedNode = r.AllSyncedCPUProcessSeconds / float64(o.Nodes)
 	r.APIServerCPUToSynced = cpuSeconds(apiPid) - apiCPUBefore
 	var sum int64
-	for _, n := range nodes {
-		sum += n.received.Load()
+	for _, b := range received {
+		sum += b.Load()
 	}
 	r.BytesToSyncedMean = sum / int64(o.Nodes)
-	tb.Logf("%d hollow nodes synced in %s", o.Nodes, r.AllSynced.Round(time.Millisecond))
+	tb.Logf("%d %s hollow nodes synced in %s", o.Nodes, o.Proxy, r.AllSynced.Round(time.Millisecond))
 
 	known := map[string]bool{}
 	for _, s := range c.Slices {
@@ -393,26 +451,36 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			}
 		}
 		r.ChangesWritten++
-		if len(addrs) > 0 {
+		if len(addrs) > 0 && !upstream {
 			r.Missed = append(r.Missed, awaitSeen(nodes, addrs, written, o.SeeTimeout, &r.Latencies)...)
 		}
 		time.Sleep(o.Gap)
 	}
 
 	runtime.GC()
-	r.RSSEndMiB = procStatusMiB(self, "VmRSS")
-	r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
-	r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
-	r.CPUPerNode = (cpuSeconds(self) - cpuBefore) / float64(o.Nodes)
-	r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+	r.CPUPerNode = nodesCPU() / float64(o.Nodes)
+	if upstream {
+		for _, u := range ups {
+			rss := procStatusMiB(u.proc.Pid(), "VmRSS")
+			r.RSSEndMiB += rss
+			r.RSSMaxMiB = max(r.RSSMaxMiB, rss)
+		}
+		r.RSSBaselineMiB = 0
+		r.RSSPerNodeMiB = r.RSSEndMiB / float64(o.Nodes)
+	} else {
+		r.RSSEndMiB = procStatusMiB(self, "VmRSS")
+		r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
+		r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
+		r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+	}
 	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
 	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
 	r.APIEnd = a.watchFigures(tb)
 	r.LoadEnd = loadAvg()
 	r.BytesMin = -1
 	sum = 0
-	for _, n := range nodes {
-		b := n.received.Load()
+	for _, c := range received {
+		b := c.Load()
 		sum += b
 		r.BytesMax = max(r.BytesMax, b)
 		if r.BytesMin < 0 || b < r.BytesMin {
@@ -546,19 +614,27 @@ func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
 // WriteHollowTable prints r as a table.
 func WriteHollowTable(w io.Writer, r *HollowResult) {
 	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+	rss := fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)
+	heap, kernel, lat := fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB), fmt.Sprintf("%.2f MiB", r.FakeKernelMiB),
+		fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))
+	if r.Proxy == "upstream" {
+		rss = fmt.Sprintf("%.2f MiB (max %.1f, sum %.1f)", r.RSSPerNodeMiB, r.RSSMaxMiB, r.RSSEndMiB)
+		heap, kernel, lat = "n/a", "n/a", "n/a (no rules)"
+	}
 	rows := [][2]string{
+		{"proxy", r.Proxy},
 		{"nodes × services (endpoints)", fmt.Sprintf("%d × %d (%d)", r.Nodes, r.Services, r.Endpoints)},
 		{"load average before / after", r.LoadBefore + " / " + r.LoadEnd},
 		{"all nodes synced", r.AllSynced.Round(time.Millisecond).String()},
-		{"CPU per node to synced (process/N)", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
-		{"CPU per node, whole run (process/N)", fmt.Sprintf("%.3f s", r.CPUPerNode)},
-		{"RSS per node ((end − baseline)/N)", fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)},
-		{"heap in use per node (Δ/N)", fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB)},
-		{"of which the in-memory kernel (a copy of node 0's)", fmt.Sprintf("%.2f MiB", r.FakeKernelMiB)},
+		{"CPU per node to synced", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
+		{"CPU per node, whole run", fmt.Sprintf("%.3f s", r.CPUPerNode)},
+		{"RSS per node", rss},
+		{"heap in use per node (Δ/N)", heap},
+		{"of which the in-memory kernel (a copy of node 0's)", kernel},
 		{"API bytes per node to synced (mean)", mib(r.BytesToSyncedMean)},
 		{"API bytes per node, whole run mean/min/max", mib(r.BytesMean) + " / " + mib(r.BytesMin) + " / " + mib(r.BytesMax)},
 		{"changes written / samples (node × address)", fmt.Sprintf("%d / %d", r.ChangesWritten, len(r.Latencies))},
-		{"change → rules p50 / p99 / max (all nodes)", fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))},
+		{"change → rules p50 / p99 / max (all nodes)", lat},
 		{"missed (node, change)", strconv.Itoa(len(r.Missed))},
 		{"API server CPU to synced / whole run", fmt.Sprintf("%.2f s / %.2f s", r.APIServerCPUToSynced, r.APIServerCPU)},
 		{"API server RSS before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIServerRSSBeforeNodesMiB, r.APIServerRSSMiB)},
