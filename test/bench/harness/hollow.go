@@ -57,11 +57,16 @@ type HollowOptions struct {
 	// SeeTimeout bounds the wait for every node to program one change,
 	// and for every node's first sync.
 	SeeTimeout time.Duration
+	// NoGzip makes kproxy's nodes refuse gzip (rest.Config's
+	// DisableCompression): the API server then sends their streaming
+	// lists uncompressed, trading its gzip CPU for bytes on the wire.
+	NoGzip bool
 }
 
 // HollowResult is one RunHollow.
 type HollowResult struct {
 	Proxy     string `json:"proxy"`
+	NoGzip    bool   `json:"noGzip,omitempty"`
 	Nodes     int    `json:"nodes"`
 	Services  int    `json:"services"`
 	Endpoints int    `json:"endpoints"`
@@ -244,7 +249,7 @@ var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // startHollow starts one hollow node named name with node address addr;
 // kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
 // done; wg counts them.
-func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr) (*hollowNode, error) {
+func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool) (*hollowNode, error) {
 	n := &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
 		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -258,6 +263,7 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.QPS, cfg.Burst = 5, 10
 	cfg.UserAgent = "kproxy-hollow/" + name
+	cfg.DisableCompression = noGzip
 	dial := framework.DialContextIn(cp.Namespace)
 	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
 		c, err := dial(ctx, network, address)
@@ -333,7 +339,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		tb.Fatal(err)
 	}
 	a := startAPICluster(tb, c)
-	r := &HollowResult{Proxy: o.Proxy, Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
+	r := &HollowResult{Proxy: o.Proxy, NoGzip: o.NoGzip && !upstream, Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
 	kubeconfig := a.cp.Kubeconfig(tb, "system:kube-proxy")
 	apiPid := a.cp.APIServer.Pid()
 	self := os.Getpid()
@@ -373,7 +379,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			synced[i], exited[i], received[i] = u.syncedCh, u.proc.Done(), &u.received
 			continue
 		}
-		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i))
+		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip)
 		if err != nil {
 			tb.Fatalf("node %s: %v", name, err)
 		}
@@ -613,7 +619,7 @@ func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
 
 // WriteHollowTable prints r as a table.
 func WriteHollowTable(w io.Writer, r *HollowResult) {
-	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+	kib := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 	rss := fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)
 	heap, kernel, lat := fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB), fmt.Sprintf("%.2f MiB", r.FakeKernelMiB),
 		fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))
@@ -622,7 +628,7 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		heap, kernel, lat = "n/a", "n/a", "n/a (no rules)"
 	}
 	rows := [][2]string{
-		{"proxy", r.Proxy},
+		{"proxy", r.Proxy + map[bool]string{true: " (gzip refused)"}[r.NoGzip]},
 		{"nodes × services (endpoints)", fmt.Sprintf("%d × %d (%d)", r.Nodes, r.Services, r.Endpoints)},
 		{"load average before / after", r.LoadBefore + " / " + r.LoadEnd},
 		{"all nodes synced", r.AllSynced.Round(time.Millisecond).String()},
@@ -631,8 +637,8 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		{"RSS per node", rss},
 		{"heap in use per node (Δ/N)", heap},
 		{"of which the in-memory kernel (a copy of node 0's)", kernel},
-		{"API bytes per node to synced (mean)", mib(r.BytesToSyncedMean)},
-		{"API bytes per node, whole run mean/min/max", mib(r.BytesMean) + " / " + mib(r.BytesMin) + " / " + mib(r.BytesMax)},
+		{"API bytes per node to synced (mean)", kib(r.BytesToSyncedMean)},
+		{"API bytes per node, whole run mean/min/max", kib(r.BytesMean) + " / " + kib(r.BytesMin) + " / " + kib(r.BytesMax)},
 		{"changes written / samples (node × address)", fmt.Sprintf("%d / %d", r.ChangesWritten, len(r.Latencies))},
 		{"change → rules p50 / p99 / max (all nodes)", lat},
 		{"missed (node, change)", strconv.Itoa(len(r.Missed))},

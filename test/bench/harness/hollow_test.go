@@ -24,6 +24,7 @@ var (
 	hollowNodes    = flag.Int("hollow.nodes", 30, "BenchmarkHollowScale: hollow nodes")
 	hollowServices = flag.Int("hollow.services", 1000, "BenchmarkHollowScale: services of the realistic mix")
 	hollowChanges  = flag.Int("hollow.changes", 20, "BenchmarkHollowScale: endpoint changes, one at a time")
+	hollowNoGzip   = flag.Bool("hollow.no-gzip", false, "BenchmarkHollowScale: kproxy's nodes refuse gzip (the API server's compression of streaming lists)")
 	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
 )
 
@@ -101,7 +102,7 @@ func BenchmarkHollowScale(b *testing.B) {
 	for range b.N {
 		for p := range strings.SplitSeq(*hollowProxies, ",") {
 			runHollow(b, HollowOptions{Proxy: p, Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute})
+				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip})
 		}
 	}
 }
