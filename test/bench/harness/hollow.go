@@ -166,33 +166,42 @@ func (n *hollowNode) committed(tx *nft.Transaction) {
 		if text == "" {
 			text = tx.String()
 		}
-		if containsAddr(text, addr) {
+		if containsEndpoint(text, addr) {
 			n.want[addr] = now
 		}
 	}
 }
 
-// containsAddr says whether text holds addr as a whole address: not as
-// the start of a longer one (198.18.1.1 in 198.18.1.10) nor the end of one.
-func containsAddr(text, addr string) bool {
+// containsEndpoint says whether text holds the endpoint ep
+// (netip.AddrPort's form) as nft writes it: "198.18.1.1:80" or
+// "[fd00:18:1::1]:80" in a DNAT, "198.18.1.1 . 80" in an endpoint map's
+// element; never as part of a longer address or port (198.18.1.10,
+// 2198.18.1.1, :8080). Pod addresses repeat at 10k services (the
+// generator's address space wraps, with other ports), so the port is
+// part of what is looked for.
+func containsEndpoint(text, ep string) bool {
+	ap, err := netip.ParseAddrPort(ep)
+	if err != nil {
+		return false
+	}
 	part := func(c byte) bool {
 		return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '.' || c == ':'
 	}
-	for i := 0; ; {
-		j := strings.Index(text[i:], addr)
-		if j < 0 {
-			return false
+	port := strconv.Itoa(int(ap.Port()))
+	for _, form := range []string{ep, ap.Addr().String() + " . " + port} {
+		for i := 0; ; {
+			j := strings.Index(text[i:], form)
+			if j < 0 {
+				break
+			}
+			start, end := i+j, i+j+len(form)
+			if (start == 0 || !part(text[start-1])) && (end == len(text) || text[end] < '0' || text[end] > '9') {
+				return true
+			}
+			i = start + 1
 		}
-		start, end := i+j, i+j+len(addr)
-		// ":" after an address is a port (198.18.1.1:80) in nft's text
-		// only for IPv4; an IPv6 address is never followed by ':' there.
-		before := start == 0 || !part(text[start-1])
-		after := end == len(text) || !part(text[end]) || (text[end] == ':' && !strings.Contains(addr, ":"))
-		if before && after {
-			return true
-		}
-		i = start + 1
 	}
+	return false
 }
 
 // watchedNFT is the fake kernel of one family of a node: it tells the
@@ -421,7 +430,9 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	known := map[string]bool{}
 	for _, s := range c.Slices {
 		for _, e := range s.Endpoints {
-			known[e.Addresses[0]] = true
+			for _, p := range s.Ports {
+				known[endpointKey(e.Addresses[0], p)] = true
+			}
 		}
 	}
 	kinds := map[string]cluster.Kind{}
@@ -437,10 +448,13 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			// endpoints out of every hollow node's rules.
 			measured := kinds[s.Labels[discovery.LabelServiceName]] != cluster.KindITPLocal
 			for _, e := range s.Endpoints {
-				if ad := e.Addresses[0]; !known[ad] {
+				if len(s.Ports) == 0 {
+					continue
+				}
+				if ad := endpointKey(e.Addresses[0], s.Ports[0]); !known[ad] {
 					known[ad] = true
 					if measured {
-						addrs = append(addrs, netip.MustParseAddr(ad).String())
+						addrs = append(addrs, ad)
 					}
 				}
 			}
@@ -544,6 +558,16 @@ func awaitSeen(nodes []*hollowNode, addrs []string, written time.Time, timeout t
 		}
 	}
 	return missed
+}
+
+// endpointKey is what a node's rules hold of an endpoint at port p of
+// its slice: address and port, netip.AddrPort's form.
+func endpointKey(addr string, p discovery.EndpointPort) string {
+	port := uint16(0)
+	if p.Port != nil {
+		port = uint16(*p.Port)
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr(addr), port).String()
 }
 
 func hollowName(i int) string { return "hollow-" + strconv.Itoa(i) }

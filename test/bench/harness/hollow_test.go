@@ -114,7 +114,7 @@ func TestAwaitSeen(t *testing.T) {
 		return &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, want: map[string]time.Time{}}
 	}
 	good, silent := mk("good"), mk("silent")
-	const addr = "198.18.1.1"
+	const addr = "198.18.1.1:80"
 	for _, n := range []*hollowNode{good, silent} {
 		n.watch(addr)
 	}
@@ -126,9 +126,9 @@ func TestAwaitSeen(t *testing.T) {
 		}
 		return txs[0]
 	}
-	// A longer address that starts with addr is not addr.
-	silent.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { 198.18.1.10 }\n"))
-	good.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { " + addr + " }\n"))
+	// A longer address that starts with addr's is not addr's.
+	silent.committed(parse("add table ip t\nadd chain ip t c\nadd rule ip t c meta l4proto tcp dnat to 198.18.1.10:80\n"))
+	good.committed(parse("add table ip t\nadd chain ip t c\nadd rule ip t c meta l4proto tcp dnat to " + addr + "\n"))
 
 	var lat []time.Duration
 	missed := awaitSeen([]*hollowNode{good, silent}, []string{addr}, written, 100*time.Millisecond, &lat)
@@ -140,21 +140,25 @@ func TestAwaitSeen(t *testing.T) {
 	}
 }
 
-func TestContainsAddr(t *testing.T) {
+func TestContainsEndpoint(t *testing.T) {
 	for _, c := range []struct {
-		text, addr string
-		want       bool
+		text, ep string
+		want     bool
 	}{
-		{"dnat to 198.18.1.1:80", "198.18.1.1", true},
-		{"dnat to 198.18.1.10:80", "198.18.1.1", false},
-		{"elements = { 198.18.1.1 . tcp . 80 }", "198.18.1.1", true},
-		{"dnat to 2198.18.1.1:80", "198.18.1.1", false},
-		{"dnat to [fd00:18:1::1a]:80", "fd00:18:1::1", false},
-		{"dnat to [fd00:18:1::1]:80", "fd00:18:1::1", true},
-		{"fd00:18:1::1 . tcp", "fd00:18:1::1", true},
+		{"dnat to 198.18.1.1:80", "198.18.1.1:80", true},
+		{"dnat to 198.18.1.1:8080", "198.18.1.1:80", false},
+		{"dnat to 198.18.1.10:80", "198.18.1.1:80", false},
+		{"dnat to 2198.18.1.1:80", "198.18.1.1:80", false},
+		{"elements = { 0 : 198.18.1.1 . 80 }", "198.18.1.1:80", true},
+		{"elements = { 0 : 198.18.1.1 . 8080 }", "198.18.1.1:80", false},
+		{"elements = { 198.18.1.1 . tcp . 80 }", "198.18.1.1:80", false},
+		{"dnat to [fd00:18:1::1a]:80", "[fd00:18:1::1]:80", false},
+		{"dnat to [fd00:18:1::1]:80", "[fd00:18:1::1]:80", true},
+		{"0 : fd00:18:1::1 . 80", "[fd00:18:1::1]:80", true},
+		{"0 : fd00:18:1::1 . 80", "[fd00:18:1::1]:81", false},
 	} {
-		if got := containsAddr(c.text, c.addr); got != c.want {
-			t.Errorf("containsAddr(%q, %q) = %v, want %v", c.text, c.addr, got, c.want)
+		if got := containsEndpoint(c.text, c.ep); got != c.want {
+			t.Errorf("containsEndpoint(%q, %q) = %v, want %v", c.text, c.ep, got, c.want)
 		}
 	}
 }
