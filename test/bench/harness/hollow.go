@@ -605,6 +605,10 @@ type apiWatchFigures struct {
 	// (apiserver_watch_events_total, apiserver_watch_events_sizes_sum),
 	// counters.
 	Watches, Events, Bytes float64
+	// HeapMiB is the API server's Go heap in use
+	// (go_memstats_heap_inuse_bytes): unlike its RSS, it does not keep
+	// the high-water mark of a burst.
+	HeapMiB float64
 }
 
 // watchFigures scrapes the API server's /metrics.
@@ -633,6 +637,7 @@ func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
 			w.Events += v
 		}
 	}
+	w.HeapMiB = m.Sum("go_memstats_heap_inuse_bytes") / (1 << 20)
 	for labels, v := range m.Series("apiserver_watch_events_sizes_sum") {
 		if ours(labels) {
 			w.Bytes += v
@@ -668,6 +673,7 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		{"missed (node, change)", strconv.Itoa(len(r.Missed))},
 		{"API server CPU to synced / whole run", fmt.Sprintf("%.2f s / %.2f s", r.APIServerCPUToSynced, r.APIServerCPU)},
 		{"API server RSS before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIServerRSSBeforeNodesMiB, r.APIServerRSSMiB)},
+		{"API server heap in use before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIBefore.HeapMiB, r.APIEnd.HeapMiB)},
 		{"API server WATCH requests (svc+slices) before / end", fmt.Sprintf("%.0f / %.0f", r.APIBefore.Watches, r.APIEnd.Watches)},
 		{"API server watch events sent (svc+slices), nodes' run", fmt.Sprintf("%.0f (%.2f MiB encoded)", r.APIEnd.Events-r.APIBefore.Events, (r.APIEnd.Bytes-r.APIBefore.Bytes)/(1<<20))},
 	}
