@@ -50,3 +50,4 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver \
 build kube-proxy k8s.io/kubernetes/cmd/kube-proxy \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kube_version"
 build listgates ./cmd/listgates
+build kubemark k8s.io/kubernetes/cmd/kubemark -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kube_version"
