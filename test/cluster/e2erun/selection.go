@@ -25,8 +25,23 @@ type NamedSkip struct {
 // node or pod has a route out of the namespaces the cluster harness made,
 // and traffic must never leave them. Every selection skips them.
 var NamedSkips = []NamedSkip{
-	{`\[sig-network\] Networking should provide Internet connection for containers`, "connects to 8.8.8.8 (IPv4) or 2001:4860:4860::8888 (IPv6): internet connectivity"},
-	{`\[sig-network\] Networking should provider Internet connection for containers using DNS`, "resolves and connects to google.com: external DNS names and internet connectivity"},
+	{`\[sig-network\] Networking should provide Internet connection for containers \[Feature:Networking-IPv4\]`,
+		"connects to 8.8.8.8:53: internet connectivity"},
+	{`\[sig-network\] Networking should provide Internet connection for containers \[Feature:Networking-IPv6\]`,
+		"connects to 2001:4860:4860::8888:53: internet connectivity"},
+	{`\[sig-network\] Networking should provider Internet connection for containers using DNS`,
+		"resolves and connects to google.com: an external DNS name and internet connectivity"},
+}
+
+// EnvironmentSkips are tests that cannot pass in this environment with any
+// proxy, skipped by name.
+var EnvironmentSkips = []NamedSkip{
+	{`\[sig-network\] Services should allow creating a basic SCTP service with pod and endpoints`,
+		"SCTP: the host kernel has no sctp module"},
+	{`\[sig-network\] Networking should allow creating a Pod with an SCTP HostPort`,
+		"SCTP: the host kernel has no sctp module"},
+	{`\[sig-network\] LocalhostNodePorts should let a node pull an image from a registry exposed via localhost NodePort`,
+		"serves agnhost's fake registry, whose images upstream's agnhost build downloads from the internet; the agnhost built here (test/tools/images.sh) has none"},
 }
 
 // Tags of tests no selection runs, and why.
@@ -39,10 +54,11 @@ var (
 	flaky = `\[Flaky\]`
 	// Alpha feature gates are off in the cluster.
 	alpha = `\[Alpha\]|\[Feature:OffByDefault\]`
-	// features the cluster does not have: a second IP family, SCTP
-	// (the host has no sctp module), and the performance suites (iperf
-	// at scale, DNS at scale) that are measurements, not checks.
-	absentFeatures = `\[Feature:(IPv6DualStack|SCTPConnectivity|NetworkingPerformance|PerformanceDNS)\]`
+	// features the cluster does not have: cloud load balancers, a second
+	// IP family, SCTP (the host kernel has no sctp module), and the
+	// performance suites (iperf2, DNS at scale), which are measurements
+	// rather than checks.
+	absentFeatures = `\[Feature:(LoadBalancer|IPv6DualStack|SCTPConnectivity|Networking-Performance|PerformanceDNS)\]`
 )
 
 // Selections are the runs hack/conformance.sh knows.
@@ -60,7 +76,7 @@ var Selections = map[string]Selection{
 		Doc: "the [sig-network] tests of Services, the service proxy, Conntrack and Networking that fit a cluster " +
 			"without a cloud provider: the [Conformance] ones and the non-disruptive rest, [Serial] and [Slow] included",
 		Focus: []string{
-			`\[sig-network\] (Services|KubeProxy|Conntrack|Networking|Service CIDRs|LocalhostNodePorts|Traffic Distribution|Topology Hints|Connectivity Pod Lifecycle|NoSNAT|HostPort|EndpointSlice|Endpoints|Service endpoints latency) `,
+			`\[sig-network\] (Services|KubeProxy|Conntrack|Networking|Service CIDRs|LocalhostNodePorts|Traffic Distribution|Topology Hints|Connectivity Pod Lifecycle|NoSNAT|HostPort) `,
 		},
 		Skip: []string{disruptive, flaky, alpha, absentFeatures},
 	},
@@ -79,10 +95,15 @@ func SelectionNames() []string {
 // skips are the selection's skip patterns and every named skip.
 func (s Selection) skips() []string {
 	out := slices.Clone(s.Skip)
-	for _, n := range NamedSkips {
+	for _, n := range AllNamedSkips() {
 		out = append(out, n.Pattern)
 	}
 	return out
+}
+
+// AllNamedSkips are NamedSkips and EnvironmentSkips.
+func AllNamedSkips() []NamedSkip {
+	return slices.Concat(NamedSkips, EnvironmentSkips)
 }
 
 // suiteDescription is what ginkgo puts before a test's text when it

@@ -194,7 +194,7 @@ func newDocCommand() *cobra.Command {
 			t := e2erun.NewTable(reports)
 			var b strings.Builder
 			gen := "hack/conformance.sh doc " + strings.Join(dirs, " ")
-			if err := t.WriteMarkdown(&b, gen, e2erun.NamedSkips); err != nil {
+			if err := t.WriteMarkdown(&b, gen, e2erun.AllNamedSkips()); err != nil {
 				return err
 			}
 			if out == "-" {
