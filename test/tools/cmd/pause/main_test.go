@@ -12,26 +12,27 @@ import (
 	"time"
 )
 
-// TestPauseHelper is the pause process itself when the test runs this test
-// binary as a child.
-func TestPauseHelper(t *testing.T) {
-	if os.Getenv("PAUSE_TEST_CHILD") != "1" {
-		t.Skip("runs only as the child of TestPauseExitsOnSignal")
-	}
-	if os.Getenv("PAUSE_TEST_ZOMBIE") == "1" {
-		// A child that exits at once: pause must reap it.
-		if err := exec.Command("true").Start(); err != nil {
-			os.Exit(3)
+// TestMain runs main instead of the tests when the test binary is the
+// pause process a test started (PAUSE_TEST_CHILD=1).
+func TestMain(m *testing.M) {
+	if os.Getenv("PAUSE_TEST_CHILD") == "1" {
+		if os.Getenv("PAUSE_TEST_ZOMBIE") == "1" {
+			// A child that exits at once: pause must reap it.
+			if err := exec.Command("true").Start(); err != nil {
+				os.Exit(3)
+			}
 		}
+		main()
+		return
 	}
-	main()
+	os.Exit(m.Run())
 }
 
 // startPause runs main in a child process and waits until it prints its
 // warning (it is not PID 1), so its signal handlers are installed.
 func startPause(t *testing.T, zombie bool) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPauseHelper$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "PAUSE_TEST_CHILD=1")
 	if zombie {
 		cmd.Env = append(cmd.Env, "PAUSE_TEST_ZOMBIE=1")
