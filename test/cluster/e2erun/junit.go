@@ -55,8 +55,11 @@ type junitSuites struct {
 }
 
 // ReadJUnit reads the test cases of e2e.test's JUnit report (junit_01.xml
-// in its --report-dir). Only the specs ("[It] ..." cases) are returned; the
-// suite's set-up and report nodes are not tests.
+// in its --report-dir). Only the specs the run selected are returned: the
+// report lists every spec of the suite, those --ginkgo.focus/skip left out
+// as skipped with the bare message "skipped" (a test that skips itself
+// says why: "skipped - REASON"); the suite's set-up and report nodes
+// ("[SynchronizedBeforeSuite]", ...) are not tests.
 func ReadJUnit(path string) ([]Case, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -87,11 +90,18 @@ func ParseJUnit(b []byte) ([]Case, error) {
 			case tc.Error != nil:
 				c.Message = firstLine(tc.Error.Message, tc.Error.Text)
 			}
+			if c.Result == Skipped && c.Message == notSelected {
+				continue
+			}
 			cases = append(cases, c)
 		}
 	}
 	return cases, nil
 }
+
+// notSelected is the skip message of a spec the run's focus and skip
+// patterns left out.
+const notSelected = "skipped"
 
 // result maps ginkgo's spec states onto Passed, Failed and Skipped.
 func result(status string) Result {

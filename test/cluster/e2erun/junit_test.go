@@ -8,8 +8,9 @@ import (
 )
 
 // TestReadJUnit reads a report in the form e2e.test writes (ginkgo's JUnit
-// with the framework's settings): only the "[It]" specs, their results
-// mapped to passed, failed and skipped, the first line of each message.
+// with the framework's settings): only the "[It]" specs the run selected
+// (not the DNS test its focus left out), their results mapped to passed,
+// failed and skipped, the first line of each message.
 func TestReadJUnit(t *testing.T) {
 	cases, err := ReadJUnit(filepath.Join("testdata", "junit_sample.xml"))
 	if err != nil {
