@@ -167,7 +167,8 @@ func Execute(ctx context.Context, o Options) (Run, error) {
 	runErr := cmd.Run()
 	run.Finished = time.Now()
 	if cmd.ProcessState == nil {
-		return run, runErr
+		// e2e.test did not start: no run to record.
+		return Run{}, runErr
 	}
 	run.ExitCode = cmd.ProcessState.ExitCode()
 	b, err := json.MarshalIndent(run, "", "  ")
