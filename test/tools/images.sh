@@ -29,8 +29,10 @@
 #                           the version kubeadm v1.37.2 deploys
 #
 # Each archive is OUT/KEY-TAG-INPUTS.oci.tar, INPUTS a hash of what goes into
-# that image (this script, hack/lib/oci.sh, and for the Go programs
-# their module's go.mod, go.sum and own sources). An archive whose inputs are
+# that image (its recipe below and the functions every image is built with,
+# hack/lib/oci.sh, and for the Go programs their module's go.mod, go.sum and
+# own sources; not the rest of this file, so editing one recipe rebuilds
+# one image). An archive whose inputs are
 # unchanged is kept and not rebuilt; archives of older inputs are removed.
 # OUT/images.txt lists "NAME ARCHIVE" for every image. Go programs are built
 # static (CGO_ENABLED=0) under nice.
@@ -80,7 +82,7 @@ done
 # inputs KEY lists the files that go into image KEY, relative to the
 # repository.
 inputs() {
-	printf '%s\n' test/tools/images.sh hack/lib/oci.sh
+	printf '%s\n' hack/lib/oci.sh
 	case "$1" in
 	pause) printf '%s\n' test/tools/go.mod test/tools/go.sum test/tools/cmd/pause/main.go ;;
 	agnhost | regression-issue-74839) printf '%s\n' test/tools/go.mod test/tools/go.sum ;;
@@ -91,7 +93,11 @@ inputs() {
 # archive KEY prints the path of image KEY's archive for the current inputs.
 archive() {
 	local key=$1 name=${names[$1]} id
-	id=$({ printf '%s\n' "$name"; (cd "$repo" && inputs "$key" | xargs sha256sum --); } | sha256sum | cut -c1-12)
+	id=$({
+		printf '%s\n' "$name"
+		declare -f "rootfs_$key" build gobuild
+		(cd "$repo" && inputs "$key" | xargs sha256sum --)
+	} | sha256sum | cut -c1-12)
 	printf '%s/%s-%s-%s.oci.tar\n' "$out" "$key" "${name##*:}" "$id"
 }
 
