@@ -233,9 +233,9 @@ func (w *written) compare(parsed map[string]savedTable) []proxy.Drift {
 var driftTables = []string{tableMangle, tableNAT, tableFilter}
 
 // CheckDrift implements proxy.DriftChecker: it compares iptables-save of
-// the mangle, nat and filter tables with what kproxy wrote. It finds
-// nothing before the first successful sync and after a failed one (the
-// next sync is full then anyway).
+// the mangle, nat and filter tables with what kproxy wrote. Before the
+// first successful sync and after a failed one (the next sync is full
+// then anyway) it reads nothing: proxy.ErrNothingToCompare.
 //
 // The tables are read and parsed without holding the lock that Sync
 // takes: at 10k services iptables-save of the nat table takes a second or
@@ -249,7 +249,7 @@ func (p *Proxier) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
 	syncs := p.syncs
 	p.mu.Unlock()
 	if !ready {
-		return nil, nil
+		return nil, proxy.ErrNothingToCompare
 	}
 	saves := map[string][]byte{}
 	for _, t := range driftTables {
