@@ -214,3 +214,42 @@ func plainState(services, perService int) *model.State {
 	}
 	return st
 }
+
+// TestOwnChainsDeclaredInReverseOrder: an unsplit restore declares the
+// service ports' own chains in reverse name order, which is what costs
+// iptables-legacy-restore least (see ownChainLines); split or not, every
+// one is declared once.
+func TestOwnChainsDeclaredInReverseOrder(t *testing.T) {
+	st := plainState(50, 3)
+	o := exampleOptions(v1.IPv4Protocol)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	for _, split := range []bool{false, true} {
+		cfg := o.RenderConfig(nil, nil)
+		if split {
+			cfg.MaxChainsPerRestore = 40
+		}
+		plan := Render(cfg, in, NewApplied())
+		var declared []string
+		for _, r := range plan.Restores {
+			nat := false
+			var chains []string
+			for l := range strings.Lines(string(r)) {
+				switch {
+				case l == "*nat\n":
+					nat = true
+				case l == "COMMIT\n":
+					nat = false
+				case nat && strings.HasPrefix(l, ":") && isServiceChain(strings.Fields(l[1:])[0]):
+					chains = append(chains, strings.Fields(l[1:])[0])
+				}
+			}
+			if !split && !slices.IsSortedFunc(chains, func(a, b string) int { return strings.Compare(b, a) }) {
+				t.Errorf("own chains declared in the order %v, want reverse name order", chains)
+			}
+			declared = append(declared, chains...)
+		}
+		if want := 50 * (1 + 3); len(declared) != want || len(sets.New(declared...)) != want {
+			t.Errorf("split=%v: %d own chains declared (%d distinct), want %d", split, len(declared), len(sets.New(declared...)), want)
+		}
+	}
+}

@@ -16,6 +16,10 @@ type out struct {
 	split     bool
 	max       int
 	ownChains int
+	// ownNames are the own chains of an unsplit restore, declared in
+	// assemble (see ownChainLines); a split one declares them in each
+	// chunk's own.lines.
+	ownNames []string
 	// stale are per-service chains to flush and delete.
 	stale []string
 	// Shared chain edits and the fixed parts (full syncs).
@@ -55,7 +59,11 @@ func (o *out) addOwn(w *chainWriter, pick func(i int) bool) {
 	}
 	for i, c := range w.chains {
 		if pick == nil || pick(i) {
-			o.own.lines = appendChainLine(o.own.lines, c.name)
+			if o.split {
+				o.own.lines = appendChainLine(o.own.lines, c.name)
+			} else {
+				o.ownNames = append(o.ownNames, c.name)
+			}
 			o.own.rules = append(o.own.rules, w.rules(i)...)
 		}
 	}
@@ -135,7 +143,10 @@ func (r *renderer) assemble(o *out) {
 		size += len(c) + 9
 	}
 	if !o.split {
-		size += len(o.own.lines) + len(o.own.rules)
+		size += len(o.own.rules)
+		for _, c := range o.ownNames {
+			size += len(c) + 9
+		}
 		if staleHere {
 			for _, c := range o.stale {
 				size += 2*len(c) + 13
@@ -156,7 +167,7 @@ func (r *renderer) assemble(o *out) {
 			b = appendChainLine(b, c)
 		}
 		if !o.split {
-			b = append(b, o.own.lines...)
+			b = ownChainLines(b, o.ownNames)
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -234,6 +245,24 @@ func (r *renderer) canaryCheck() {
 	b = append(b, first[:i]...)
 	b = append(b, canaryLine...)
 	r.plan.Restores[0] = append(b, first[i:]...)
+}
+
+// ownChainLines declares the service ports' own chains of an unsplit
+// restore, in reverse name order. The legacy backend's libiptc keeps a
+// table's user chains in a list sorted by name and puts a new chain in
+// place by walking that list from the nearest entry of its index, which
+// it rebuilds only every few hundred new chains; a chain that sorts
+// before all others goes to the front at once. Declared in reverse order,
+// 110k new chains (10k services) cost iptables-legacy-restore about 2.5
+// CPU s less, of 9 (in the order services are rendered, chain names are
+// random). iptables-save prints the chains in name order whatever the
+// order of declaration: the rules are the same.
+func ownChainLines(b []byte, names []string) []byte {
+	slices.SortFunc(names, func(x, y string) int { return strings.Compare(y, x) })
+	for _, c := range names {
+		b = appendChainLine(b, c)
+	}
+	return b
 }
 
 func appendChainLine(b []byte, name string) []byte {
