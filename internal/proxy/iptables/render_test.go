@@ -215,14 +215,15 @@ func plainState(services, perService int) *model.State {
 	return st
 }
 
-// TestOwnChainsDeclaredInReverseOrder: an unsplit restore declares the
-// service ports' own chains in reverse name order, which is what costs
-// iptables-legacy-restore least (see ownChainLines); split or not, every
-// one is declared once.
-func TestOwnChainsDeclaredInReverseOrder(t *testing.T) {
+// TestOwnChainsOrder: an unsplit restore declares the service ports' own
+// chains in reverse name order and writes their rules in name order, each
+// chain's rules together, which is what costs iptables-legacy-restore
+// least (see ownBlock); split or not, every one is declared once.
+func TestOwnChainsOrder(t *testing.T) {
 	st := plainState(50, 3)
 	o := exampleOptions(v1.IPv4Protocol)
 	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	reverse := func(a, b string) int { return strings.Compare(b, a) }
 	for _, split := range []bool{false, true} {
 		cfg := o.RenderConfig(nil, nil)
 		if split {
@@ -232,7 +233,7 @@ func TestOwnChainsDeclaredInReverseOrder(t *testing.T) {
 		var declared []string
 		for _, r := range plan.Restores {
 			nat := false
-			var chains []string
+			var chains, ruled []string
 			for l := range strings.Lines(string(r)) {
 				switch {
 				case l == "*nat\n":
@@ -241,10 +242,23 @@ func TestOwnChainsDeclaredInReverseOrder(t *testing.T) {
 					nat = false
 				case nat && strings.HasPrefix(l, ":") && isServiceChain(strings.Fields(l[1:])[0]):
 					chains = append(chains, strings.Fields(l[1:])[0])
+				case nat && strings.HasPrefix(l, "-A ") && isServiceChain(strings.Fields(l)[1]):
+					if c := strings.Fields(l)[1]; len(ruled) == 0 || ruled[len(ruled)-1] != c {
+						ruled = append(ruled, c)
+					}
 				}
 			}
-			if !split && !slices.IsSortedFunc(chains, func(a, b string) int { return strings.Compare(b, a) }) {
-				t.Errorf("own chains declared in the order %v, want reverse name order", chains)
+			if !split {
+				if !slices.IsSortedFunc(chains, reverse) {
+					t.Errorf("own chains declared in the order %v, want reverse name order", chains)
+				}
+				// Strictly increasing: in name order, each chain's rules together.
+				for i := 1; i < len(ruled); i++ {
+					if ruled[i-1] >= ruled[i] {
+						t.Errorf("rules of %s after those of %s: want the own chains' rules in name order, each chain's together", ruled[i], ruled[i-1])
+						break
+					}
+				}
 			}
 			declared = append(declared, chains...)
 		}

@@ -16,10 +16,10 @@ type out struct {
 	split     bool
 	max       int
 	ownChains int
-	// ownNames are the own chains of an unsplit restore, declared in
-	// assemble (see ownChainLines); a split one declares them in each
-	// chunk's own.lines.
-	ownNames []string
+	// ownBlocks are the own chains of an unsplit restore and where their
+	// rules are in own.rules, put in order in assemble (see ownBlock); a
+	// split one declares them in each chunk's own.lines.
+	ownBlocks []ownBlock
 	// stale are per-service chains to flush and delete.
 	stale []string
 	// Shared chain edits and the fixed parts (full syncs).
@@ -59,12 +59,13 @@ func (o *out) addOwn(w *chainWriter, pick func(i int) bool) {
 	}
 	for i, c := range w.chains {
 		if pick == nil || pick(i) {
+			start := len(o.own.rules)
+			o.own.rules = append(o.own.rules, w.rules(i)...)
 			if o.split {
 				o.own.lines = appendChainLine(o.own.lines, c.name)
 			} else {
-				o.ownNames = append(o.ownNames, c.name)
+				o.ownBlocks = append(o.ownBlocks, ownBlock{c.name, start, len(o.own.rules)})
 			}
-			o.own.rules = append(o.own.rules, w.rules(i)...)
 		}
 	}
 	o.own.chains += n
@@ -144,8 +145,8 @@ func (r *renderer) assemble(o *out) {
 	}
 	if !o.split {
 		size += len(o.own.rules)
-		for _, c := range o.ownNames {
-			size += len(c) + 9
+		for _, c := range o.ownBlocks {
+			size += len(c.name) + 9
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -167,7 +168,10 @@ func (r *renderer) assemble(o *out) {
 			b = appendChainLine(b, c)
 		}
 		if !o.split {
-			b = ownChainLines(b, o.ownNames)
+			slices.SortFunc(o.ownBlocks, func(x, y ownBlock) int { return strings.Compare(x.name, y.name) })
+			for i := len(o.ownBlocks) - 1; i >= 0; i-- {
+				b = appendChainLine(b, o.ownBlocks[i].name)
+			}
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -180,7 +184,9 @@ func (r *renderer) assemble(o *out) {
 		b = append(b, o.natHead...)
 		b = append(b, o.natRules...)
 		if !o.split {
-			b = append(b, o.own.rules...)
+			for _, c := range o.ownBlocks {
+				b = append(b, o.own.rules[c.start:c.end]...)
+			}
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -247,22 +253,25 @@ func (r *renderer) canaryCheck() {
 	r.plan.Restores[0] = append(b, first[i:]...)
 }
 
-// ownChainLines declares the service ports' own chains of an unsplit
-// restore, in reverse name order. The legacy backend's libiptc keeps a
-// table's user chains in a list sorted by name and puts a new chain in
-// place by walking that list from the nearest entry of its index, which
-// it rebuilds only every few hundred new chains; a chain that sorts
-// before all others goes to the front at once. Declared in reverse order,
-// 110k new chains (10k services) cost iptables-legacy-restore about 2.5
-// CPU s less, of 9 (in the order services are rendered, chain names are
-// random). iptables-save prints the chains in name order whatever the
-// order of declaration: the rules are the same.
-func ownChainLines(b []byte, names []string) []byte {
-	slices.SortFunc(names, func(x, y string) int { return strings.Compare(y, x) })
-	for _, c := range names {
-		b = appendChainLine(b, c)
-	}
-	return b
+// ownBlock is an own chain of an unsplit restore: its name and its rules,
+// own.rules[start:end].
+//
+// An unsplit restore declares these chains in reverse name order and
+// writes their rules in name order (each chain's rules as rendered), which
+// is what costs iptables-legacy-restore least. Its libiptc keeps a table's
+// user chains in a list sorted by name and puts a new chain in place by
+// walking that list from the nearest entry of an index it rebuilds only
+// every few hundred new chains: a chain that sorts before all others goes
+// to the front at once. Rules that come in the chains' order append to
+// chains (and their rule lists) laid out in that order. In the order
+// services are rendered, chain names are random. The same 10k-service
+// input (110k own chains, 320k nat rules) in a fresh netns: 6.6-7.9 CPU s
+// as rendered, 5.4-5.6 with the chains declared in reverse order, 4.3-4.6
+// with the rules in name order as well. iptables-save prints the same
+// rules: it lists chains in name order whatever the order they came in.
+type ownBlock struct {
+	name       string
+	start, end int
 }
 
 func appendChainLine(b []byte, name string) []byte {
