@@ -267,3 +267,30 @@ func TestOwnChainsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsplitRestoreSizedOnce: the main restore is allocated at its final
+// size (at 10k services 32 MB; grown by append it would be copied and
+// held twice over).
+func TestUnsplitRestoreSizedOnce(t *testing.T) {
+	st := plainState(50, 3)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	plan := Render(cfg, in, NewApplied())
+	a := NewApplied()
+	plan.Commit(a)
+	// A partial sync that deletes chains too.
+	delete(st.Services, fixtures.SPName("svc-1", "http", model.TCP))
+	st.Endpoints[fixtures.SPName("svc-2", "http", model.TCP)] = st.Endpoints[fixtures.SPName("svc-2", "http", model.TCP)][:1]
+	in.Full, in.Changed = false, sets.New(fixtures.SPName("svc-1", "http", model.TCP), fixtures.SPName("svc-2", "http", model.TCP))
+	partial := Render(cfg, in, a)
+	for name, p := range map[string]*Plan{"full": plan, "partial": partial} {
+		if len(p.Restores) != 1 {
+			t.Fatalf("%s: %d restores, want 1", name, len(p.Restores))
+		}
+		r := p.Restores[0]
+		if slack := cap(r) - len(r); slack < 0 || slack > 64 {
+			t.Errorf("%s: restore of %d bytes in a buffer of %d: sized wrong", name, len(r), cap(r))
+		}
+	}
+}

@@ -141,16 +141,16 @@ func (r *renderer) assemble(o *out) {
 	hasNAT := len(o.natChains) > 0 || o.natN > 0 || (!o.split && o.own.chains > 0) || (staleHere && len(o.stale) > 0)
 	size := len(o.natPre) + len(o.mangle) + len(o.filterHead) + len(o.filterRules) + len(o.filterTail) + len(o.natHead) + len(o.natRules) + len(o.natTail) + 64
 	for _, c := range append(slices.Clip(o.filterChains), o.natChains...) {
-		size += len(c) + 9
+		size += chainLineLen(c)
 	}
 	if !o.split {
 		size += len(o.own.rules)
 		for _, c := range o.ownBlocks {
-			size += len(c.name) + 9
+			size += chainLineLen(c.name)
 		}
 		if staleHere {
 			for _, c := range o.stale {
-				size += 2*len(c) + 13
+				size += chainLineLen(c) + len("-X \n") + len(c)
 			}
 		}
 	}
@@ -273,6 +273,9 @@ type ownBlock struct {
 	name       string
 	start, end int
 }
+
+// chainLineLen is the length of appendChainLine's line for name.
+func chainLineLen(name string) int { return len(":") + len(name) + len(" - [0:0]\n") }
 
 func appendChainLine(b []byte, name string) []byte {
 	b = append(b, ':')
