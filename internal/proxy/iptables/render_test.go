@@ -294,3 +294,71 @@ func TestUnsplitRestoreSizedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPartialSyncEndpointCount: a partial sync counts the endpoints from
+// the last sync's count and its changes (not every service port); through
+// added, removed and resized service ports the count is what a full
+// count gives, and large cluster mode follows it across the threshold.
+func TestPartialSyncEndpointCount(t *testing.T) {
+	st := plainState(99, 10) // 990 endpoints
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	a := NewApplied()
+	sync := func(full bool, changed ...model.ServicePortName) *Plan {
+		t.Helper()
+		in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New(changed...)}, Full: full, Existing: &Existing{}}
+		p := Render(cfg, in, a)
+		want := 0
+		for n := range st.Services {
+			want += len(st.Endpoints[n])
+		}
+		if p.Endpoints != want {
+			t.Fatalf("after changing %v: %d endpoints counted, want %d", changed, p.Endpoints, want)
+		}
+		p.Commit(a)
+		return p
+	}
+	sync(true)
+	svc := func(i int) model.ServicePortName { return fixtures.SPName(fmt.Sprintf("svc-%d", i), "http", model.TCP) }
+	more := plainState(102, 20)
+	// A new service port of 20 endpoints: 1010, large cluster mode.
+	st.Services[svc(100)], st.Endpoints[svc(100)] = more.Services[svc(100)], more.Endpoints[svc(100)]
+	if p := sync(false, svc(100)); strings.Contains(p.Text(), "-m comment --comment demo/svc-100:http -s ") {
+		t.Errorf("1010 endpoints: the new service port's endpoint rules have comments; want large cluster mode")
+	}
+	// Two fewer endpoints on one, one gone, a new one of 1 endpoint: 999,
+	// not large (the new port's endpoint rule has its comment).
+	st.Endpoints[svc(3)] = st.Endpoints[svc(3)][:8]
+	delete(st.Services, svc(4))
+	delete(st.Endpoints, svc(4))
+	st.Services[svc(101)], st.Endpoints[svc(101)] = more.Services[svc(101)], more.Endpoints[svc(101)][:1]
+	if p := sync(false, svc(3), svc(4), svc(101)); !strings.Contains(p.Text(), "-m comment --comment demo/svc-101:http -s ") {
+		t.Errorf("999 endpoints: the new service port's endpoint rule has no comment; want it")
+	}
+	// A change to a port the state does not have, and one to nothing.
+	sync(false, svc(500))
+	sync(false, svc(7))
+	sync(true)
+}
+
+// BenchmarkPartialRender: one endpoint changed with 10k service ports of
+// 10 endpoints rendered (fakes; the render and Commit of a partial sync).
+func BenchmarkPartialRender(b *testing.B) {
+	st := plainState(10000, 10)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	a := NewApplied()
+	Render(cfg, in, a).Commit(a)
+	n := fixtures.SPName("svc-17", "http", model.TCP)
+	in.Full, in.Changed = false, sets.New(n)
+	b.ResetTimer()
+	for i := range b.N {
+		eps := slices.Clone(st.Endpoints[n])
+		e := *eps[0]
+		e.Port = int32(20000 + i%20000)
+		eps[0] = &e
+		st.Endpoints[n] = eps
+		Render(cfg, in, a).Commit(a)
+	}
+}
