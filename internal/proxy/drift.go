@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -146,11 +147,16 @@ func (l *Loop) takeRepairs() {
 }
 
 // DriftChecker is a backend that can compare the kernel's rules with what
-// it last wrote (iptables mode). It returns nothing when it has not
-// written yet or its next sync is full anyway.
+// it last wrote (iptables mode). It returns ErrNothingToCompare when it
+// has not written yet or its next sync is full anyway.
 type DriftChecker interface {
 	CheckDrift(ctx context.Context) ([]Drift, error)
 }
+
+// ErrNothingToCompare is a DriftChecker's answer when it read nothing: it
+// has not written yet, or its next sync is full anyway. CheckDrifts does
+// not time such a round as a check.
+var ErrNothingToCompare = errors.New("no rules written to compare with")
 
 // DriftCheckOptions bound how often CheckDrifts runs the checks.
 type DriftCheckOptions struct {
@@ -191,8 +197,13 @@ func (l *Loop) CheckDrifts(ctx context.Context, mode string, checkers map[v1.IPF
 		case <-time.After(wait):
 		}
 		start := time.Now()
+		compared := false
 		for f, c := range checkers {
 			ds, err := c.CheckDrift(ctx)
+			if errors.Is(err, ErrNothingToCompare) {
+				continue
+			}
+			compared = true
 			if err != nil {
 				if ctx.Err() == nil {
 					klog.V(2).InfoS("Could not compare the rules with what kproxy wrote", "ipFamily", f, "err", err)
@@ -203,6 +214,13 @@ func (l *Loop) CheckDrifts(ctx context.Context, mode string, checkers map[v1.IPF
 				ReportDrift(mode, "comparison", ds)
 				l.Repair(f)
 			}
+		}
+		if !compared {
+			// Before the first sync: the rounds that read nothing say
+			// nothing of what a check costs (taken as one, they made
+			// the first two checks after it run a Min apart).
+			wait = o.Min
+			continue
 		}
 		last := time.Since(start)
 		cost := last

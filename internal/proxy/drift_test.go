@@ -210,3 +210,52 @@ func checkUntilRepair(t *testing.T, repaired <-chan struct{}, check func(ctx con
 	cancel()
 	<-done
 }
+
+// pacedChecker has nothing to compare for its first idle calls, then
+// takes cost per check and records when each check began.
+type pacedChecker struct {
+	idle   int
+	cost   time.Duration
+	starts chan time.Time
+}
+
+func (c *pacedChecker) CheckDrift(context.Context) ([]Drift, error) {
+	if c.idle > 0 {
+		c.idle--
+		return nil, ErrNothingToCompare
+	}
+	c.starts <- time.Now()
+	time.Sleep(c.cost)
+	return nil, nil
+}
+
+// TestCheckDriftsPacesFromTheFirstCheck: the rounds before the first sync,
+// which read nothing, are not taken for what a check costs: the check
+// after the first one waits CostFactor times its cost, not Min.
+func TestCheckDriftsPacesFromTheFirstCheck(t *testing.T) {
+	l, _, _, _, _, _ := setup(t)
+	c := &pacedChecker{idle: 3, cost: 30 * time.Millisecond, starts: make(chan time.Time, 2)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		l.CheckDrifts(ctx, "test", map[v1.IPFamily]DriftChecker{model.IPv4: c}, DriftCheckOptions{Min: 5 * time.Millisecond, Max: 10 * time.Second, CostFactor: 10})
+		close(done)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	var starts []time.Time
+	for len(starts) < 2 {
+		select {
+		case s := <-c.starts:
+			starts = append(starts, s)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d checks in 5 s, want 2", len(starts))
+		}
+	}
+	// The first check took at least 30 ms; its pause at least 300 ms.
+	if gap := starts[1].Sub(starts[0]); gap < 300*time.Millisecond {
+		t.Errorf("the second check began %v after the first, which took 30 ms; want at least 10 times that", gap)
+	}
+}

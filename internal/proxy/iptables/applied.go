@@ -22,6 +22,8 @@ type Applied struct {
 	// plus every service port's.
 	fixedNAT, fixedFilter int
 	natRules, filterRules int
+	// endpoints is the sum of the service ports' endpoints (svcApplied's).
+	endpoints int
 }
 
 // Rules returns how many rules kproxy owns in the nat and filter tables
@@ -48,6 +50,9 @@ type svcApplied struct {
 	stats     tally.Port
 	// natRules and filterRules count its rules in each table.
 	natRules, filterRules int
+	// endpoints is how many endpoints the state gave it (all of them,
+	// whatever their conditions: upstream's count for large cluster mode).
+	endpoints int
 }
 
 type chainState struct {
@@ -106,7 +111,7 @@ func (p *Plan) Commit(a *Applied) {
 	if p.Full {
 		a.services = make(map[model.ServicePortName]*svcApplied, len(p.services))
 		a.tallies = tally.Tally{}
-		a.natRules, a.filterRules = 0, 0
+		a.natRules, a.filterRules, a.endpoints = 0, 0, 0
 		a.fixedNAT, a.fixedFilter = p.fixedNAT, p.fixedFilter
 	}
 	a.synced = true
@@ -126,6 +131,7 @@ func (p *Plan) Commit(a *Applied) {
 func (a *Applied) count(n model.ServicePortName, s *svcApplied, sign int) {
 	a.natRules += sign * s.natRules
 	a.filterRules += sign * s.filterRules
+	a.endpoints += sign * s.endpoints
 	if sign > 0 {
 		a.tallies.Add(n, s.stats)
 	} else {

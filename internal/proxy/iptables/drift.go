@@ -158,12 +158,23 @@ func parseSavedTable(data []byte) savedTable {
 // diff compares the model with iptables-save output of some tables (a
 // table not in saves is not compared).
 func (w *written) diff(saves map[string][]byte) []proxy.Drift {
-	if !w.valid {
-		return nil
-	}
-	parsed := map[string]savedTable{}
+	return w.compare(parseSaves(saves))
+}
+
+// parseSaves parses iptables-save output of some tables, by table.
+func parseSaves(saves map[string][]byte) map[string]savedTable {
+	parsed := make(map[string]savedTable, len(saves))
 	for t, data := range saves {
 		parsed[t] = parseSavedTable(data)
+	}
+	return parsed
+}
+
+// compare compares the model with parsed iptables-save output of some
+// tables (a table not in parsed is not compared).
+func (w *written) compare(parsed map[string]savedTable) []proxy.Drift {
+	if !w.valid {
+		return nil
 	}
 	var out []proxy.Drift
 	keys := make([]chainKey, 0, len(w.rules))
@@ -222,14 +233,23 @@ func (w *written) diff(saves map[string][]byte) []proxy.Drift {
 var driftTables = []string{tableMangle, tableNAT, tableFilter}
 
 // CheckDrift implements proxy.DriftChecker: it compares iptables-save of
-// the mangle, nat and filter tables with what kproxy wrote. It finds
-// nothing before the first successful sync and after a failed one (the
-// next sync is full then anyway).
+// the mangle, nat and filter tables with what kproxy wrote. Before the
+// first successful sync and after a failed one (the next sync is full
+// then anyway) it reads nothing: proxy.ErrNothingToCompare.
+//
+// The tables are read and parsed without holding the lock that Sync
+// takes: at 10k services iptables-save of the nat table takes a second or
+// more, which a sync (an endpoint change just after the first sync, say)
+// would otherwise wait out. A reading that a sync overlapped is thrown
+// away: it may hold part of kproxy's own writing, which is no drift. The
+// next check reads again.
 func (p *Proxier) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cfg == nil || !p.written.valid || p.driftReported {
-		return nil, nil
+	ready := p.cfg != nil && p.written.valid && !p.driftReported
+	syncs := p.syncs
+	p.mu.Unlock()
+	if !ready {
+		return nil, proxy.ErrNothingToCompare
 	}
 	saves := map[string][]byte{}
 	for _, t := range driftTables {
@@ -239,7 +259,13 @@ func (p *Proxier) CheckDrift(ctx context.Context) ([]proxy.Drift, error) {
 		}
 		saves[t] = data
 	}
-	ds := p.written.diff(saves)
+	parsed := parseSaves(saves)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.syncs != syncs || p.cfg == nil || !p.written.valid || p.driftReported {
+		return nil, nil
+	}
+	ds := p.written.compare(parsed)
 	for i := range ds {
 		ds[i].Family = p.opts.Family
 	}

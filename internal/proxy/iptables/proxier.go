@@ -38,7 +38,10 @@ type Proxier struct {
 
 	// mu serialises Sync and CheckDrift (drift.go), which runs on its own
 	// schedule: a comparison in the middle of a sync would see half of it.
-	mu sync.Mutex
+	// syncs counts the Sync calls: CheckDrift reads the kernel without
+	// holding mu, and a reading that a sync overlapped is not compared.
+	mu    sync.Mutex
+	syncs uint64
 	// written follows what the restores left in kproxy's chains;
 	// driftReported: CheckDrift reported drift that the next full sync
 	// repairs (it must not report it again).
@@ -121,6 +124,7 @@ func NFAcctReader(n nfacct.Interface, name string) metrics.PacketCountReader {
 func (p *Proxier) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.syncs++
 	fam := string(p.opts.Family)
 	in := &Input{RenderInput: proxy.RenderInput{State: req.State, Changed: req.Changed, NodeName: p.opts.Hostname}, Full: req.Full || p.cfg == nil}
 	if req.Node != nil {

@@ -107,16 +107,38 @@ func Render(cfg *Config, in *Input, last *Applied) *Plan {
 		last: last,
 		plan: &Plan{Full: in.Full, services: map[model.ServicePortName]*svcApplied{}},
 	}
-	total := 0
-	for n := range in.State.Services {
-		total += len(in.State.Endpoints[n])
-	}
-	r.large = total > largeClusterEndpointsThreshold
-	r.plan.ServicePorts, r.plan.Endpoints = len(in.State.Services), total
+	eps := total(in, last)
+	r.large = eps > largeClusterEndpointsThreshold
+	r.plan.ServicePorts, r.plan.Endpoints = len(in.State.Services), eps
 	if in.Full {
 		r.renderFull()
 	} else {
 		r.renderPartial()
 	}
 	return r.plan
+}
+
+// total is how many endpoints the state's service ports have, as upstream
+// counts them for large cluster mode. A partial sync takes the last
+// sync's count and the changed service ports' difference: counting every
+// service port was most of a one-endpoint change's render at 10k (about
+// 0.7 ms of 0.75 on fakes).
+func total(in *Input, last *Applied) int {
+	n := 0
+	if in.Full || !last.synced {
+		for sp := range in.State.Services {
+			n += len(in.State.Endpoints[sp])
+		}
+		return n
+	}
+	n = last.endpoints
+	for sp := range in.Changed {
+		if old := last.services[sp]; old != nil {
+			n -= old.endpoints
+		}
+		if _, ok := in.State.Services[sp]; ok {
+			n += len(in.State.Endpoints[sp])
+		}
+	}
+	return n
 }

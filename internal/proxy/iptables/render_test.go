@@ -214,3 +214,151 @@ func plainState(services, perService int) *model.State {
 	}
 	return st
 }
+
+// TestOwnChainsOrder: an unsplit restore declares the service ports' own
+// chains in reverse name order and writes their rules in name order, each
+// chain's rules together, which is what costs iptables-legacy-restore
+// least (see ownBlock); split or not, every one is declared once.
+func TestOwnChainsOrder(t *testing.T) {
+	st := plainState(50, 3)
+	o := exampleOptions(v1.IPv4Protocol)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	reverse := func(a, b string) int { return strings.Compare(b, a) }
+	for _, split := range []bool{false, true} {
+		cfg := o.RenderConfig(nil, nil)
+		if split {
+			cfg.MaxChainsPerRestore = 40
+		}
+		plan := Render(cfg, in, NewApplied())
+		var declared []string
+		for _, r := range plan.Restores {
+			nat := false
+			var chains, ruled []string
+			for l := range strings.Lines(string(r)) {
+				switch {
+				case l == "*nat\n":
+					nat = true
+				case l == "COMMIT\n":
+					nat = false
+				case nat && strings.HasPrefix(l, ":") && isServiceChain(strings.Fields(l[1:])[0]):
+					chains = append(chains, strings.Fields(l[1:])[0])
+				case nat && strings.HasPrefix(l, "-A ") && isServiceChain(strings.Fields(l)[1]):
+					if c := strings.Fields(l)[1]; len(ruled) == 0 || ruled[len(ruled)-1] != c {
+						ruled = append(ruled, c)
+					}
+				}
+			}
+			if !split {
+				if !slices.IsSortedFunc(chains, reverse) {
+					t.Errorf("own chains declared in the order %v, want reverse name order", chains)
+				}
+				// Strictly increasing: in name order, each chain's rules together.
+				for i := 1; i < len(ruled); i++ {
+					if ruled[i-1] >= ruled[i] {
+						t.Errorf("rules of %s after those of %s: want the own chains' rules in name order, each chain's together", ruled[i], ruled[i-1])
+						break
+					}
+				}
+			}
+			declared = append(declared, chains...)
+		}
+		if want := 50 * (1 + 3); len(declared) != want || len(sets.New(declared...)) != want {
+			t.Errorf("split=%v: %d own chains declared (%d distinct), want %d", split, len(declared), len(sets.New(declared...)), want)
+		}
+	}
+}
+
+// TestUnsplitRestoreSizedOnce: the main restore is allocated at its final
+// size (at 10k services 32 MB; grown by append it would be copied and
+// held twice over).
+func TestUnsplitRestoreSizedOnce(t *testing.T) {
+	st := plainState(50, 3)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	plan := Render(cfg, in, NewApplied())
+	a := NewApplied()
+	plan.Commit(a)
+	// A partial sync that deletes chains too.
+	delete(st.Services, fixtures.SPName("svc-1", "http", model.TCP))
+	st.Endpoints[fixtures.SPName("svc-2", "http", model.TCP)] = st.Endpoints[fixtures.SPName("svc-2", "http", model.TCP)][:1]
+	in.Full, in.Changed = false, sets.New(fixtures.SPName("svc-1", "http", model.TCP), fixtures.SPName("svc-2", "http", model.TCP))
+	partial := Render(cfg, in, a)
+	for name, p := range map[string]*Plan{"full": plan, "partial": partial} {
+		if len(p.Restores) != 1 {
+			t.Fatalf("%s: %d restores, want 1", name, len(p.Restores))
+		}
+		r := p.Restores[0]
+		if slack := cap(r) - len(r); slack < 0 || slack > 64 {
+			t.Errorf("%s: restore of %d bytes in a buffer of %d: sized wrong", name, len(r), cap(r))
+		}
+	}
+}
+
+// TestPartialSyncEndpointCount: a partial sync counts the endpoints from
+// the last sync's count and its changes (not every service port); through
+// added, removed and resized service ports the count is what a full
+// count gives, and large cluster mode follows it across the threshold.
+func TestPartialSyncEndpointCount(t *testing.T) {
+	st := plainState(99, 10) // 990 endpoints
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	a := NewApplied()
+	sync := func(full bool, changed ...model.ServicePortName) *Plan {
+		t.Helper()
+		in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New(changed...)}, Full: full, Existing: &Existing{}}
+		p := Render(cfg, in, a)
+		want := 0
+		for n := range st.Services {
+			want += len(st.Endpoints[n])
+		}
+		if p.Endpoints != want {
+			t.Fatalf("after changing %v: %d endpoints counted, want %d", changed, p.Endpoints, want)
+		}
+		p.Commit(a)
+		return p
+	}
+	sync(true)
+	svc := func(i int) model.ServicePortName { return fixtures.SPName(fmt.Sprintf("svc-%d", i), "http", model.TCP) }
+	more := plainState(102, 20)
+	// A new service port of 20 endpoints: 1010, large cluster mode.
+	st.Services[svc(100)], st.Endpoints[svc(100)] = more.Services[svc(100)], more.Endpoints[svc(100)]
+	if p := sync(false, svc(100)); strings.Contains(p.Text(), "-m comment --comment demo/svc-100:http -s ") {
+		t.Errorf("1010 endpoints: the new service port's endpoint rules have comments; want large cluster mode")
+	}
+	// Two fewer endpoints on one, one gone, a new one of 1 endpoint: 999,
+	// not large (the new port's endpoint rule has its comment).
+	st.Endpoints[svc(3)] = st.Endpoints[svc(3)][:8]
+	delete(st.Services, svc(4))
+	delete(st.Endpoints, svc(4))
+	st.Services[svc(101)], st.Endpoints[svc(101)] = more.Services[svc(101)], more.Endpoints[svc(101)][:1]
+	if p := sync(false, svc(3), svc(4), svc(101)); !strings.Contains(p.Text(), "-m comment --comment demo/svc-101:http -s ") {
+		t.Errorf("999 endpoints: the new service port's endpoint rule has no comment; want it")
+	}
+	// A change to a port the state does not have, and one to nothing.
+	sync(false, svc(500))
+	sync(false, svc(7))
+	sync(true)
+}
+
+// BenchmarkPartialRender: one endpoint changed with 10k service ports of
+// 10 endpoints rendered (fakes; the render and Commit of a partial sync).
+func BenchmarkPartialRender(b *testing.B) {
+	st := plainState(10000, 10)
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(nil, nil)
+	in := &Input{RenderInput: proxy.RenderInput{State: st, NodeName: "node-a", Changed: sets.New[model.ServicePortName]()}, Full: true, Existing: &Existing{}}
+	a := NewApplied()
+	Render(cfg, in, a).Commit(a)
+	n := fixtures.SPName("svc-17", "http", model.TCP)
+	in.Full, in.Changed = false, sets.New(n)
+	b.ResetTimer()
+	for i := range b.N {
+		eps := slices.Clone(st.Endpoints[n])
+		e := *eps[0]
+		e.Port = int32(20000 + i%20000)
+		eps[0] = &e
+		st.Endpoints[n] = eps
+		Render(cfg, in, a).Commit(a)
+	}
+}

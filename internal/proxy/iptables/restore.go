@@ -16,6 +16,10 @@ type out struct {
 	split     bool
 	max       int
 	ownChains int
+	// ownBlocks are the own chains of an unsplit restore and where their
+	// rules are in own.rules, put in order in assemble (see ownBlock); a
+	// split one declares them in each chunk's own.lines.
+	ownBlocks []ownBlock
 	// stale are per-service chains to flush and delete.
 	stale []string
 	// Shared chain edits and the fixed parts (full syncs).
@@ -55,8 +59,13 @@ func (o *out) addOwn(w *chainWriter, pick func(i int) bool) {
 	}
 	for i, c := range w.chains {
 		if pick == nil || pick(i) {
-			o.own.lines = appendChainLine(o.own.lines, c.name)
+			start := len(o.own.rules)
 			o.own.rules = append(o.own.rules, w.rules(i)...)
+			if o.split {
+				o.own.lines = appendChainLine(o.own.lines, c.name)
+			} else {
+				o.ownBlocks = append(o.ownBlocks, ownBlock{c.name, start, len(o.own.rules)})
+			}
 		}
 	}
 	o.own.chains += n
@@ -132,13 +141,16 @@ func (r *renderer) assemble(o *out) {
 	hasNAT := len(o.natChains) > 0 || o.natN > 0 || (!o.split && o.own.chains > 0) || (staleHere && len(o.stale) > 0)
 	size := len(o.natPre) + len(o.mangle) + len(o.filterHead) + len(o.filterRules) + len(o.filterTail) + len(o.natHead) + len(o.natRules) + len(o.natTail) + 64
 	for _, c := range append(slices.Clip(o.filterChains), o.natChains...) {
-		size += len(c) + 9
+		size += chainLineLen(c)
 	}
 	if !o.split {
-		size += len(o.own.lines) + len(o.own.rules)
+		size += len(o.own.rules)
+		for _, c := range o.ownBlocks {
+			size += chainLineLen(c.name)
+		}
 		if staleHere {
 			for _, c := range o.stale {
-				size += 2*len(c) + 13
+				size += chainLineLen(c) + len("-X \n") + len(c)
 			}
 		}
 	}
@@ -156,7 +168,10 @@ func (r *renderer) assemble(o *out) {
 			b = appendChainLine(b, c)
 		}
 		if !o.split {
-			b = append(b, o.own.lines...)
+			slices.SortFunc(o.ownBlocks, func(x, y ownBlock) int { return strings.Compare(x.name, y.name) })
+			for i := len(o.ownBlocks) - 1; i >= 0; i-- {
+				b = appendChainLine(b, o.ownBlocks[i].name)
+			}
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -169,7 +184,9 @@ func (r *renderer) assemble(o *out) {
 		b = append(b, o.natHead...)
 		b = append(b, o.natRules...)
 		if !o.split {
-			b = append(b, o.own.rules...)
+			for _, c := range o.ownBlocks {
+				b = append(b, o.own.rules[c.start:c.end]...)
+			}
 		}
 		if staleHere {
 			for _, c := range o.stale {
@@ -235,6 +252,30 @@ func (r *renderer) canaryCheck() {
 	b = append(b, canaryLine...)
 	r.plan.Restores[0] = append(b, first[i:]...)
 }
+
+// ownBlock is an own chain of an unsplit restore: its name and its rules,
+// own.rules[start:end].
+//
+// An unsplit restore declares these chains in reverse name order and
+// writes their rules in name order (each chain's rules as rendered), which
+// is what costs iptables-legacy-restore least. Its libiptc keeps a table's
+// user chains in a list sorted by name and puts a new chain in place by
+// walking that list from the nearest entry of an index it rebuilds only
+// every few hundred new chains: a chain that sorts before all others goes
+// to the front at once. Rules that come in the chains' order append to
+// chains (and their rule lists) laid out in that order. In the order
+// services are rendered, chain names are random. The same 10k-service
+// input (110k own chains, 320k nat rules) in a fresh netns: 6.6-7.9 CPU s
+// as rendered, 5.4-5.6 with the chains declared in reverse order, 4.3-4.6
+// with the rules in name order as well. iptables-save prints the same
+// rules: it lists chains in name order whatever the order they came in.
+type ownBlock struct {
+	name       string
+	start, end int
+}
+
+// chainLineLen is the length of appendChainLine's line for name.
+func chainLineLen(name string) int { return len(":") + len(name) + len(" - [0:0]\n") }
 
 func appendChainLine(b []byte, name string) []byte {
 	b = append(b, ':')

@@ -33,7 +33,7 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	name, proto := names.name, names.proto
 	port := strconv.Itoa(int(sp.Port))
 
-	s := &svcApplied{sp: sp, reachable: sel.AllReachable}
+	s := &svcApplied{sp: sp, reachable: sel.AllReachable, endpoints: len(r.in.State.Endpoints[n])}
 	s.stats = tally.Of(sp, sel)
 
 	hasEndpoints := sel.HasAny

@@ -77,7 +77,7 @@ func (r *renderer) renderFull() {
 	if !o.split {
 		// About 330 bytes of rules per endpoint, 400 per service port.
 		o.own.rules = make([]byte, 0, 330*r.plan.Endpoints+400*len(names))
-		o.own.lines = make([]byte, 0, 26*(2*len(names)+r.plan.Endpoints))
+		o.ownBlocks = make([]ownBlock, 0, 2*len(names)+r.plan.Endpoints)
 	}
 	active := make(sets.Set[string], 2*len(names)+r.plan.Endpoints)
 	r.plan.services = make(map[model.ServicePortName]*svcApplied, len(names))
