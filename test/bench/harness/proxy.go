@@ -26,7 +26,7 @@ const clusterCIDRs = "198.18.0.0/16,fd00:18::/32"
 
 // argv is the command line of p in mode on node, with the extra flags
 // (the source: --kubeconfig or --from-file) appended. iptables modes pick
-// the backend the way each binary understands: kproxy reads
+// the backend both ways, as the binary may be either: kproxy reads
 // IPTABLES_MODE; upstream's binary calls `iptables` from PATH, so PATH
 // starts with a directory where iptables* are that backend's binaries.
 func (p Proxy) argv(tb *TB, mode, node string, verbosity int, extra ...string) ([]string, error) {
@@ -41,15 +41,13 @@ func (p Proxy) argv(tb *TB, mode, node string, verbosity int, extra ...string) (
 	flags = append(flags, extra...)
 	env := []string{"GOMAXPROCS=2"}
 	if backend != "" {
-		if p.Name == "kproxy" {
-			env = append(env, "IPTABLES_MODE="+backend)
-		} else {
-			dir, err := iptablesShim(tb, backend)
-			if err != nil {
-				return nil, err
-			}
-			env = append(env, "PATH="+dir+":"+os.Getenv("PATH"))
+		// Both, whatever the binary is: a kproxy under another name
+		// (NAME=PATH) would otherwise pick its backend by itself.
+		dir, err := iptablesShim(tb, backend)
+		if err != nil {
+			return nil, err
 		}
+		env = append(env, "IPTABLES_MODE="+backend, "PATH="+dir+":"+os.Getenv("PATH"))
 	}
 	// `env` execs the binary in place: the process is the proxy itself.
 	return append(append([]string{"env"}, env...), append([]string{p.Bin}, flags...)...), nil
