@@ -192,12 +192,14 @@ if [ "$unit" = 0 ]; then
     --raw-command -- bash -c 'cd test/monitoring && exec go test -json -count=1 ./...' || status=1
   took monitor "$t"
   # test/tools is a module of its own (it depends on k8s.io/kubernetes):
-  # the feature gate table kproxy accepts must be upstream's.
+  # the feature gate table kproxy accepts must be upstream's, the pause
+  # program keeps pause's contract, and every image upstream's sig-network
+  # tests use is built under the name the e2e framework asks for.
   t=$SECONDS
-  echo "== test/tools: the feature gate table matches upstream"
-  (cd test/tools && go vet ./cmd/featuregates) || status=1
+  echo "== test/tools: feature gates, pause, the e2e images"
+  (cd test/tools && go vet ./cmd/...) || status=1
   go tool gotestsum --format pkgname-and-test-fails --jsonfile "$out/tools.json" \
-    --raw-command -- bash -c 'cd test/tools && exec go test -json -count=1 ./cmd/featuregates/' || status=1
+    --raw-command -- bash -c 'cd test/tools && exec go test -json -count=1 ./cmd/...' || status=1
   took tools "$t"
 fi
 
