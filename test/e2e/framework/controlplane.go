@@ -103,6 +103,10 @@ type Options struct {
 	// ready; 2 minutes when zero (a cold start on a busy 2-core machine is
 	// far slower than the usual 3 seconds).
 	ReadyTimeout time.Duration
+	// KubeletClient gives the API server a client certificate (user
+	// kube-apiserver-kubelet-client in system:masters) for the kubelets'
+	// APIs: logs, exec, port-forward. Only a cluster with kubelets needs it.
+	KubeletClient bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver.
@@ -189,6 +193,9 @@ func start(t tb, opts Options) *ControlPlane {
 	cp.Namespace = addNamespace(t, "kpe2e-cp")
 	cp.setUpNetwork(t)
 	files := cp.writeCredentials(t, opts.ServiceCIDRs)
+	if opts.KubeletClient {
+		files.kubeletCert, files.kubeletKey = cp.ClientCertFiles(t, cp.Dir, "kube-apiserver-kubelet-client", "system:masters")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), opts.ReadyTimeout)
 	defer cancel()
@@ -254,6 +261,8 @@ func prefixOf(a netip.Addr, net netip.Prefix) netip.Prefix {
 // credentialFiles are the paths of what writeCredentials wrote.
 type credentialFiles struct {
 	caCert, servingCert, servingKey, saKey, saPub string
+	// kubeletCert and kubeletKey are set with Options.KubeletClient.
+	kubeletCert, kubeletKey string
 }
 
 // writeCredentials makes the CA, the API server's serving certificate,
@@ -284,10 +293,10 @@ func (cp *ControlPlane) writeCredentials(t tb, serviceCIDRs []netip.Prefix) cred
 		t.Fatalf("creating service account keys: %v", err)
 	}
 	f := credentialFiles{
-		caCert:      filepath.Join(cp.Dir, "ca.crt"),
+		caCert:      cp.CAFile(),
 		servingCert: filepath.Join(cp.Dir, "apiserver.crt"),
 		servingKey:  filepath.Join(cp.Dir, "apiserver.key"),
-		saKey:       filepath.Join(cp.Dir, "sa.key"),
+		saKey:       cp.ServiceAccountKeyFile(),
 		saPub:       filepath.Join(cp.Dir, "sa.pub"),
 	}
 	if err := writeFiles(map[string][]byte{
@@ -353,6 +362,9 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 		// long-running ones: an open watch (kproxy's) ends only when its
 		// client goes, so StopAPIServer would hang while kproxy runs.
 		"--shutdown-send-retry-after=true",
+	}
+	if f.kubeletCert != "" {
+		args = append(args, "--kubelet-client-certificate="+f.kubeletCert, "--kubelet-client-key="+f.kubeletKey)
 	}
 	return append(args, opts.APIServerArgs...)
 }
@@ -448,7 +460,7 @@ type Link struct {
 // addrs the namespace gets 198.18.250.(10+n)/24 and fd00:18:250::(10+n)/64. Both ends are created directly in their
 // namespaces; the root namespace never sees them. The veth is removed in
 // t.Cleanup (deleting either namespace removes it too).
-func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip.Prefix) Link {
+func (cp *ControlPlane) ConnectNamespace(t Lifetime, ns string, addrs ...netip.Prefix) Link {
 	t.Helper()
 	if !namespaceExists(ns) {
 		t.Fatalf("ConnectNamespace: no network namespace %q", ns)
@@ -539,7 +551,7 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 // client certificate for user in groups, and returns its path. RBAC then
 // decides what it may do: user "system:kube-proxy" gets exactly the
 // permissions of upstream's bootstrap binding system:node-proxier.
-func (cp *ControlPlane) Kubeconfig(t testing.TB, user string, groups ...string) string {
+func (cp *ControlPlane) Kubeconfig(t Lifetime, user string, groups ...string) string {
 	t.Helper()
 	kp, err := cp.ca.clientCert(user, groups)
 	if err != nil {

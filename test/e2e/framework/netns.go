@@ -37,7 +37,7 @@ const commandTimeout = 30 * time.Second
 // The name carries the test process's PID, so that namespaces left behind
 // by a test binary that was killed (a -timeout panic skips cleanups) are
 // recognised and deleted by the next run; see sweepStaleNamespaces.
-func AddNamespace(t testing.TB, prefix string) string {
+func AddNamespace(t Lifetime, prefix string) string {
 	t.Helper()
 	return addNamespace(t, prefix)
 }
