@@ -131,9 +131,9 @@ func (c *Cluster) writeNodeConfig(n *Node) error {
 		return err
 	}
 	files := map[string]string{
-		filepath.Join(n.VarDir, "containerd.toml"):                         containerdConfig(n),
+		filepath.Join(n.VarDir, "containerd.toml"):                            containerdConfig(n),
 		filepath.Join(n.VarDir, "cni", "net.d", "10-kproxy-cluster.conflist"): string(cni),
-		filepath.Join(n.VarDir, "kubelet.yaml"):                            c.kubeletConfig(n),
+		filepath.Join(n.VarDir, "kubelet.yaml"):                               c.kubeletConfig(n),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
