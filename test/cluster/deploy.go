@@ -117,3 +117,22 @@ func (c *Cluster) RolloutStatus(ctx context.Context, namespace, workload string,
 	}
 	return nil
 }
+
+// ImageNamed is the full name of the image imported into the nodes whose
+// name contains part (for example "agnhost": its tag is the archive's).
+func (c *Cluster) ImageNamed(ctx context.Context, part string) (string, error) {
+	ctr, err := ctrBinary(c.Config.BinDir)
+	if err != nil {
+		return "", err
+	}
+	out, err := framework.Run(ctx, ctr, "--address", c.Nodes[0].Socket, "-n", "k8s.io", "images", "ls", "-q")
+	if err != nil {
+		return "", err
+	}
+	for _, name := range strings.Fields(out) {
+		if strings.Contains(name, part) && !strings.HasPrefix(name, "sha256:") {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("no image named *%s* on %s:\n%s", part, c.Nodes[0].Name, out)
+}
