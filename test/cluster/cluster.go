@@ -336,10 +336,9 @@ func Up(l framework.Lifetime, cfg Config) *Cluster {
 
 	c := &Cluster{Config: cfg, life: l}
 	c.CP = framework.StartControlPlane(l, framework.Options{
-		ServiceCIDRs:  []netip.Prefix{ServiceCIDR},
-		APIServerArgs: c.apiServerArgs(),
-		ReadyTimeout:  5 * time.Minute,
-		KubeletClient: true,
+		ServiceCIDRs: []netip.Prefix{ServiceCIDR},
+		ReadyTimeout: 5 * time.Minute,
+		Nodes:        true,
 	})
 	c.Client, c.RestConfig = c.CP.Client, c.CP.Config
 	st.Namespaces = append(st.Namespaces, c.CP.Namespace)
@@ -370,20 +369,6 @@ func Up(l framework.Lifetime, cfg Config) *Cluster {
 	save()
 	l.Logf("cluster %s: %d nodes Ready after %s", cfg.Name, cfg.Nodes, c.Ready.Round(time.Second))
 	return c
-}
-
-// apiServerArgs are the API server flags on top of the framework's: a
-// cluster with nodes authorizes them (Node), restricts what they may write
-// (NodeRestriction) and gives pods service-account tokens (the framework
-// disables that admission plugin: it runs no controllers).
-func (c *Cluster) apiServerArgs() []string {
-	return []string{
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--disable-admission-plugins=",
-		"--allow-privileged=true",
-		"--kubelet-preferred-address-types=InternalIP",
-	}
 }
 
 func copyFile(src, dst string) error {

@@ -103,10 +103,15 @@ type Options struct {
 	// ready; 2 minutes when zero (a cold start on a busy 2-core machine is
 	// far slower than the usual 3 seconds).
 	ReadyTimeout time.Duration
-	// KubeletClient gives the API server a client certificate (user
+	// Nodes makes the API server one for real nodes (test/cluster), run
+	// with a controller manager: Node,RBAC authorization, the
+	// NodeRestriction and ServiceAccount admission plugins, privileged
+	// pods allowed, and a client certificate (user
 	// kube-apiserver-kubelet-client in system:masters) for the kubelets'
-	// APIs: logs, exec, port-forward. Only a cluster with kubelets needs it.
-	KubeletClient bool
+	// APIs (logs, exec, port-forward). Flags a list of values (such as
+	// --authorization-mode) append to when repeated cannot be changed
+	// through APIServerArgs.
+	Nodes bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver.
@@ -193,7 +198,7 @@ func start(t tb, opts Options) *ControlPlane {
 	cp.Namespace = addNamespace(t, "kpe2e-cp")
 	cp.setUpNetwork(t)
 	files := cp.writeCredentials(t, opts.ServiceCIDRs)
-	if opts.KubeletClient {
+	if opts.Nodes {
 		files.kubeletCert, files.kubeletKey = cp.ClientCertFiles(t, cp.Dir, "kube-apiserver-kubelet-client", "system:masters")
 	}
 
@@ -261,7 +266,7 @@ func prefixOf(a netip.Addr, net netip.Prefix) netip.Prefix {
 // credentialFiles are the paths of what writeCredentials wrote.
 type credentialFiles struct {
 	caCert, servingCert, servingKey, saKey, saPub string
-	// kubeletCert and kubeletKey are set with Options.KubeletClient.
+	// kubeletCert and kubeletKey are set with Options.Nodes.
 	kubeletCert, kubeletKey string
 }
 
@@ -338,22 +343,27 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 	for i, p := range opts.ServiceCIDRs {
 		cidrs[i] = p.String()
 	}
+	// Without Options.Nodes no controller-manager runs, so no service
+	// account would ever exist for a Pod; the ServiceAccount admission
+	// plugin would refuse every Pod.
+	authz, disabled := "RBAC", "ServiceAccount"
+	if opts.Nodes {
+		authz, disabled = "Node,RBAC", ""
+	}
 	args := []string{
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address=" + ControlPlaneIP4.String(),
 		"--advertise-address=" + ControlPlaneIP4.String(),
 		"--secure-port=" + strconv.Itoa(APIServerPort),
 		"--service-cluster-ip-range=" + strings.Join(cidrs, ","),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authz,
 		"--client-ca-file=" + f.caCert,
 		"--tls-cert-file=" + f.servingCert,
 		"--tls-private-key-file=" + f.servingKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f.saPub,
 		"--service-account-signing-key-file=" + f.saKey,
-		// No controller-manager runs, so no service account would ever
-		// exist for a Pod; the admission plugin would refuse every Pod.
-		"--disable-admission-plugins=ServiceAccount",
+		"--disable-admission-plugins=" + disabled,
 		// Never write self-signed certificates to /var/run/kubernetes.
 		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver-certs"),
 		"--profiling=false",
@@ -363,8 +373,13 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 		// client goes, so StopAPIServer would hang while kproxy runs.
 		"--shutdown-send-retry-after=true",
 	}
-	if f.kubeletCert != "" {
-		args = append(args, "--kubelet-client-certificate="+f.kubeletCert, "--kubelet-client-key="+f.kubeletKey)
+	if opts.Nodes {
+		args = append(args,
+			"--enable-admission-plugins=NodeRestriction",
+			"--allow-privileged=true",
+			"--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate="+f.kubeletCert,
+			"--kubelet-client-key="+f.kubeletKey)
 	}
 	return append(args, opts.APIServerArgs...)
 }
