@@ -12,6 +12,9 @@
 #   sudo hack/cluster.sh deploy kproxy [--mode nftables|iptables]
 #                                           import the kproxy image on every node, apply
 #                                           deploy/kproxy.yaml, wait for the rollout
+#   sudo hack/cluster.sh deploy kube-proxy [--mode ...]
+#                                           upstream kube-proxy v1.37.2 as kubeadm deploys it
+#                                           (its image: kproxy's with the binary of KPROXY_E2E_BIN)
 #   sudo hack/cluster.sh down               stop it and remove everything it made
 #
 # Needs root; the binaries in KPROXY_E2E_BIN (default _output/bin:

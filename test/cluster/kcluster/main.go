@@ -30,6 +30,7 @@ const usage = `usage: kcluster [--name NAME] [--nodes N] COMMAND
   status                              say whether it is up, and how to use it
   kubectl ARGS...                     kubectl as admin, inside the control plane's network namespace
   deploy kproxy [--mode nftables|iptables]   import the image on every node, apply deploy/kproxy.yaml, wait for the rollout
+  deploy kube-proxy [--mode ...]      upstream kube-proxy v1.37.2 as kubeadm deploys it (the control), instead
 `
 
 // upTimeout bounds "up": a cold start on a loaded 2-core machine.
@@ -198,9 +199,9 @@ func kubectl(cfg cluster.Config, args []string) error {
 
 func deploy(cfg cluster.Config, args []string) error {
 	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
-	mode := fs.String("mode", "nftables", "kproxy's mode: nftables or iptables")
+	mode := fs.String("mode", "nftables", "the proxy's mode: nftables or iptables")
 	if len(args) == 0 {
-		return errors.New("deploy what? kproxy")
+		return errors.New("deploy what? kproxy or kube-proxy")
 	}
 	what := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -216,8 +217,10 @@ func deploy(cfg cluster.Config, args []string) error {
 	switch what {
 	case "kproxy":
 		err = c.DeployKproxy(ctx, *mode)
+	case "kube-proxy":
+		err = c.DeployKubeProxy(ctx, *mode)
 	default:
-		return fmt.Errorf("deploy %s: only kproxy", what)
+		return fmt.Errorf("deploy %s: kproxy or kube-proxy", what)
 	}
 	if err != nil {
 		return err
