@@ -19,7 +19,7 @@ import (
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	argv := append([]string{"netns", "exec", c.CP.Namespace,
 		filepath.Join(c.Config.BinDir, "kubectl"), "--kubeconfig=" + c.Config.AdminKubeconfig()}, args...)
-	return runLong(ctx, "ip", argv...)
+	return framework.RunUntil(ctx, "ip", argv...)
 }
 
 // KproxyArchive is the kproxy image archive to deploy: EnvImageArchive,

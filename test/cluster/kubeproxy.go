@@ -31,7 +31,7 @@ func BuildKubeProxyImage(ctx context.Context, kproxyArchive, binDir, out string)
 	if err := os.Mkdir(layout, 0o755); err != nil {
 		return err
 	}
-	if _, err := runLong(ctx, "tar", "-xf", kproxyArchive, "-C", layout); err != nil {
+	if _, err := framework.RunUntil(ctx, "tar", "-xf", kproxyArchive, "-C", layout); err != nil {
 		return err
 	}
 	// umoci addresses an image by a tag without '/' or ':'; kproxy's
@@ -52,7 +52,7 @@ func BuildKubeProxyImage(ctx context.Context, kproxyArchive, binDir, out string)
 		{"umoci", "gc", "--layout", layout},
 	}
 	for _, s := range steps {
-		if _, err := runLong(ctx, s[0], s[1:]...); err != nil {
+		if _, err := framework.RunUntil(ctx, s[0], s[1:]...); err != nil {
 			return err
 		}
 	}
@@ -60,7 +60,7 @@ func BuildKubeProxyImage(ctx context.Context, kproxyArchive, binDir, out string)
 		return err
 	}
 	tmp := out + ".tmp"
-	if _, err := runLong(ctx, "tar", "-cf", tmp, "-C", layout, "."); err != nil {
+	if _, err := framework.RunUntil(ctx, "tar", "-cf", tmp, "-C", layout, "."); err != nil {
 		return err
 	}
 	return os.Rename(tmp, out)

@@ -380,13 +380,9 @@ func ImportImage(ctx context.Context, binDir, socket, archive string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	// framework.Run bounds a command to 30 s; an import of a large
-	// archive on a loaded machine takes longer.
-	out, err := runLong(ctx, ctr, "--address", socket, "-n", "k8s.io", "images", "import", archive)
-	if err != nil {
+	if _, err := framework.RunUntil(ctx, ctr, "--address", socket, "-n", "k8s.io", "images", "import", archive); err != nil {
 		return fmt.Errorf("importing %s: %v", archive, err)
 	}
-	_ = out
 	return nil
 }
 

@@ -111,6 +111,12 @@ func randomSuffix(t tb) string {
 func Run(ctx context.Context, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
+	return RunUntil(ctx, name, args...)
+}
+
+// RunUntil is Run bounded by ctx alone, for a command that may take
+// longer than a helper's 30 seconds (an image import on a loaded machine).
+func RunUntil(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
