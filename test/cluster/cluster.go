@@ -41,7 +41,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -378,9 +377,6 @@ func copyFile(src, dst string) error {
 	}
 	return os.WriteFile(dst, b, 0o600)
 }
-
-// errNotReady is returned while a wait is still pending.
-var errNotReady = errors.New("not ready")
 
 // Attach returns the cluster named by cfg that a live process owns (see
 // hack/cluster.sh: its server process owns it), for another process to
