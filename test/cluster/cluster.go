@@ -366,7 +366,7 @@ func Up(l framework.Lifetime, cfg Config) *Cluster {
 	c.Ready = time.Since(began)
 	st.Ready = true
 	save()
-	l.Logf("cluster %s: %d nodes Ready after %s", cfg.Name, cfg.Nodes, c.Ready.Round(time.Second))
+	l.Logf("%d nodes Ready after %s", cfg.Nodes, c.Ready.Round(time.Second))
 	return c
 }
 
