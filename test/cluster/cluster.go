@@ -19,8 +19,11 @@
 //	services        198.19.0.0/16 (IPv4 only)
 //
 // Each node and the control plane have a static route to every other node's
-// pod CIDR through that node; pods route 198.18.0.0/15 through their
-// node. There is no default route anywhere: nothing can leave the sandbox.
+// pod CIDR through that node, each node one to the service CIDR through the
+// control plane (as a real node's default route would take a ClusterIP
+// before the proxy's rules rewrite it); pods route 198.18.0.0/15 through
+// their node. There is no default route anywhere: nothing can leave the
+// sandbox.
 // No kube-proxy runs: the cluster has no Service proxy until one is
 // deployed (DeployKproxy, DeployKubeProxy), as a user deploys it.
 //

@@ -89,9 +89,10 @@ func kproxyCluster(t *testing.T) *Cluster {
 // TestServiceFromEveryNode: agnhost netexec pods spread over the nodes
 // behind a ClusterIP and a NodePort Service; kproxy, deployed from
 // deploy/kproxy.yaml, makes both answer from a pod on every node (the
-// ClusterIP, and the NodePort on every node's IP) and from the control
-// plane's namespace, which is outside the cluster (the NodePort on every
-// node's IP).
+// ClusterIP, and the NodePort on every node's IP), from every node itself
+// (the same), with every backend answering, and from the control plane's
+// namespace, which is outside the cluster (the NodePort on every node's
+// IP).
 func TestServiceFromEveryNode(t *testing.T) {
 	c := kproxyCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -197,6 +198,38 @@ func TestServiceFromEveryNode(t *testing.T) {
 			t.Logf("pod on %s → %s: %s", n.Name, dst, answer)
 		}
 	}
+	// From each node's own network namespace (hostNetwork), the
+	// ClusterIP and every NodePort; until every backend has answered.
+	answered := map[string]bool{}
+	for _, n := range c.Nodes {
+		nodeClient := framework.HTTPClientIn(n.Namespace)
+		for _, dst := range targets {
+			answer := eventually(ctx, t, fmt.Sprintf("node %s → %s", n.Name, dst), func() (string, error) {
+				body, err := get(ctx, nodeClient, "http://"+dst.String()+"/hostname")
+				if err != nil {
+					return "", err
+				}
+				if !backends[body] {
+					return "", fmt.Errorf("%q is no backend", body)
+				}
+				return body, nil
+			})
+			answered[answer] = true
+			t.Logf("node %s → %s: %s", n.Name, dst, answer)
+		}
+	}
+	nodeClient := framework.HTTPClientIn(c.Nodes[0].Namespace)
+	eventually(ctx, t, "every backend answering the ClusterIP", func() (string, error) {
+		body, err := get(ctx, nodeClient, "http://"+targets[0].String()+"/hostname")
+		if err != nil {
+			return "", err
+		}
+		answered[body] = true
+		if len(answered) < len(backends) {
+			return "", fmt.Errorf("answered so far: %v of %d", keys(answered), len(backends))
+		}
+		return "", nil
+	})
 	for _, dst := range targets[1:] {
 		answer := eventually(ctx, t, "control plane → "+dst.String(), func() (string, error) {
 			body, err := get(ctx, client, "http://"+dst.String()+"/hostname")
@@ -210,6 +243,15 @@ func TestServiceFromEveryNode(t *testing.T) {
 		})
 		t.Logf("control plane → %s: %s", dst, answer)
 	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // netexec is an agnhost container serving HTTP on 8080, ready once it

@@ -82,10 +82,20 @@ func (c *Cluster) addNode(i int) *Node {
 }
 
 // routes gives every node and the control plane a route to each other
-// node's pod CIDR through that node.
+// node's pod CIDR through that node, and every node a route to the
+// service CIDR through the control plane: what a real node's default
+// route does for a ClusterIP, whose packets the kernel must be able to
+// route before the proxy's rules rewrite them (without one, a connect()
+// from the node's own network namespace fails at once, "network is
+// unreachable"). Nothing routes anywhere else.
 func (c *Cluster) routes() {
 	l := c.life
 	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if _, err := framework.Run(ctx, "ip", "-n", n.Namespace, "route", "add", ServiceCIDR.String(), "via", framework.ControlPlaneIP4.String()); err != nil {
+			l.Fatalf("cluster routes: %v", err)
+		}
+	}
 	for _, dst := range c.Nodes {
 		for _, ns := range append([]string{c.CP.Namespace}, namespaces(c.Nodes, dst)...) {
 			if _, err := framework.Run(ctx, "ip", "-n", ns, "route", "add", dst.PodCIDR.String(), "via", dst.IP.String()); err != nil {
