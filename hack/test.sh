@@ -61,8 +61,6 @@ if [ "$unit" = 0 ]; then
   command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
   command -v conntrack >/dev/null 2>&1 || pkgs+=(conntrack)
   command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
-  # test/cluster's nodes: the CNI bridge, host-local, loopback, portmap.
-  [ -x /usr/lib/cni/bridge ] || pkgs+=(containernetworking-plugins)
   if [ "${#pkgs[@]}" -gt 0 ]; then
     echo "== installing ${pkgs[*]}"
     if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }; then
