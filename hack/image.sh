@@ -14,7 +14,8 @@
 # /usr/local/bin on a Debian bookworm minbase root filesystem (what
 # bookworm-slim is made of: no docs, man pages or locales) with the
 # packages of deploy/image-packages.txt. mmdebstrap makes the root
-# filesystem, umoci commits it as a single-layer OCI image. Needs root;
+# filesystem, umoci commits it as a single-layer OCI image (functions of
+# hack/lib/oci.sh, shared with test/tools/images.sh). Needs root;
 # installs mmdebstrap, umoci and jq with apt-get when they are missing.
 #
 # The index names the image localhost/kproxy:VERSION twice, in the two
@@ -44,10 +45,11 @@ cd "$root"
 out=_output/image
 pkgfile=deploy/image-packages.txt
 image=localhost/kproxy
-suite=bookworm
 
 log() { printf 'hack/image.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/oci.sh
+source hack/lib/oci.sh
 
 # packages prints the package list: comments and blank lines dropped (the
 # Dockerfile reads the file with the same sed expression).
@@ -64,10 +66,10 @@ version() {
 # inputs lists (NUL-separated) the files that go into the image.
 inputs() {
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		git ls-files -z -co --exclude-standard -- go.mod go.sum cmd internal "$pkgfile" hack/image.sh ':!:*_test.go' |
+		git ls-files -z -co --exclude-standard -- go.mod go.sum cmd internal "$pkgfile" hack/image.sh hack/lib/oci.sh ':!:*_test.go' |
 			while IFS= read -r -d '' f; do [[ -f $f ]] && printf '%s\0' "$f"; done
 	else
-		find go.mod go.sum cmd internal "$pkgfile" hack/image.sh -type f ! -name '*_test.go' -print0
+		find go.mod go.sum cmd internal "$pkgfile" hack/image.sh hack/lib/oci.sh -type f ! -name '*_test.go' -print0
 	fi
 }
 
@@ -93,19 +95,7 @@ fi
 
 [[ $(id -u) == 0 ]] || die "building the image needs root (mmdebstrap --mode=root, file ownership in the layer)"
 
-# Tools, installed only when missing.
-missing=()
-command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
-command -v umoci >/dev/null || missing+=(umoci)
-command -v jq >/dev/null || missing+=(jq)
-if ((${#missing[@]})); then
-	command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
-	log "installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
-		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; } ||
-		die "could not install ${missing[*]}"
-fi
+oci_tools
 gobin=$(command -v go || true)
 [[ -n $gobin ]] || gobin=/usr/local/go/bin/go
 [[ -x $gobin ]] || die "no Go toolchain (go in PATH or /usr/local/go/bin/go)"
@@ -113,7 +103,7 @@ gobin=$(command -v go || true)
 mapfile -t pkgs < <(packages)
 ((${#pkgs[@]})) || die "$pkgfile lists no package"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-if [[ $revision != unknown ]] && [[ -n $(git status --porcelain -- go.mod go.sum cmd internal "$pkgfile" hack/image.sh) ]]; then
+if [[ $revision != unknown ]] && [[ -n $(git status --porcelain -- go.mod go.sum cmd internal "$pkgfile" hack/image.sh hack/lib/oci.sh) ]]; then
 	revision+=-dirty
 fi
 # Timestamps of the image and its files: the commit's time, so that a
@@ -131,44 +121,17 @@ CGO_ENABLED=0 "$gobin" build -trimpath -ldflags "-s -w -X main.version=$version"
 log "  binary: $((SECONDS - t))s"
 
 t=$SECONDS
-umoci init --layout "$work/layout"
-umoci new --image "$work/layout:$version"
-umoci unpack --image "$work/layout:$version" "$work/bundle" >/dev/null
-
-mirror=${KPROXY_IMAGE_MIRROR:-"deb http://deb.debian.org/debian $suite main
-deb http://deb.debian.org/debian $suite-updates main
-deb http://deb.debian.org/debian-security $suite-security main"}
-
-log "root filesystem: Debian $suite minbase + ${pkgs[*]}"
-# The .deb files are kept in _output/image/cache between builds (synced in
-# before, out after apt ran) and removed from the image itself.
-cache=$root/$out/cache
-# merged-usr: /bin, /lib, /sbin as symlinks into /usr, as debootstrap (and
-# so bookworm-slim) makes them; without the hook mmdebstrap installs
-# usrmerge, which pulls in perl (~50 MB).
-mmdebstrap --quiet --mode=root --variant=minbase --format=directory \
-	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-	--include="$(IFS=,; echo "${pkgs[*]}")" \
-	--aptopt='APT::Install-Recommends "false"' \
-	--dpkgopt='path-exclude=/usr/share/doc/*' \
-	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
-	--dpkgopt='path-exclude=/usr/share/man/*' \
-	--dpkgopt='path-exclude=/usr/share/info/*' \
-	--dpkgopt='path-exclude=/usr/share/locale/*' \
-	--dpkgopt='path-exclude=/usr/share/lintian/*' \
-	--skip=download/empty \
-	--setup-hook="mkdir -p \"\$1\"/var/cache/apt/archives && cp -a '$cache'/. \"\$1\"/var/cache/apt/archives/" \
-	--customize-hook="find \"\$1\"/var/cache/apt/archives -maxdepth 1 -name '*.deb' -exec cp -a -t '$cache' {} +" \
-	--customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* "$1"/var/log/*.log "$1"/var/log/apt/*' \
-	"$suite" "$work/bundle/rootfs" "$mirror" >"$work/mmdebstrap.log" 2>&1 ||
-	{ cat "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+oci_new "$work/layout" "$version" "$work/bundle"
+log "root filesystem: Debian $oci_suite minbase + ${pkgs[*]}"
+# The .deb files are kept in _output/image/cache between builds.
+oci_rootfs "$work/bundle/rootfs" "$root/$out/cache" \
+	--include="$(IFS=,; echo "${pkgs[*]}")"
 install -D -m 0755 "$work/kproxy" "$work/bundle/rootfs/usr/local/bin/kproxy"
 log "  root filesystem: $((SECONDS - t))s, $(du -sh "$work/bundle/rootfs" | cut -f1) unpacked"
 
 t=$SECONDS
-umoci repack --image "$work/layout:$version" "$work/bundle"
-umoci config --image "$work/layout:$version" \
-	--os linux --architecture "$("$gobin" env GOARCH)" --created "$created" \
+oci_goarch=$("$gobin" env GOARCH)
+oci_commit "$work/layout" "$version" "$work/bundle" "$image:$version" \
 	--author kproxy \
 	--config.entrypoint /usr/local/bin/kproxy \
 	--config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -178,15 +141,8 @@ umoci config --image "$work/layout:$version" \
 	--config.label "org.opencontainers.image.revision=$revision" \
 	--config.label "org.opencontainers.image.created=$created" \
 	--config.label "org.opencontainers.image.ref.name=$image:$version" \
-	--config.label "org.opencontainers.image.base.name=debian:$suite (mmdebstrap minbase)"
-umoci gc --layout "$work/layout"
-# umoci names the manifest by its tag alone; give the index entry the full
-# name in both annotations (see the top of this file).
-jq --arg name "$image:$version" '.manifests |= map(.annotations += {"org.opencontainers.image.ref.name": $name, "io.containerd.image.name": $name})' \
-	"$work/layout/index.json" >"$work/index.json"
-mv "$work/index.json" "$work/layout/index.json"
-tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
-	-C "$work/layout" -cf "$work/image.oci.tar" .
+	--config.label "org.opencontainers.image.base.name=debian:$oci_suite (mmdebstrap minbase)"
+oci_pack "$work/layout" "$work/image.oci.tar"
 log "  OCI image: $((SECONDS - t))s"
 
 # Replace the archives of older source states by this one.

@@ -8,7 +8,8 @@
 #
 # As root, set-up installs and builds what the suite needs, each step only
 # when missing: Debian's nftables, iptables, iproute2, conntrack and
-# containerd (TestImageContainerdImport imports the image with its ctr); the
+# containerd (TestImageContainerdImport imports the image with its ctr),
+# runc and containernetworking-plugins (the test cluster's nodes); the
 # test VM (test/vm/prepare.sh: qemu and Debian's kernel with SCTP and IPVS
 # modules); kube-apiserver and etcd for the end-to-end tests
 # (test/tools/build.sh, ~10 minutes the first time); the container image
@@ -61,6 +62,17 @@ if [ "$unit" = 0 ]; then
   command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
   command -v conntrack >/dev/null 2>&1 || pkgs+=(conntrack)
   command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
+  # The test cluster's nodes (test/cluster): runc under containerd 2.x
+  # (test/tools/build.sh) and the CNI plugins bridge, host-local, loopback
+  # and portmap.
+  command -v runc >/dev/null 2>&1 || pkgs+=(runc)
+  cni_plugins=(bridge host-local loopback portmap)
+  for p in "${cni_plugins[@]}"; do
+    if [ ! -x "/usr/lib/cni/$p" ]; then
+      pkgs+=(containernetworking-plugins)
+      break
+    fi
+  done
   if [ "${#pkgs[@]}" -gt 0 ]; then
     echo "== installing ${pkgs[*]}"
     if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }; then
@@ -68,9 +80,15 @@ if [ "$unit" = 0 ]; then
       exit 1
     fi
   fi
-  for b in nft iptables iptables-legacy iptables-nft ip conntrack containerd ctr; do
+  for b in nft iptables iptables-legacy iptables-nft ip conntrack containerd ctr runc; do
     if ! command -v "$b" >/dev/null 2>&1; then
       echo "hack/test.sh: $b is still missing after set-up" >&2
+      exit 1
+    fi
+  done
+  for p in "${cni_plugins[@]}"; do
+    if [ ! -x "/usr/lib/cni/$p" ]; then
+      echo "hack/test.sh: the CNI plugin /usr/lib/cni/$p is still missing after set-up" >&2
       exit 1
     fi
   done

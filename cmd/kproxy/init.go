@@ -66,14 +66,28 @@ func initSteps(ctx context.Context, c *v1alpha1.KubeProxyConfiguration, mode, no
 	}
 	if initOnly && mode == config.ModeIPTables && slices.Contains(fams, model.IPv4) {
 		opts := iptables.NewOptions(c, model.IPv4, node)
-		const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
-		if v, err := env.sys.Get(routeLocalnet); opts.RenderConfig(nil, nil).LocalhostNodePorts && (err != nil || v != 1) {
-			if err := env.sys.Set(routeLocalnet, 1); err != nil {
-				return fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
+		if opts.NeedsRouteLocalnet() {
+			if err := ensureRouteLocalnet(env.sys); err != nil {
+				return err
 			}
-			klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
 		}
 	}
+	return nil
+}
+
+// ensureRouteLocalnet sets net.ipv4.conf.all.route_localnet=1 for node
+// ports on 127.0.0.1. It writes only when the value is not 1 yet, as
+// upstream's EnsureSysctl: after an --init-only run, /proc/sys may be
+// read-only in the proxy's container.
+func ensureRouteLocalnet(sys sysctl.Interface) error {
+	const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
+	if v, err := sys.Get(routeLocalnet); err == nil && v == 1 {
+		return nil
+	}
+	if err := sys.Set(routeLocalnet, 1); err != nil {
+		return fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
+	}
+	klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
 	return nil
 }
 

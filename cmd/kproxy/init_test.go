@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/sysctl/sysctltest"
 	"github.com/kproxy/kproxy/internal/model"
+	"github.com/kproxy/kproxy/internal/proxy/iptables"
 )
 
 func TestVersionFlag(t *testing.T) {
@@ -152,5 +154,46 @@ func TestApplyOOMScoreAdj(t *testing.T) {
 	applyOOMScoreAdj(c, path)
 	if b, _ := os.ReadFile(path); string(b) != "500" {
 		t.Errorf("oom_score_adj = %q, want 500", b)
+	}
+}
+
+// TestRouteLocalnetDecision: an --init-only run turns route_localnet on
+// exactly when the running proxier would (upstream's NewProxier decides it
+// in both), whatever nodePortAddresses says.
+func TestRouteLocalnetDecision(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		addrs     []string
+		localhost bool
+		want      bool
+	}{
+		{"default: every address", nil, true, true},
+		{"localhostNodePorts off", nil, false, false},
+		{"primary: the node's own address", []string{"primary"}, true, false},
+		{"loopback listed", []string{"127.0.0.0/8"}, true, true},
+		{"other addresses only", []string{"198.18.0.0/16"}, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := config.NewOptions().Config
+			c.NodePortAddresses = tt.addrs
+			c.IPTables.LocalhostNodePorts = &tt.localhost
+			opts := iptables.NewOptions(c, model.IPv4, "node-a")
+			if got := opts.NeedsRouteLocalnet(); got != tt.want {
+				t.Errorf("NeedsRouteLocalnet = %v, want %v", got, tt.want)
+			}
+			k := sysctltest.New(map[string]int{
+				conntrack.MaxPath: 131072, conntrack.HashsizePath: 32768,
+				conntrack.TCPEstablishedTimeoutPath: 86400, conntrack.TCPCloseWaitTimeoutPath: 3600,
+				conntrack.TCPBeLiberalPath: 0, conntrack.UDPTimeoutPath: 30, conntrack.UDPStreamTimeoutPath: 120,
+				"/proc/sys/net/ipv4/conf/all/route_localnet": 0,
+			})
+			if err := initSteps(context.Background(), c, config.ModeIPTables, "node-a", []v1.IPFamily{model.IPv4}, true, initEnv{sys: k, numCPU: 2}); err != nil {
+				t.Fatal(err)
+			}
+			wrote := slices.Contains(k.Writes, "/proc/sys/net/ipv4/conf/all/route_localnet=1")
+			if wrote != tt.want {
+				t.Errorf("--init-only wrote route_localnet: %v, want %v (writes %v)", wrote, tt.want, k.Writes)
+			}
+		})
 	}
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -12,12 +10,11 @@ import (
 	"github.com/kproxy/kproxy/internal/config"
 	"github.com/kproxy/kproxy/internal/kernel/conntrack"
 	"github.com/kproxy/kproxy/internal/kernel/nfacct"
+	"github.com/kproxy/kproxy/internal/kernel/sysctl"
 	"github.com/kproxy/kproxy/internal/kernel/xtables"
 	"github.com/kproxy/kproxy/internal/metrics"
-	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/internal/proxy/iptables"
-	"github.com/kproxy/kproxy/internal/proxy/nodeports"
 )
 
 // iptablesSetup is what starting iptables mode decided.
@@ -38,10 +35,8 @@ type iptablesSetup struct {
 // process's network namespace and /proc (tests).
 type iptablesEnv struct {
 	xtables []xtables.Option
-	// sysctl writes a sysctl (path under /proc/sys); nil writes /proc/sys.
-	sysctl func(path, value string) error
-	// readSysctl reads one; nil reads /proc/sys.
-	readSysctl func(path string) (string, error)
+	// sys reads and writes sysctls; nil is /proc/sys.
+	sys sysctl.Interface
 	// compact is --iptables-compact-layout.
 	compact bool
 }
@@ -60,9 +55,13 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
 	}
 	s := &iptablesSetup{backend: b, reason: reason, backends: map[v1.IPFamily]proxy.Backend{}}
+	sys := env.sys
+	if sys == nil {
+		sys = sysctl.Files{}
+	}
 	liberal := false
-	if v, err := env.read("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
-		liberal = strings.TrimSpace(v) != "0"
+	if v, err := sys.Get("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
+		liberal = v != 0
 	}
 	acct := nfacct.Netlink{}
 	for i, f := range fams {
@@ -76,18 +75,13 @@ func setUpIPTablesMode(ctx context.Context, o *config.Options, fams []v1.IPFamil
 		opts := iptables.NewOptions(c, f, node)
 		opts.ConntrackTCPBeLiberal = liberal
 		opts.CompactLayout = env.compact
-		if f == model.IPv4 && opts.LocalhostNodePorts && nodeports.CoversIPv4Loopback(opts.NodePortAddresses) {
+		if opts.NeedsRouteLocalnet() {
 			// Node ports on 127.0.0.1 need the kernel to route packets
 			// to loopback addresses that DNAT sends elsewhere; the
 			// renderer adds the guard that drops such packets arriving
 			// from other hosts (CVE-2020-8558).
-			// Written only when not set yet, as upstream's EnsureSysctl: after
-			// an --init-only run, /proc/sys may be read-only.
-			if v, err := env.read("net/ipv4/conf/all/route_localnet"); err != nil || strings.TrimSpace(v) != "1" {
-				if err := env.write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
-					return nil, fmt.Errorf("localhost node ports need net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false): %w", err)
-				}
-				klog.InfoS("Set net.ipv4.conf.all.route_localnet=1 for node ports on 127.0.0.1 (iptables.localhostNodePorts)")
+			if err := ensureRouteLocalnet(sys); err != nil {
+				return nil, err
 			}
 		}
 		s.families = append(s.families, f)
@@ -125,21 +119,6 @@ func (s *iptablesSetup) logLine() string {
 		line += "; iptables-nft writes xtables rules into nf_tables, this is not nftables mode"
 	}
 	return line
-}
-
-func (e iptablesEnv) write(path, value string) error {
-	if e.sysctl != nil {
-		return e.sysctl(path, value)
-	}
-	return os.WriteFile("/proc/sys/"+path, []byte(value), 0o644)
-}
-
-func (e iptablesEnv) read(path string) (string, error) {
-	if e.readSysctl != nil {
-		return e.readSysctl(path)
-	}
-	b, err := os.ReadFile("/proc/sys/" + path)
-	return string(b), err
 }
 
 // familyIPTables opens iptables of backend b for family f and checks that

@@ -109,8 +109,8 @@ func BenchmarkNFTablesDriftRepair(b *testing.B) {
 				// Repaired: kproxy's log line for the repair's commit (a
 				// targeted repair, or the full sync that did it), by its
 				// timestamp; polling `nft list table` would add the
-				// listing's own time (over a second for the main table's
-				// 75k elements on a loaded machine).
+				// listing's own time (seconds for a table of 10k
+				// elements on a loaded machine).
 				var done time.Time
 				for done.IsZero() {
 					if time.Since(broke) > time.Minute {

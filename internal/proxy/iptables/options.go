@@ -85,6 +85,15 @@ func NewOptions(c *v1alpha1.KubeProxyConfiguration, family v1.IPFamily, hostname
 
 // RenderConfig derives the render Config. It is pure: the node object and
 // the host's local addresses are passed in.
+// NeedsRouteLocalnet says whether this family's proxier serves node ports
+// on 127.0.0.1 and so needs net.ipv4.conf.all.route_localnet=1, as
+// upstream's NewProxier decides it: iptables.localhostNodePorts on, IPv4,
+// and nodePortAddresses covering 127.0.0.1 (the "primary" keyword never
+// does: it means the node's own address).
+func (o *Options) NeedsRouteLocalnet() bool {
+	return o.LocalhostNodePorts && o.Family == model.IPv4 && nodeports.CoversIPv4Loopback(o.NodePortAddresses)
+}
+
 func (o *Options) RenderConfig(node *model.Node, localAddrs []netip.Addr) *Config {
 	nodeIPs := nodeports.NodeIPs(o.Family, o.NodeIPs, node)
 	c := &Config{

@@ -45,7 +45,13 @@
 //     per service makes the kernel's loop check quadratic, and the kernel
 //     validates every chain of a table on each commit that adds a jump or
 //     NAT rule. Policy chains DNAT directly; hairpin traffic is marked in
-//     postrouting through one set of "ep . ep" pairs.
+//     postrouting through sets of "ep . ep" pairs.
+//   - The hairpin pairs are in the shard tables, spread by address
+//     (hairpinShard), each shard with a nat-postrouting chain that marks
+//     them: the main table then holds nothing that grows with the
+//     endpoints, and a repair of it (repair.go) writes ~10k elements at
+//     10k services instead of ~75k. A new connection passes one more nat
+//     chain per shard in postrouting.
 //   - Partial syncs delete nothing on the common path: every deleting
 //     transaction waits for an RCU grace period, ~15 ms. Changed
 //     chains get their new rules inserted at the head, closed by return;

@@ -192,12 +192,16 @@ func (r *renderer) useHairpin(was, is []*model.Endpoint) {
 	}
 }
 
+// hairpinTable is the table that holds ip's hairpin pair.
+func (r *renderer) hairpinTable(ip netip.Addr) string {
+	return r.shardTable(hairpinShard(ip, r.shards))
+}
+
 // hairpinChanges gives, for every address whose count this plan took to or
 // from zero, the pair as counted before (nil: none; a garbage pair still in
 // the kernel is not counted) and as wanted after (nil: none).
 func (r *renderer) hairpinChanges() map[elemKey][2]*ownedElem {
 	out := make(map[elemKey][2]*ownedElem, len(r.plan.hairpin.counts))
-	table := r.cfg.table()
 	var buf []byte
 	for ip, c := range r.plan.hairpin.counts {
 		before := !r.in.Full && r.last.hairpin.counts[ip] > 0
@@ -207,7 +211,7 @@ func (r *renderer) hairpinChanges() map[elemKey][2]*ownedElem {
 		}
 		key := []nft.Value{{Addr: ip}, {Addr: ip}}
 		buf = appendKey(buf[:0], key)
-		e := &ownedElem{key: elemKey{set: setHairpin, key: string(buf)}, table: table,
+		e := &ownedElem{key: elemKey{set: setHairpin, key: string(buf)}, table: r.hairpinTable(ip),
 			elem: &nft.Element{Set: setHairpin, Key: key}}
 		if before {
 			out[e.key] = [2]*ownedElem{e, nil}

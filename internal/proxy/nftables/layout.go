@@ -23,13 +23,12 @@ func (r *renderer) mainSets() []*nft.Set {
 		{Name: mapNoEndpointServices, Key: svcKey, Data: nft.TypeVerdict, Comment: noEndpointServicesComent},
 		{Name: mapNoEndpointNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: noEndpointNodePortsComnt},
 		{Name: mapFirewallIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: firewallIPsComment},
-		{Name: setHairpin, Key: []nft.DataType{a, a}, Comment: hairpinComment},
 	}
 }
 
 // shardSets are the sets and maps of every shard table: its services'
-// verdict maps, and its own copy of the NodePort addresses (a rule can
-// only use sets of its table).
+// verdict maps, its share of the hairpin pairs, and its own copy of the
+// NodePort addresses (a rule can only use sets of its table).
 func (r *renderer) shardSets() []*nft.Set {
 	a := r.addrType()
 	svcKey := []nft.DataType{a, nft.TypeInetProto, nft.TypeInetService}
@@ -38,6 +37,7 @@ func (r *renderer) shardSets() []*nft.Set {
 		{Name: setNodePortIPs, Key: []nft.DataType{a}, Comment: nodePortIPsComment},
 		{Name: mapServiceIPs, Key: svcKey, Data: nft.TypeVerdict, Comment: serviceIPsComment},
 		{Name: mapServiceNodePorts, Key: npKey, Data: nft.TypeVerdict, Comment: serviceNodePortsComment},
+		{Name: setHairpin, Key: []nft.DataType{a, a}, Comment: hairpinComment},
 	}
 	for t := range plainTiers {
 		comment := clusterServicesComment
@@ -108,9 +108,8 @@ func (r *renderer) mainRules() map[string][]*nft.Rule {
 		},
 		chainNATPostrouting: {r.rule(chainNATPostrouting, jump(chainMasquerading))},
 		chainMasquerading: {
-			// Hairpin traffic first: mark it like any other traffic to
-			// masquerade (see setHairpin).
-			r.rule(chainMasquerading, nft.MatchInSet{Fields: []nft.Field{nft.FieldSaddr, nft.FieldDaddr}, Set: setHairpin}, nft.SetMarkOr{Mask: mask}),
+			// Hairpin traffic has been marked by the shards'
+			// nat-postrouting chains (see setHairpin).
 			r.rule(chainMasquerading, nft.MatchMarkZero{Mask: mask}, nft.Verdict{Kind: nft.Return}),
 			// Clear the mark so that a packet re-entering the stack (e.g.
 			// through a tunnel) is not masqueraded twice.
@@ -147,6 +146,10 @@ func (r *renderer) shardRules() map[string][]*nft.Rule {
 	return map[string][]*nft.Rule{
 		chainNATPrerouting: {r.rule(chainNATPrerouting, jump(chainServices))},
 		chainNATOutput:     {r.rule(chainNATOutput, jump(chainServices))},
+		// Hairpin traffic: mark it like any other traffic to masquerade,
+		// before the main table's nat-postrouting reads the mark.
+		chainNATPostrouting: {r.rule(chainNATPostrouting,
+			nft.MatchInSet{Fields: []nft.Field{nft.FieldSaddr, nft.FieldDaddr}, Set: setHairpin}, nft.SetMarkOr{Mask: r.cfg.markMask()})},
 		chainServices: append(services,
 			r.rule(chainServices, nft.VmapLookup{Fields: svcKeys, Map: mapServiceIPs}),
 			r.rule(chainServices, append(r.nodePortMatch(), nft.VmapLookup{Fields: npKeys, Map: mapServiceNodePorts})...),

@@ -3,6 +3,7 @@ package nftables
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -55,7 +56,8 @@ const (
 	mapFirewallIPs         = "firewall-ips"
 	// setHairpin holds "ep . ep" for every endpoint address: a packet DNATed
 	// back to the pod that sent it has source == destination in
-	// postrouting, which nft can only test through such a set.
+	// postrouting, which nft can only test through such a set. Each shard
+	// table holds the pairs of the addresses hairpinShard gives it.
 	setHairpin = "hairpin-endpoints"
 	// mapClusterServices sends the packets of plain ClusterIP service
 	// ports (see plainService) to the chain of their protocol and
@@ -185,7 +187,9 @@ func affinitySetName(n model.ServicePortName, e *model.Endpoint, timeoutSeconds 
 // baseChains are declared as data: name, type, hook, priority, and the
 // rules they always hold. mainBaseChains are those of the main table (the
 // filter side, and masquerading in postrouting); shardBaseChains those of
-// every shard table (the per-service dispatch, at dstnat).
+// every shard table: the per-service dispatch at dstnat, and the hairpin
+// mark in postrouting just before the main table masquerades (a nat
+// chain that sets no binding leaves the later ones of its hook to run).
 type baseChain struct {
 	name, typ, hook string
 	priority        int
@@ -203,14 +207,19 @@ var mainBaseChains = []baseChain{
 var shardBaseChains = []baseChain{
 	{chainNATPrerouting, nft.TypeNAT, nft.HookPrerouting, nft.PriorityDstNAT},
 	{chainNATOutput, nft.TypeNAT, nft.HookOutput, nft.PriorityDstNAT},
+	{chainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT - 1},
 }
 
 // Shards. Services are spread over several tables, "TABLE-s0" ...
 // "TABLE-s<K-1>", each holding the dispatch of its services: the
 // service-ips and service-nodeports verdict maps, the per-service chains
 // and affinity sets, and nat-prerouting/nat-output base chains that look
-// the packet up in its own maps. The main table keeps what is not per
-// service dispatch (filter-side checks, masquerading, the hairpin set).
+// the packet up in its own maps; and a share of the hairpin pairs
+// (hairpinShard) with a nat-postrouting chain that marks them. The main
+// table keeps what does not grow with the endpoints (filter-side checks,
+// masquerading, the cluster IPs), so that re-creating it is cheap (a
+// repair, repair.go: the hairpin pairs, one per endpoint address, were
+// 65k of its 75k elements at 10k services × 10 endpoints).
 //
 // Why: the kernel validates, on every commit that adds a jump, a goto
 // element or a NAT rule, every chain reachable from the base chains of
@@ -232,7 +241,7 @@ const (
 	// kernel's validation walk costs about 3 µs per service port of a
 	// shard per commit, so ~0.5-1k services keep it at 1-3 ms, while the
 	// number of nat base chains a new connection passes stays small (16
-	// at 10k services, 64 at 50k).
+	// at dstnat and 16 in postrouting at 10k services, 64 each at 50k).
 	DefaultServicesPerShard = 1024
 	shardComment            = "rules for kube-proxy: one shard of the services"
 )
@@ -314,6 +323,29 @@ func endpointMapProto(name string) v1.Protocol {
 		}
 	}
 	return ""
+}
+
+// hairpinShard is the shard among k (a power of two) whose table holds
+// the hairpin pair of address ip: by address, not by service, so that an
+// address several services share is one element, and the pairs spread
+// evenly. A packet's pair is in one shard; every shard's nat-postrouting
+// chain looks in its own set. FNV-1a of the address bytes, stable across
+// versions like shardHash.
+func hairpinShard(ip netip.Addr, k int) int {
+	if k <= 1 {
+		return 0
+	}
+	a16 := ip.As16()
+	b := a16[:]
+	if ip.Is4() {
+		b = b[12:]
+	}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return int(h & uint32(k-1))
 }
 
 // ShardOf is the shard of a service port among k (a power of two).

@@ -54,7 +54,7 @@ func TestPartialSyncOneEndpointChange(t *testing.T) {
 	}
 	// Nor does the new endpoint's hairpin pair: it stands for the address,
 	// whichever services it backs.
-	hairpinPair := "add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 }"
+	hairpinPair := "add element ip " + s.hairpinTable("198.18.130.11") + " hairpin-endpoints { 198.18.130.11 . 198.18.130.11 }"
 	for _, op := range ops {
 		if slices.Contains(newKeys, op) || op == hairpinPair {
 			continue

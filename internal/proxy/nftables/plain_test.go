@@ -79,7 +79,7 @@ func TestPlainEndpointChange(t *testing.T) {
 		"add element ip " + shard + ` cluster-services-new { 198.19.0.10 . tcp . 80 comment "demo/web-clusterip:http/TCP" : goto cluster/tcp/2 }`,
 		"add element ip " + shard + " cluster-endpoints-new-tcp { 198.19.0.10 . 80 . 0 : 198.18.129.10 . 8080 }",
 		"add element ip " + shard + " cluster-endpoints-new-tcp { 198.19.0.10 . 80 . 1 : 198.18.130.11 . 8080 }",
-		`add element ip kube-proxy hairpin-endpoints { 198.18.130.11 . 198.18.130.11 }`,
+		"add element ip " + s.hairpinTable("198.18.130.11") + " hairpin-endpoints { 198.18.130.11 . 198.18.130.11 }",
 	}
 	if diff := cmp.Diff(want, opTexts(p)); diff != "" {
 		t.Errorf("transaction (-want +got):\n%s", diff)

@@ -189,18 +189,25 @@ func (r *renderer) renderRepair(damaged sets.Set[string], exists map[string]bool
 	}
 	r.flushEndpointKeys()
 	r.plan.epMaps.adds = nil // restored, not new: Commit changes no key range
-	if damaged.Has(main) {
-		w := r.tx.In(main)
-		for _, ip := range slices.SortedFunc(maps.Keys(r.last.hairpin.counts), netip.Addr.Compare) {
-			if r.last.hairpin.counts[ip] > 0 {
-				w.Add(&nft.Element{Set: setHairpin, Key: []nft.Value{{Addr: ip}, {Addr: ip}}})
-			}
+	// Hairpin pairs: those of the damaged shards (hairpinShard), and the
+	// garbage pairs still there for the clean-up to delete.
+	var pairs []netip.Addr
+	for ip, c := range r.last.hairpin.counts {
+		if c > 0 && damaged.Has(r.hairpinTable(ip)) {
+			pairs = append(pairs, ip)
 		}
-		for _, k := range slices.SortedFunc(maps.Keys(r.last.hairpin.garbage), byKey) {
-			// A pair counted again is written above.
-			if g := r.last.hairpin.garbage[k]; g.table == main && r.last.hairpin.counts[g.elem.Key[0].Addr] <= 0 {
-				w.Add(g.elem)
-			}
+	}
+	// By table, so that each table's pairs go in one message.
+	slices.SortFunc(pairs, func(a, b netip.Addr) int {
+		return cmp.Or(cmp.Compare(hairpinShard(a, r.shards), hairpinShard(b, r.shards)), a.Compare(b))
+	})
+	for _, ip := range pairs {
+		r.tx.In(r.hairpinTable(ip)).Add(&nft.Element{Set: setHairpin, Key: []nft.Value{{Addr: ip}, {Addr: ip}}})
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(r.last.hairpin.garbage), byKey) {
+		// A pair counted again is written above.
+		if g := r.last.hairpin.garbage[k]; damaged.Has(g.table) && r.last.hairpin.counts[g.elem.Key[0].Addr] <= 0 {
+			r.tx.In(g.table).Add(g.elem)
 		}
 	}
 	if len(r.plan.epMaps.next) > 0 {

@@ -7,6 +7,7 @@ package nftables
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/flowtest"
 	"github.com/kproxy/kproxy/internal/testutil/fixtures"
+	"github.com/kproxy/kproxy/internal/trace"
 )
 
 // breakage changes the fake kernel as another program would; table is
@@ -276,5 +278,119 @@ func TestRepairFailureMakesNextSyncFull(t *testing.T) {
 	r.mustSync(false)
 	if a := r.lastApply(); !isFull(a.Tx) {
 		t.Errorf("the sync after a failed repair is not full:\n%s", a.Tx)
+	}
+}
+
+// TestRepairOfMainTableDoesNotGrowWithEndpoints: the main table holds
+// nothing per endpoint (the hairpin pairs are the shards', by address),
+// so re-creating it writes as much after endpoints with new addresses
+// are added as before; each new pair is written by the repair of the
+// shard hairpinShard gives it, and by no other.
+func TestRepairOfMainTableDoesNotGrowWithEndpoints(t *testing.T) {
+	c := flowtest.Example(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+	r.mustSync(true)
+	repair := func(table string) nft.Transaction {
+		t.Helper()
+		if err := r.fake.DeleteTable(context.Background(), r.family(), table); err != nil {
+			t.Fatal(err)
+		}
+		r.now = r.now.Add(time.Second)
+		tx := r.repairSync(table)
+		if isFull(&tx) {
+			t.Fatalf("%s repaired by a full sync", table)
+		}
+		return tx
+	}
+	first := repair("kube-proxy")
+	before := first.Len()
+
+	web := fixtures.SPName("web-clusterip", "http", model.TCP)
+	eps := slices.Clone(r.state.Endpoints[web])
+	var added []netip.Addr
+	for i := range 40 {
+		e := *eps[0]
+		e.IP = netip.AddrFrom4([4]byte{198, 18, 140, byte(i + 1)})
+		eps = append(eps, &e)
+		added = append(added, e.IP)
+	}
+	r.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{web: eps}})
+	r.now = r.now.Add(time.Second)
+	r.mustSync(false)
+	r.now = r.now.Add(2 * time.Second)
+	r.mustSync(false) // the clean-up
+
+	mainTx := repair("kube-proxy")
+	if after := mainTx.Len(); after != before {
+		t.Errorf("the main table's repair has %d operations with 40 more endpoint addresses, %d before:\n%s", after, before, mainTx.String())
+	}
+	for _, op := range mainTx.Ops {
+		if op.Element != nil && op.Element.Set == setHairpin {
+			t.Errorf("the main table's repair writes a hairpin pair: %v", op.Element)
+		}
+	}
+	shards := r.p.applied.shards
+	if shards < 2 {
+		t.Fatalf("the example has %d shard tables, want several", shards)
+	}
+	written := map[netip.Addr][]string{}
+	for i := range shards {
+		table := ShardTable("kube-proxy", i)
+		tx := repair(table)
+		for _, op := range tx.Ops {
+			if op.Element != nil && op.Element.Set == setHairpin {
+				written[op.Element.Key[0].Addr] = append(written[op.Element.Key[0].Addr], table)
+			}
+		}
+	}
+	for _, ip := range added {
+		want := []string{ShardTable("kube-proxy", hairpinShard(ip, shards))}
+		if got := written[ip]; !slices.Equal(got, want) {
+			t.Errorf("hairpin pair of %s written by the repairs of %v, want %v", ip, got, want)
+		}
+	}
+	if d := cmp.Diff(r.freshDump(), r.dump()); d != "" {
+		t.Errorf("after the repairs (-fresh full sync +got):\n%s", d)
+	}
+	// An added endpoint reaching its own service is masqueraded exactly
+	// when it lands on itself.
+	src := added[6]
+	res, err := r.rules().Trace(trace.Packet{Src: src, SrcPort: 40000, Dst: netip.MustParseAddr("198.19.0.10"), DstPort: 80, Proto: v1.ProtocolTCP, IIF: podIIF}, hostA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != len(eps) {
+		t.Fatalf("want one outcome per endpoint (%d), got:\n%s", len(eps), res)
+	}
+	for _, o := range res.Outcomes {
+		if o.DNAT == nil || o.Masquerade != (o.DNAT.Addr() == src) {
+			t.Errorf("%s: masquerade=%v, want it only to the source itself\n%s", o.Summary(), o.Masquerade, res)
+		}
+	}
+}
+
+// TestFullSyncDropsMainTableHairpinSet: a main table written by a version
+// that kept the hairpin pairs there (set and masquerading rule) loses
+// both at a restart's first full sync (takeOver: an unknown set goes once
+// the chains are flushed); the pairs are the shards'.
+func TestFullSyncDropsMainTableHairpinSet(t *testing.T) {
+	c := flowtest.Example(t, example.NodeA)
+	r := newProxierRig(t, c, model.IPv4)
+	r.mustSync(true)
+	fresh := r.freshDump()
+	pair := []nft.Value{{Addr: netip.MustParseAddr("198.18.129.10")}, {Addr: netip.MustParseAddr("198.18.129.10")}}
+	foreignTx(t, r, "kube-proxy", func(w nft.TableOps) {
+		w.Add(&nft.Set{Name: setHairpin, Key: []nft.DataType{nft.TypeIPv4Addr, nft.TypeIPv4Addr}, Comment: hairpinComment})
+		w.Add(&nft.Element{Set: setHairpin, Key: pair})
+		w.AddRules(&nft.Rule{Chain: chainMasquerading, Stmts: []nft.Stmt{
+			nft.MatchInSet{Fields: []nft.Field{nft.FieldSaddr, nft.FieldDaddr}, Set: setHairpin}, nft.SetMarkOr{Mask: r.p.cfg.markMask()}}})
+	})
+	if !strings.Contains(r.dump(), "add set ip kube-proxy hairpin-endpoints ") {
+		t.Fatalf("the older layout was not written:\n%s", r.dump())
+	}
+	r.p = r.newProxier()
+	r.mustSync(true)
+	if d := cmp.Diff(fresh, r.dump()); d != "" {
+		t.Errorf("after the restart's full sync (-fresh full sync +got):\n%s", d)
 	}
 }

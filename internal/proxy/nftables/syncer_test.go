@@ -107,6 +107,11 @@ func (s *syncer) shardOf(n model.ServicePortName) string {
 	return ShardTable(s.cfg.table(), ShardOf(n, s.applied.shards))
 }
 
+// hairpinTable is the table that holds the hairpin pair of address ip.
+func (s *syncer) hairpinTable(ip string) string {
+	return ShardTable(s.cfg.table(), hairpinShard(netip.MustParseAddr(ip), s.applied.shards))
+}
+
 func (s *syncer) partial(changed ...model.ServicePortName) *Plan {
 	s.t.Helper()
 	return s.run(s.input(false, sets.New(changed...)))

@@ -40,19 +40,27 @@ var (
 	// services have no cluster IP to program.
 	serviceLabelSelector = mustSelector(model.LabelServiceProxyName)
 	serviceFieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
-	// Upstream (since it gave Services and EndpointSlices informers of
-	// their own) filters slices only on the headless label. Slices that
-	// carry the proxy-name label (the EndpointSlice controller copies a
-	// Service's labels to its slices) are delivered; the Tracker drops them.
-	sliceLabelSelector = mustSelector(model.LabelHeadless)
+	// Upstream filters slices only on the headless label, and its
+	// tracker then drops those that carry the proxy-name label (the
+	// EndpointSlice controller copies a Service's labels to its slices).
+	// Asking the API server to leave those out too spares every node the
+	// bytes and the decoding of another proxy's endpoints; the Tracker
+	// drops the same slices, so what is programmed does not change.
+	sliceLabelSelector = mustSelector(model.LabelHeadless, model.LabelServiceProxyName)
 )
 
-func mustSelector(noSuchLabel string) string {
-	req, err := labels.NewRequirement(noSuchLabel, selection.DoesNotExist, nil)
-	if err != nil {
-		panic(err)
+// mustSelector is a label selector matching objects that have none of
+// the labels.
+func mustSelector(noSuchLabels ...string) string {
+	sel := labels.NewSelector()
+	for _, l := range noSuchLabels {
+		req, err := labels.NewRequirement(l, selection.DoesNotExist, nil)
+		if err != nil {
+			panic(err)
+		}
+		sel = sel.Add(*req)
 	}
-	return labels.NewSelector().Add(*req).String()
+	return sel.String()
 }
 
 func nodeFieldSelector(hostname string) string {
@@ -182,7 +190,8 @@ func wantService(svc *v1.Service) bool {
 
 func wantSlice(s *discovery.EndpointSlice) bool {
 	_, headless := s.Labels[model.LabelHeadless]
-	return !headless
+	_, other := s.Labels[model.LabelServiceProxyName]
+	return !headless && !other
 }
 
 func (s *apiSource) wantNode(n *v1.Node) bool { return n.Name == s.hostname }

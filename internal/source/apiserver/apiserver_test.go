@@ -200,8 +200,8 @@ func initialObjects() []runtime.Object {
 			s.Labels = map[string]string{model.LabelServiceProxyName: "other"}
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "198.19.0.11", []string{"198.19.0.11"}
 		}),
-		// Upstream does not filter slices on this label: it is
-		// delivered, and the Tracker drops it.
+		// Left out by the API server's selector; the fake clientset
+		// ignores selectors, so the source's own check drops it.
 		makeSlice("demo", "other-proxy-klmno", "other-proxy", func(s *discovery.EndpointSlice) {
 			s.Labels[model.LabelServiceProxyName] = "other"
 		}),
@@ -252,18 +252,17 @@ func TestInitialSyncThenChanges(t *testing.T) {
 	client := fake.NewClientset(initialObjects()...)
 	h := start(t, client)
 
-	ev := h.rec.waitEvents(t, 5)
+	ev := h.rec.waitEvents(t, 4)
 	wantInitial := []event{
-		{"update", "EndpointSlice", "demo/other-proxy-klmno"},
 		{"update", "EndpointSlice", "demo/web-abcde"},
 		{"update", "Node", "node-a"},
 		{"update", "Service", "demo/web"},
 	}
-	if diff := cmp.Diff(wantInitial, sortEvents(ev[:4])); diff != "" {
+	if diff := cmp.Diff(wantInitial, sortEvents(ev[:3])); diff != "" {
 		t.Errorf("initial events (-want +got):\n%s", diff)
 	}
-	if ev[4] != (event{"synced", "", ""}) {
-		t.Errorf("5th event = %v, want synced after the initial objects", ev[4])
+	if ev[3] != (event{"synced", "", ""}) {
+		t.Errorf("4th event = %v, want synced after the initial objects", ev[3])
 	}
 	if !h.tracker.HasSynced() {
 		t.Errorf("tracker not synced")
@@ -484,11 +483,13 @@ func endpointStrings(eps []*model.Endpoint) []string {
 func TestSelectors(t *testing.T) {
 	client := fake.NewClientset(initialObjects()...)
 	h := start(t, client)
-	h.rec.waitEvents(t, 5)
+	h.rec.waitEvents(t, 4)
 
 	want := map[string]string{
-		"services":       `labels="!service.kubernetes.io/service-proxy-name" fields="spec.clusterIP!=None"`,
-		"endpointslices": `labels="!service.kubernetes.io/headless" fields=""`,
+		"services": `labels="!service.kubernetes.io/service-proxy-name" fields="spec.clusterIP!=None"`,
+		// Slices of another proxy's services are left out by the API
+		// server too (upstream's tracker drops them after receiving them).
+		"endpointslices": `labels="!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name" fields=""`,
 		"nodes":          `labels="" fields="metadata.name=node-a"`,
 		// All of them, as upstream (Synced does not wait for them, so
 		// their list may come a little later).
@@ -537,9 +538,9 @@ func TestNoSyncedBeforeAllInformersSynced(t *testing.T) {
 		t.Fatal("tracker synced while the EndpointSlice list was held back")
 	}
 	held.Store(false)
-	ev := h.rec.waitEvents(t, 5)
-	wantSlices := []event{{"update", "EndpointSlice", "demo/other-proxy-klmno"}, {"update", "EndpointSlice", "demo/web-abcde"}}
-	if !cmp.Equal(sortEvents(ev[2:4]), wantSlices) || ev[4] != (event{"synced", "", ""}) {
+	ev := h.rec.waitEvents(t, 4)
+	wantSlices := []event{{"update", "EndpointSlice", "demo/web-abcde"}}
+	if !cmp.Equal(ev[2:3], wantSlices) || ev[3] != (event{"synced", "", ""}) {
 		t.Errorf("events after release = %v, want the slices then synced", ev[2:])
 	}
 }
@@ -630,6 +631,7 @@ func TestWant(t *testing.T) {
 		})), false},
 		{"plain slice", wantSlice(makeSlice("demo", "a-1", "a", nil)), true},
 		{"headless slice", wantSlice(makeSlice("demo", "a-1", "a", func(s *discovery.EndpointSlice) { s.Labels[model.LabelHeadless] = "" })), false},
+		{"other proxy's slice", wantSlice(makeSlice("demo", "a-1", "a", func(s *discovery.EndpointSlice) { s.Labels[model.LabelServiceProxyName] = "x" })), false},
 		{"this node", s.wantNode(makeNode("node-a", "198.18.0.10", nil)), true},
 		{"other node", s.wantNode(makeNode("node-b", "198.18.0.11", nil)), false},
 	}

@@ -43,6 +43,10 @@ import (
 
 // HollowOptions say what RunHollow runs.
 type HollowOptions struct {
+	// Proxy is what each node runs: "kproxy" (the default, in this
+	// process) or "upstream" (kubemark's hollow proxy, a process per
+	// node; see upstreamHollow).
+	Proxy    string
 	Nodes    int
 	Services int
 	Seed     uint64
@@ -53,24 +57,35 @@ type HollowOptions struct {
 	// SeeTimeout bounds the wait for every node to program one change,
 	// and for every node's first sync.
 	SeeTimeout time.Duration
+	// NoGzip makes kproxy's nodes refuse gzip (rest.Config's
+	// DisableCompression): the API server then sends their streaming
+	// lists uncompressed, trading its gzip CPU for bytes on the wire.
+	NoGzip bool
 }
 
 // HollowResult is one RunHollow.
 type HollowResult struct {
-	Nodes     int `json:"nodes"`
-	Services  int `json:"services"`
-	Endpoints int `json:"endpoints"`
+	Proxy     string `json:"proxy"`
+	NoGzip    bool   `json:"noGzip,omitempty"`
+	Nodes     int    `json:"nodes"`
+	Services  int    `json:"services"`
+	Endpoints int    `json:"endpoints"`
 	// AllSynced: from starting the nodes until every node's first sync
 	// of both families was committed.
 	AllSynced time.Duration `json:"allSynced"`
-	// The nodes share this process: RSS and heap per node are the
+	// kproxy's nodes share this process: RSS and heap per node are the
 	// process's growth over its baseline (the cluster created, no node
 	// started) divided by Nodes, measured after the changes; CPU per
 	// node is the process's CPU from the nodes' start to the end over
 	// Nodes (the writer of the changes included, which is small).
+	// Upstream's nodes are processes of their own: RSS per node is the
+	// mean of their RSS after the changes (RSSMaxMiB the largest, the
+	// baseline 0 and the end their sum), CPU per node the mean of
+	// their CPU; heap and kernel figures are not known (0).
 	RSSBaselineMiB float64 `json:"rssBaselineMiB"`
 	RSSEndMiB      float64 `json:"rssEndMiB"`
 	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
+	RSSMaxMiB      float64 `json:"rssMaxMiB,omitempty"`
 	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
 	// FakeKernelMiB is the part of a node's heap that is its in-memory
 	// kernel (nfttest.Fake, both families), which a real node keeps in
@@ -84,7 +99,8 @@ type HollowResult struct {
 	BytesMean, BytesMin, BytesMax int64
 	// Latencies: for every change and every node, the time from the
 	// slice's write (its EndpointsLastChangeTriggerTime) until a
-	// committed transaction of that node held the new address.
+	// committed transaction of that node held the new address. None for
+	// upstream's hollow proxy, which programs nothing.
 	Latencies      []time.Duration `json:"-"`
 	P50, P99, Max  time.Duration
 	Missed         []string `json:"missed,omitempty"`
@@ -150,33 +166,42 @@ func (n *hollowNode) committed(tx *nft.Transaction) {
 		if text == "" {
 			text = tx.String()
 		}
-		if containsAddr(text, addr) {
+		if containsEndpoint(text, addr) {
 			n.want[addr] = now
 		}
 	}
 }
 
-// containsAddr says whether text holds addr as a whole address: not as
-// the start of a longer one (198.18.1.1 in 198.18.1.10) nor the end of one.
-func containsAddr(text, addr string) bool {
+// containsEndpoint says whether text holds the endpoint ep
+// (netip.AddrPort's form) as nft writes it: "198.18.1.1:80" or
+// "[fd00:18:1::1]:80" in a DNAT, "198.18.1.1 . 80" in an endpoint map's
+// element; never as part of a longer address or port (198.18.1.10,
+// 2198.18.1.1, :8080). Pod addresses repeat at 10k services (the
+// generator's address space wraps, with other ports), so the port is
+// part of what is looked for.
+func containsEndpoint(text, ep string) bool {
+	ap, err := netip.ParseAddrPort(ep)
+	if err != nil {
+		return false
+	}
 	part := func(c byte) bool {
 		return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '.' || c == ':'
 	}
-	for i := 0; ; {
-		j := strings.Index(text[i:], addr)
-		if j < 0 {
-			return false
+	port := strconv.Itoa(int(ap.Port()))
+	for _, form := range []string{ep, ap.Addr().String() + " . " + port} {
+		for i := 0; ; {
+			j := strings.Index(text[i:], form)
+			if j < 0 {
+				break
+			}
+			start, end := i+j, i+j+len(form)
+			if (start == 0 || !part(text[start-1])) && (end == len(text) || text[end] < '0' || text[end] > '9') {
+				return true
+			}
+			i = start + 1
 		}
-		start, end := i+j, i+j+len(addr)
-		// ":" after an address is a port (198.18.1.1:80) in nft's text
-		// only for IPv4; an IPv6 address is never followed by ':' there.
-		before := start == 0 || !part(text[start-1])
-		after := end == len(text) || !part(text[end]) || (text[end] == ':' && !strings.Contains(addr, ":"))
-		if before && after {
-			return true
-		}
-		i = start + 1
 	}
+	return false
 }
 
 // watchedNFT is the fake kernel of one family of a node: it tells the
@@ -233,7 +258,7 @@ var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // startHollow starts one hollow node named name with node address addr;
 // kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
 // done; wg counts them.
-func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr) (*hollowNode, error) {
+func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool) (*hollowNode, error) {
 	n := &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
 		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -247,6 +272,7 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.QPS, cfg.Burst = 5, 10
 	cfg.UserAgent = "kproxy-hollow/" + name
+	cfg.DisableCompression = noGzip
 	dial := framework.DialContextIn(cp.Namespace)
 	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
 		c, err := dial(ctx, network, address)
@@ -297,18 +323,32 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 
 // RunHollow creates the cluster in a new control plane, starts the
 // hollow nodes, writes the changes and measures (see HollowResult). A
-// change some node never programs within SeeTimeout is in Missed (and
-// the run goes on); the caller decides whether that fails.
+// change some kproxy node never programs within SeeTimeout is in Missed
+// (and the run goes on); the caller decides whether that fails.
 func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	if o.SeeTimeout <= 0 {
 		o.SeeTimeout = time.Minute
+	}
+	if o.Proxy == "" {
+		o.Proxy = "kproxy"
+	}
+	upstream := o.Proxy == "upstream"
+	var kubemark string
+	switch {
+	case upstream:
+		var err error
+		if kubemark, err = upstreamHollowBin(); err != nil {
+			tb.Fatal(err)
+		}
+	case o.Proxy != "kproxy":
+		tb.Fatalf("hollow proxy %q: want kproxy or upstream", o.Proxy)
 	}
 	c, err := cluster.Generate(cluster.Options{Services: o.Services, Mix: cluster.Realistic, Seed: o.Seed})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	a := startAPICluster(tb, c)
-	r := &HollowResult{Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
+	r := &HollowResult{Proxy: o.Proxy, NoGzip: o.NoGzip && !upstream, Nodes: o.Nodes, Services: o.Services, Endpoints: c.Endpoints()}
 	kubeconfig := a.cp.Kubeconfig(tb, "system:kube-proxy")
 	apiPid := a.cp.APIServer.Pid()
 	self := os.Getpid()
@@ -329,35 +369,70 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 	var wg sync.WaitGroup
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 	start := time.Now()
-	nodes := make([]*hollowNode, o.Nodes)
-	for i := range nodes {
-		if nodes[i], err = startHollow(ctx, &wg, a.cp, kubeconfig, hollowName(i), cluster.NodeIP(len(c.Nodes)+i)); err != nil {
-			tb.Fatalf("node %s: %v", hollowName(i), err)
+	// What the harness needs of every node, whichever proxy it runs.
+	var (
+		nodes    []*hollowNode
+		ups      []*upstreamHollow
+		synced   = make([]<-chan struct{}, o.Nodes)
+		exited   = make([]<-chan struct{}, o.Nodes)
+		received = make([]*atomic.Int64, o.Nodes)
+	)
+	for i := range o.Nodes {
+		name := hollowName(i)
+		if upstream {
+			u, err := startUpstreamHollow(ctx, tb, a.cp, kubemark, kubeconfig, name)
+			if err != nil {
+				tb.Fatalf("node %s: %v", name, err)
+			}
+			ups = append(ups, u)
+			synced[i], exited[i], received[i] = u.syncedCh, u.proc.Done(), &u.received
+			continue
 		}
+		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip)
+		if err != nil {
+			tb.Fatalf("node %s: %v", name, err)
+		}
+		nodes = append(nodes, n)
+		synced[i], received[i] = n.syncedCh, &n.received
+	}
+	// The processes' CPU (upstream), or this process's (kproxy).
+	nodesCPU := func() float64 {
+		if !upstream {
+			return cpuSeconds(self) - cpuBefore
+		}
+		sum := 0.0
+		for _, u := range ups {
+			sum += cpuSeconds(u.proc.Pid())
+		}
+		return sum
 	}
 	deadline := time.After(o.SeeTimeout)
-	for _, n := range nodes {
+	for i := range o.Nodes {
 		select {
-		case <-n.syncedCh:
+		case <-synced[i]:
+		case <-exited[i]:
+			tb.Fatalf("node %s exited before its first sync: %v\n%s", hollowName(i), ups[i].proc.ExitError(), ups[i].proc.Tail(20))
 		case <-deadline:
-			tb.Fatalf("node %s: no first sync of both families within %s", n.name, o.SeeTimeout)
+			tb.Fatalf("node %s: no first sync within %s", hollowName(i), o.SeeTimeout)
 		}
 	}
 	r.AllSynced = time.Since(start)
-	r.AllSyncedCPUProcessSeconds = cpuSeconds(self) - cpuBefore
+	r.AllSyncedCPUProcessSeconds = nodesCPU()
 	r.CPUToSyncedNode = r.AllSyncedCPUProcessSeconds / float64(o.Nodes)
 	r.APIServerCPUToSynced = cpuSeconds(apiPid) - apiCPUBefore
 	var sum int64
-	for _, n := range nodes {
-		sum += n.received.Load()
+	for _, b := range received {
+		sum += b.Load()
 	}
 	r.BytesToSyncedMean = sum / int64(o.Nodes)
-	tb.Logf("%d hollow nodes synced in %s", o.Nodes, r.AllSynced.Round(time.Millisecond))
+	tb.Logf("%d %s hollow nodes synced in %s", o.Nodes, o.Proxy, r.AllSynced.Round(time.Millisecond))
 
 	known := map[string]bool{}
 	for _, s := range c.Slices {
 		for _, e := range s.Endpoints {
-			known[e.Addresses[0]] = true
+			for _, p := range s.Ports {
+				known[endpointKey(e.Addresses[0], p)] = true
+			}
 		}
 	}
 	kinds := map[string]cluster.Kind{}
@@ -373,10 +448,13 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			// endpoints out of every hollow node's rules.
 			measured := kinds[s.Labels[discovery.LabelServiceName]] != cluster.KindITPLocal
 			for _, e := range s.Endpoints {
-				if ad := e.Addresses[0]; !known[ad] {
+				if len(s.Ports) == 0 {
+					continue
+				}
+				if ad := endpointKey(e.Addresses[0], s.Ports[0]); !known[ad] {
 					known[ad] = true
 					if measured {
-						addrs = append(addrs, netip.MustParseAddr(ad).String())
+						addrs = append(addrs, ad)
 					}
 				}
 			}
@@ -393,26 +471,36 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			}
 		}
 		r.ChangesWritten++
-		if len(addrs) > 0 {
+		if len(addrs) > 0 && !upstream {
 			r.Missed = append(r.Missed, awaitSeen(nodes, addrs, written, o.SeeTimeout, &r.Latencies)...)
 		}
 		time.Sleep(o.Gap)
 	}
 
 	runtime.GC()
-	r.RSSEndMiB = procStatusMiB(self, "VmRSS")
-	r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
-	r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
-	r.CPUPerNode = (cpuSeconds(self) - cpuBefore) / float64(o.Nodes)
-	r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+	r.CPUPerNode = nodesCPU() / float64(o.Nodes)
+	if upstream {
+		for _, u := range ups {
+			rss := procStatusMiB(u.proc.Pid(), "VmRSS")
+			r.RSSEndMiB += rss
+			r.RSSMaxMiB = max(r.RSSMaxMiB, rss)
+		}
+		r.RSSBaselineMiB = 0
+		r.RSSPerNodeMiB = r.RSSEndMiB / float64(o.Nodes)
+	} else {
+		r.RSSEndMiB = procStatusMiB(self, "VmRSS")
+		r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
+		r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
+		r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+	}
 	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
 	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
 	r.APIEnd = a.watchFigures(tb)
 	r.LoadEnd = loadAvg()
 	r.BytesMin = -1
 	sum = 0
-	for _, n := range nodes {
-		b := n.received.Load()
+	for _, c := range received {
+		b := c.Load()
 		sum += b
 		r.BytesMax = max(r.BytesMax, b)
 		if r.BytesMin < 0 || b < r.BytesMin {
@@ -472,6 +560,16 @@ func awaitSeen(nodes []*hollowNode, addrs []string, written time.Time, timeout t
 	return missed
 }
 
+// endpointKey is what a node's rules hold of an endpoint at port p of
+// its slice: address and port, netip.AddrPort's form.
+func endpointKey(addr string, p discovery.EndpointPort) string {
+	port := uint16(0)
+	if p.Port != nil {
+		port = uint16(*p.Port)
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr(addr), port).String()
+}
+
 func hollowName(i int) string { return "hollow-" + strconv.Itoa(i) }
 
 // quantile of sorted durations (nearest rank); 0 when empty.
@@ -507,6 +605,10 @@ type apiWatchFigures struct {
 	// (apiserver_watch_events_total, apiserver_watch_events_sizes_sum),
 	// counters.
 	Watches, Events, Bytes float64
+	// HeapMiB is the API server's Go heap in use
+	// (go_memstats_heap_inuse_bytes): unlike its RSS, it does not keep
+	// the high-water mark of a burst.
+	HeapMiB float64
 }
 
 // watchFigures scrapes the API server's /metrics.
@@ -535,6 +637,7 @@ func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
 			w.Events += v
 		}
 	}
+	w.HeapMiB = m.Sum("go_memstats_heap_inuse_bytes") / (1 << 20)
 	for labels, v := range m.Series("apiserver_watch_events_sizes_sum") {
 		if ours(labels) {
 			w.Bytes += v
@@ -545,23 +648,32 @@ func (a *apiCluster) watchFigures(tb *TB) apiWatchFigures {
 
 // WriteHollowTable prints r as a table.
 func WriteHollowTable(w io.Writer, r *HollowResult) {
-	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
+	kib := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
+	rss := fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)
+	heap, kernel, lat := fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB), fmt.Sprintf("%.2f MiB", r.FakeKernelMiB),
+		fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))
+	if r.Proxy == "upstream" {
+		rss = fmt.Sprintf("%.2f MiB (max %.1f, sum %.1f)", r.RSSPerNodeMiB, r.RSSMaxMiB, r.RSSEndMiB)
+		heap, kernel, lat = "n/a", "n/a", "n/a (no rules)"
+	}
 	rows := [][2]string{
+		{"proxy", r.Proxy + map[bool]string{true: " (gzip refused)"}[r.NoGzip]},
 		{"nodes × services (endpoints)", fmt.Sprintf("%d × %d (%d)", r.Nodes, r.Services, r.Endpoints)},
 		{"load average before / after", r.LoadBefore + " / " + r.LoadEnd},
 		{"all nodes synced", r.AllSynced.Round(time.Millisecond).String()},
-		{"CPU per node to synced (process/N)", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
-		{"CPU per node, whole run (process/N)", fmt.Sprintf("%.3f s", r.CPUPerNode)},
-		{"RSS per node ((end − baseline)/N)", fmt.Sprintf("%.2f MiB (baseline %.1f, end %.1f)", r.RSSPerNodeMiB, r.RSSBaselineMiB, r.RSSEndMiB)},
-		{"heap in use per node (Δ/N)", fmt.Sprintf("%.2f MiB", r.HeapPerNodeMiB)},
-		{"of which the in-memory kernel (a copy of node 0's)", fmt.Sprintf("%.2f MiB", r.FakeKernelMiB)},
-		{"API bytes per node to synced (mean)", mib(r.BytesToSyncedMean)},
-		{"API bytes per node, whole run mean/min/max", mib(r.BytesMean) + " / " + mib(r.BytesMin) + " / " + mib(r.BytesMax)},
+		{"CPU per node to synced", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
+		{"CPU per node, whole run", fmt.Sprintf("%.3f s", r.CPUPerNode)},
+		{"RSS per node", rss},
+		{"heap in use per node (Δ/N)", heap},
+		{"of which the in-memory kernel (a copy of node 0's)", kernel},
+		{"API bytes per node to synced (mean)", kib(r.BytesToSyncedMean)},
+		{"API bytes per node, whole run mean/min/max", kib(r.BytesMean) + " / " + kib(r.BytesMin) + " / " + kib(r.BytesMax)},
 		{"changes written / samples (node × address)", fmt.Sprintf("%d / %d", r.ChangesWritten, len(r.Latencies))},
-		{"change → rules p50 / p99 / max (all nodes)", fmt.Sprintf("%s / %s / %s", r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))},
+		{"change → rules p50 / p99 / max (all nodes)", lat},
 		{"missed (node, change)", strconv.Itoa(len(r.Missed))},
 		{"API server CPU to synced / whole run", fmt.Sprintf("%.2f s / %.2f s", r.APIServerCPUToSynced, r.APIServerCPU)},
 		{"API server RSS before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIServerRSSBeforeNodesMiB, r.APIServerRSSMiB)},
+		{"API server heap in use before nodes / end", fmt.Sprintf("%.1f MiB / %.1f MiB", r.APIBefore.HeapMiB, r.APIEnd.HeapMiB)},
 		{"API server WATCH requests (svc+slices) before / end", fmt.Sprintf("%.0f / %.0f", r.APIBefore.Watches, r.APIEnd.Watches)},
 		{"API server watch events sent (svc+slices), nodes' run", fmt.Sprintf("%.0f (%.2f MiB encoded)", r.APIEnd.Events-r.APIBefore.Events, (r.APIEnd.Bytes-r.APIBefore.Bytes)/(1<<20))},
 	}

@@ -17,11 +17,14 @@ import (
 // The many-node run at a chosen size, e.g. (as root)
 //
 //	KPROXY_E2E=1 KPROXY_E2E_BIN=$PWD/_output/bin go test ./test/bench/harness -run '^$' \
-//	  -bench '^BenchmarkHollowScale$' -benchtime 1x -v -timeout 60m -hollow.nodes 40 -hollow.services 1000
+//	  -bench '^BenchmarkHollowScale$' -benchtime 1x -v -timeout 60m -hollow.nodes 40 -hollow.services 1000 \
+//	  -hollow.proxies kproxy,upstream
 var (
+	hollowProxies  = flag.String("hollow.proxies", "kproxy", "BenchmarkHollowScale: comma-separated, run one after the other, each with its own API server: kproxy, upstream (kubemark --morph=proxy)")
 	hollowNodes    = flag.Int("hollow.nodes", 30, "BenchmarkHollowScale: hollow nodes")
 	hollowServices = flag.Int("hollow.services", 1000, "BenchmarkHollowScale: services of the realistic mix")
 	hollowChanges  = flag.Int("hollow.changes", 20, "BenchmarkHollowScale: endpoint changes, one at a time")
+	hollowNoGzip   = flag.Bool("hollow.no-gzip", false, "BenchmarkHollowScale: kproxy's nodes refuse gzip (the API server's compression of streaming lists)")
 	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
 )
 
@@ -72,12 +75,35 @@ func TestHollowNodes(t *testing.T) {
 	}
 }
 
+// TestHollowUpstream runs 3 of upstream's hollow proxies (kubemark
+// --morph=proxy) against one kube-apiserver holding 100 services: each
+// must sync through watches of its own, behind a relay that counts its
+// bytes. It is skipped when kubemark is not built.
+func TestHollowUpstream(t *testing.T) {
+	needControlPlane(t)
+	if _, err := upstreamHollowBin(); err != nil {
+		t.Skip(err)
+	}
+	const nodes = 3
+	r := runHollow(t, HollowOptions{Proxy: "upstream", Nodes: nodes, Services: 100, Seed: 1, Changes: 2, Gap: 200 * time.Millisecond, SeeTimeout: time.Minute})
+	if got := r.APIEnd.Watches - r.APIBefore.Watches; got < 2*nodes {
+		t.Errorf("the API server serves %v more WATCH requests of services and slices with the nodes running, want at least %d", got, 2*nodes)
+	}
+	// Every node received at least the 100 services and their slices.
+	if r.BytesMin < 10_000 || r.RSSPerNodeMiB <= 0 || r.CPUPerNode <= 0 || len(r.Latencies) != 0 {
+		t.Errorf("figures out of range: bytes min %d, RSS per node %.1f MiB, CPU per node %.2f s, %d latencies", r.BytesMin, r.RSSPerNodeMiB, r.CPUPerNode, len(r.Latencies))
+	}
+}
+
 // BenchmarkHollowScale is the many-node run at the size the flags give
-// (run it with -benchtime 1x); it fails as TestHollowNodes does.
+// (run it with -benchtime 1x), for each proxy of -hollow.proxies in turn;
+// it fails as TestHollowNodes does.
 func BenchmarkHollowScale(b *testing.B) {
 	for range b.N {
-		runHollow(b, HollowOptions{Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-			Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 2 * time.Minute})
+		for p := range strings.SplitSeq(*hollowProxies, ",") {
+			runHollow(b, HollowOptions{Proxy: p, Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
+				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip})
+		}
 	}
 }
 
@@ -88,7 +114,7 @@ func TestAwaitSeen(t *testing.T) {
 		return &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, want: map[string]time.Time{}}
 	}
 	good, silent := mk("good"), mk("silent")
-	const addr = "198.18.1.1"
+	const addr = "198.18.1.1:80"
 	for _, n := range []*hollowNode{good, silent} {
 		n.watch(addr)
 	}
@@ -100,9 +126,9 @@ func TestAwaitSeen(t *testing.T) {
 		}
 		return txs[0]
 	}
-	// A longer address that starts with addr is not addr.
-	silent.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { 198.18.1.10 }\n"))
-	good.committed(parse("add table ip t\nadd set ip t s { type ipv4_addr; }\nadd element ip t s { " + addr + " }\n"))
+	// A longer address that starts with addr's is not addr's.
+	silent.committed(parse("add table ip t\nadd chain ip t c\nadd rule ip t c meta l4proto tcp dnat to 198.18.1.10:80\n"))
+	good.committed(parse("add table ip t\nadd chain ip t c\nadd rule ip t c meta l4proto tcp dnat to " + addr + "\n"))
 
 	var lat []time.Duration
 	missed := awaitSeen([]*hollowNode{good, silent}, []string{addr}, written, 100*time.Millisecond, &lat)
@@ -114,21 +140,25 @@ func TestAwaitSeen(t *testing.T) {
 	}
 }
 
-func TestContainsAddr(t *testing.T) {
+func TestContainsEndpoint(t *testing.T) {
 	for _, c := range []struct {
-		text, addr string
-		want       bool
+		text, ep string
+		want     bool
 	}{
-		{"dnat to 198.18.1.1:80", "198.18.1.1", true},
-		{"dnat to 198.18.1.10:80", "198.18.1.1", false},
-		{"elements = { 198.18.1.1 . tcp . 80 }", "198.18.1.1", true},
-		{"dnat to 2198.18.1.1:80", "198.18.1.1", false},
-		{"dnat to [fd00:18:1::1a]:80", "fd00:18:1::1", false},
-		{"dnat to [fd00:18:1::1]:80", "fd00:18:1::1", true},
-		{"fd00:18:1::1 . tcp", "fd00:18:1::1", true},
+		{"dnat to 198.18.1.1:80", "198.18.1.1:80", true},
+		{"dnat to 198.18.1.1:8080", "198.18.1.1:80", false},
+		{"dnat to 198.18.1.10:80", "198.18.1.1:80", false},
+		{"dnat to 2198.18.1.1:80", "198.18.1.1:80", false},
+		{"elements = { 0 : 198.18.1.1 . 80 }", "198.18.1.1:80", true},
+		{"elements = { 0 : 198.18.1.1 . 8080 }", "198.18.1.1:80", false},
+		{"elements = { 198.18.1.1 . tcp . 80 }", "198.18.1.1:80", false},
+		{"dnat to [fd00:18:1::1a]:80", "[fd00:18:1::1]:80", false},
+		{"dnat to [fd00:18:1::1]:80", "[fd00:18:1::1]:80", true},
+		{"0 : fd00:18:1::1 . 80", "[fd00:18:1::1]:80", true},
+		{"0 : fd00:18:1::1 . 80", "[fd00:18:1::1]:81", false},
 	} {
-		if got := containsAddr(c.text, c.addr); got != c.want {
-			t.Errorf("containsAddr(%q, %q) = %v, want %v", c.text, c.addr, got, c.want)
+		if got := containsEndpoint(c.text, c.ep); got != c.want {
+			t.Errorf("containsEndpoint(%q, %q) = %v, want %v", c.text, c.ep, got, c.want)
 		}
 	}
 }
