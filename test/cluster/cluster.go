@@ -76,6 +76,8 @@ const PauseImage = "registry.k8s.io/pause:3.10.2"
 // Address plan (see the package doc).
 var (
 	ServiceCIDR = netip.MustParsePrefix("198.19.0.0/16")
+	// DNSIP is the kube-dns Service's ClusterIP, the kubelets' clusterDNS.
+	DNSIP = netip.MustParseAddr("198.19.0.10")
 	// ClusterCIDR holds every node's pod CIDR.
 	ClusterCIDR = netip.MustParsePrefix("198.18.16.0/20")
 	// podRoute is what a pod routes through its node: nodes, pods and

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -103,7 +104,38 @@ func (c *Cluster) DeployKproxy(ctx context.Context, mode string) error {
 	} else {
 		c.life.Logf("%s", strings.TrimSpace(out))
 	}
-	return c.RolloutStatus(ctx, "kube-system", "daemonset/kproxy", 5*time.Minute)
+	if err := c.RolloutStatus(ctx, "kube-system", "daemonset/kproxy", 5*time.Minute); err != nil {
+		return err
+	}
+	return c.DeployDNS(ctx)
+}
+
+// DeployDNS deploys the cluster's DNS (test/tools/coredns/coredns.yaml:
+// CoreDNS as kubeadm deploys it, its image imported by Up) with the
+// kube-dns Service at DNSIP, and waits for its rollout. CoreDNS reaches the
+// API server through the "kubernetes" Service, so a service proxy must
+// run first; deploying a proxy deploys it (applying it again changes
+// nothing).
+func (c *Cluster) DeployDNS(ctx context.Context) error {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "test", "tools", "coredns", "coredns.yaml"))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "CLUSTER_DNS_IP") {
+		return errors.New("test/tools/coredns/coredns.yaml: no CLUSTER_DNS_IP to replace")
+	}
+	path := filepath.Join(c.Config.VarDir(), "coredns.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "CLUSTER_DNS_IP", DNSIP.String())), 0o644); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "apply", "-f", path); err != nil {
+		return err
+	}
+	return c.RolloutStatus(ctx, "kube-system", "deployment/coredns", 5*time.Minute)
 }
 
 // RolloutStatus waits (kubectl rollout status) until the workload has

@@ -244,5 +244,8 @@ func (c *Cluster) DeployKubeProxy(ctx context.Context, mode string) error {
 	if _, err := c.Kubectl(ctx, "apply", "-f", path); err != nil {
 		return err
 	}
-	return c.RolloutStatus(ctx, "kube-system", "daemonset/kube-proxy", 5*time.Minute)
+	if err := c.RolloutStatus(ctx, "kube-system", "daemonset/kube-proxy", 5*time.Minute); err != nil {
+		return err
+	}
+	return c.DeployDNS(ctx)
 }

@@ -275,6 +275,9 @@ authentication:
 authorization:
   mode: Webhook
 clusterDomain: cluster.local
+clusterDNS:
+  - %[7]s
+# No resolver of the host's: nothing outside the cluster is resolved.
 resolvConf: ""
 failSwapOn: false
 maxPods: 50
@@ -297,6 +300,7 @@ registerNode: true
 		c.CP.CAFile(),
 		filepath.Join(n.VarDir, "pod-logs"),
 		filepath.Join(n.VarDir, "volume-plugins"),
+		DNSIP,
 	)
 }
 
