@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/kproxy/kproxy/test/cluster/e2erun"
 	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
@@ -431,4 +433,66 @@ func TestNodeConfig(t *testing.T) {
 	if !slices.Contains(clusterBinaries, "kubelet") {
 		t.Errorf("kubelet is not among the binaries checked")
 	}
+}
+
+// TestConformanceServices runs upstream's [Conformance] Services tests
+// (e2e.test v1.37.2, selection conformance-services of e2erun) against the
+// cluster, kproxy in nftables mode, from the control plane's network
+// namespace; every one must pass, within 10 minutes.
+func TestConformanceServices(t *testing.T) {
+	c := kproxyCluster(t)
+	o := e2erun.Options{
+		E2ETest:    filepath.Join(c.Config.BinDir, "e2e.test"),
+		Ginkgo:     filepath.Join(c.Config.BinDir, "ginkgo"),
+		Kubectl:    filepath.Join(c.Config.BinDir, "kubectl"),
+		Kubeconfig: c.Config.AdminKubeconfig(),
+		NetNS:      c.CP.Namespace,
+		Selection:  "conformance-services",
+		ReportDir:  t.TempDir(),
+		Timeout:    10 * time.Minute,
+		NumNodes:   len(c.Nodes),
+		Procs:      3,
+		Proxy:      "kproxy",
+		Mode:       "nftables",
+	}
+	for _, p := range []string{o.E2ETest, o.Ginkgo} {
+		if !executable(p) {
+			if framework.Mandatory() {
+				t.Fatalf("%s=1 but %s is missing (test/tools/build.sh builds it)", framework.EnvRun, p)
+			}
+			t.Skipf("%s is missing (test/tools/build.sh builds it)", p)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+	defer cancel()
+	run, runErr := e2erun.Execute(ctx, o)
+	report, err := e2erun.ReadReport(o.ReportDir)
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(o.ReportDir, "e2e.log"))
+		t.Fatalf("e2e.test (%v): no report: %v\n%s", runErr, err, tailLines(string(b), 40))
+	}
+	passed := 0
+	for _, tc := range report.Cases {
+		switch tc.Result {
+		case e2erun.Passed:
+			passed++
+		case e2erun.Failed:
+			t.Errorf("FAILED %s: %s", tc.Name, tc.Message)
+		}
+	}
+	t.Logf("%d [Conformance] Services tests passed in %s: %s", passed, run.Finished.Sub(run.Started).Round(time.Second), run.Command)
+	if passed == 0 {
+		t.Errorf("no test passed (e2e.test: %v)", runErr)
+	}
+	if runErr != nil && !t.Failed() {
+		t.Errorf("e2e.test: %v", runErr)
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
