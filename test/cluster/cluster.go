@@ -411,3 +411,12 @@ func Attach(l framework.Lifetime, cfg Config) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// TailLines is the last n lines of s.
+func TailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -469,7 +469,7 @@ func TestConformanceServices(t *testing.T) {
 	report, err := e2erun.ReadReport(o.ReportDir)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(o.ReportDir, "e2e.log"))
-		t.Fatalf("e2e.test (%v): no report: %v\n%s", runErr, err, tailLines(string(b), 40))
+		t.Fatalf("e2e.test (%v): no report: %v\n%s", runErr, err, TailLines(string(b), 40))
 	}
 	passed := 0
 	for _, tc := range report.Cases {
@@ -487,12 +487,4 @@ func TestConformanceServices(t *testing.T) {
 	if runErr != nil && !t.Failed() {
 		t.Errorf("e2e.test: %v", runErr)
 	}
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

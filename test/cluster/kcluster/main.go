@@ -106,7 +106,7 @@ func up(cfg cluster.Config) error {
 		select {
 		case err := <-exited:
 			b, _ := os.ReadFile(logPath(cfg))
-			return fmt.Errorf("the server exited (%v):\n%s", err, tail(string(b), 40))
+			return fmt.Errorf("the server exited (%v):\n%s", err, cluster.TailLines(string(b), 40))
 		case <-deadline:
 			return fmt.Errorf("not up after %s; see %s, and run down", upTimeout, logPath(cfg))
 		case <-time.After(time.Second):
@@ -121,14 +121,6 @@ func up(cfg cluster.Config) error {
 func ready(cfg cluster.Config) bool {
 	_, err := cluster.Attach(framework.NewSuite("kcluster"), cfg)
 	return err == nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // serve brings the cluster up and keeps it until SIGTERM or SIGINT.
