@@ -11,7 +11,8 @@
 #   sudo hack/cluster.sh kubectl get pods -A  kubectl as admin (run inside the control plane's netns)
 #   sudo hack/cluster.sh deploy kproxy [--mode nftables|iptables]
 #                                           import the kproxy image on every node, apply
-#                                           deploy/kproxy.yaml, wait for the rollout
+#                                           deploy/kproxy.yaml, wait for the rollout; then
+#                                           the cluster DNS (test/tools/coredns/coredns.yaml)
 #   sudo hack/cluster.sh deploy kube-proxy [--mode ...]
 #                                           upstream kube-proxy v1.37.2 as kubeadm deploys it
 #                                           (its image: kproxy's with the binary of KPROXY_E2E_BIN)

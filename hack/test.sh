@@ -96,6 +96,9 @@ if [ "$unit" = 0 ]; then
   go version
   bash test/vm/prepare.sh
   bash test/tools/build.sh
+  # The images test/cluster's nodes import (pause, agnhost, CoreDNS, ...;
+  # a no-op for each archive whose inputs are unchanged).
+  bash test/tools/images.sh
   # The container image TestImage runs kproxy from (a no-op when the
   # archive for this source state exists).
   bash hack/image.sh
