@@ -22,7 +22,8 @@
 # tests run too), kernel (test/kernel), vm (internal/testutil/vm; test/vmsuite:
 # every test that needs the VM's kernel, in one boot), fuzz
 # (each fuzz target for a fixed number of executions; FUZZTIME overrides), e2e
-# (test/e2e and test/compat, upstream kube-proxy as the oracle; run beside
+# (test/e2e and test/compat, upstream kube-proxy as the oracle, and
+# test/cluster, kproxy deployed into a multi-node cluster; run beside
 # the others: they mostly wait), then test/monitoring and test/tools
 # (modules of their own). It prints where the time went and one closing
 # line: N passed, N failed, N skipped.
@@ -95,6 +96,9 @@ if [ "$unit" = 0 ]; then
   go version
   bash test/vm/prepare.sh
   bash test/tools/build.sh
+  # The images test/cluster's nodes import (pause, agnhost, CoreDNS, ...;
+  # a no-op for each archive whose inputs are unchanged).
+  bash test/tools/images.sh
   # The container image TestImage runs kproxy from (a no-op when the
   # archive for this source state exists).
   bash hack/image.sh
@@ -116,10 +120,10 @@ gts() {
 }
 
 all=$(go list ./...)
-e2e_pkgs=$(grep -E '/test/(e2e|compat)(/|$)' <<<"$all" || true)
+e2e_pkgs=$(grep -E '/test/(e2e|compat|cluster)(/|$)' <<<"$all" || true)
 kernel_pkgs=$(grep -E '/test/kernel$' <<<"$all" || true)
 vm_pkgs=$(grep -E '/internal/testutil/vm$|/test/vmsuite$' <<<"$all" || true)
-unit_pkgs=$(grep -vE '/test/(e2e|compat)(/|$)|/test/kernel$|/internal/testutil/vm$|/test/vmsuite$' <<<"$all")
+unit_pkgs=$(grep -vE '/test/(e2e|compat|cluster)(/|$)|/test/kernel$|/internal/testutil/vm$|/test/vmsuite$' <<<"$all")
 # The tests that need the VM's kernel run in one boot (test/vmsuite,
 # listed in its tests.txt); the host's groups leave them out.
 vm_only="^($(sed -e 's/#.*//' -e 's/gate=/ /g' -e 's/,/ /g' test/vmsuite/tests.txt | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^Test/) print $i}' | paste -sd'|'))\$"

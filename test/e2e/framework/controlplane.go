@@ -103,6 +103,15 @@ type Options struct {
 	// ready; 2 minutes when zero (a cold start on a busy 2-core machine is
 	// far slower than the usual 3 seconds).
 	ReadyTimeout time.Duration
+	// Nodes makes the API server one for real nodes (test/cluster), run
+	// with a controller manager: Node,RBAC authorization, the
+	// NodeRestriction and ServiceAccount admission plugins, privileged
+	// pods allowed, and a client certificate (user
+	// kube-apiserver-kubelet-client in system:masters) for the kubelets'
+	// APIs (logs, exec, port-forward). Flags a list of values (such as
+	// --authorization-mode) append to when repeated cannot be changed
+	// through APIServerArgs.
+	Nodes bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver.
@@ -189,6 +198,9 @@ func start(t tb, opts Options) *ControlPlane {
 	cp.Namespace = addNamespace(t, "kpe2e-cp")
 	cp.setUpNetwork(t)
 	files := cp.writeCredentials(t, opts.ServiceCIDRs)
+	if opts.Nodes {
+		files.kubeletCert, files.kubeletKey = cp.ClientCertFiles(t, cp.Dir, "kube-apiserver-kubelet-client", "system:masters")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), opts.ReadyTimeout)
 	defer cancel()
@@ -254,6 +266,8 @@ func prefixOf(a netip.Addr, net netip.Prefix) netip.Prefix {
 // credentialFiles are the paths of what writeCredentials wrote.
 type credentialFiles struct {
 	caCert, servingCert, servingKey, saKey, saPub string
+	// kubeletCert and kubeletKey are set with Options.Nodes.
+	kubeletCert, kubeletKey string
 }
 
 // writeCredentials makes the CA, the API server's serving certificate,
@@ -284,10 +298,10 @@ func (cp *ControlPlane) writeCredentials(t tb, serviceCIDRs []netip.Prefix) cred
 		t.Fatalf("creating service account keys: %v", err)
 	}
 	f := credentialFiles{
-		caCert:      filepath.Join(cp.Dir, "ca.crt"),
+		caCert:      cp.CAFile(),
 		servingCert: filepath.Join(cp.Dir, "apiserver.crt"),
 		servingKey:  filepath.Join(cp.Dir, "apiserver.key"),
-		saKey:       filepath.Join(cp.Dir, "sa.key"),
+		saKey:       cp.ServiceAccountKeyFile(),
 		saPub:       filepath.Join(cp.Dir, "sa.pub"),
 	}
 	if err := writeFiles(map[string][]byte{
@@ -329,22 +343,27 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 	for i, p := range opts.ServiceCIDRs {
 		cidrs[i] = p.String()
 	}
+	// Without Options.Nodes no controller-manager runs, so no service
+	// account would ever exist for a Pod; the ServiceAccount admission
+	// plugin would refuse every Pod.
+	authz, disabled := "RBAC", "ServiceAccount"
+	if opts.Nodes {
+		authz, disabled = "Node,RBAC", ""
+	}
 	args := []string{
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address=" + ControlPlaneIP4.String(),
 		"--advertise-address=" + ControlPlaneIP4.String(),
 		"--secure-port=" + strconv.Itoa(APIServerPort),
 		"--service-cluster-ip-range=" + strings.Join(cidrs, ","),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authz,
 		"--client-ca-file=" + f.caCert,
 		"--tls-cert-file=" + f.servingCert,
 		"--tls-private-key-file=" + f.servingKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f.saPub,
 		"--service-account-signing-key-file=" + f.saKey,
-		// No controller-manager runs, so no service account would ever
-		// exist for a Pod; the admission plugin would refuse every Pod.
-		"--disable-admission-plugins=ServiceAccount",
+		"--disable-admission-plugins=" + disabled,
 		// Never write self-signed certificates to /var/run/kubernetes.
 		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver-certs"),
 		"--profiling=false",
@@ -353,6 +372,14 @@ func (cp *ControlPlane) apiServerArgs(f credentialFiles, opts Options) []string 
 		// long-running ones: an open watch (kproxy's) ends only when its
 		// client goes, so StopAPIServer would hang while kproxy runs.
 		"--shutdown-send-retry-after=true",
+	}
+	if opts.Nodes {
+		args = append(args,
+			"--enable-admission-plugins=NodeRestriction",
+			"--allow-privileged=true",
+			"--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate="+f.kubeletCert,
+			"--kubelet-client-key="+f.kubeletKey)
 	}
 	return append(args, opts.APIServerArgs...)
 }
@@ -448,7 +475,7 @@ type Link struct {
 // addrs the namespace gets 198.18.250.(10+n)/24 and fd00:18:250::(10+n)/64. Both ends are created directly in their
 // namespaces; the root namespace never sees them. The veth is removed in
 // t.Cleanup (deleting either namespace removes it too).
-func (cp *ControlPlane) ConnectNamespace(t testing.TB, ns string, addrs ...netip.Prefix) Link {
+func (cp *ControlPlane) ConnectNamespace(t Lifetime, ns string, addrs ...netip.Prefix) Link {
 	t.Helper()
 	if !namespaceExists(ns) {
 		t.Fatalf("ConnectNamespace: no network namespace %q", ns)
@@ -539,7 +566,7 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 // client certificate for user in groups, and returns its path. RBAC then
 // decides what it may do: user "system:kube-proxy" gets exactly the
 // permissions of upstream's bootstrap binding system:node-proxier.
-func (cp *ControlPlane) Kubeconfig(t testing.TB, user string, groups ...string) string {
+func (cp *ControlPlane) Kubeconfig(t Lifetime, user string, groups ...string) string {
 	t.Helper()
 	kp, err := cp.ca.clientCert(user, groups)
 	if err != nil {

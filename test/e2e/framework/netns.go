@@ -37,7 +37,7 @@ const commandTimeout = 30 * time.Second
 // The name carries the test process's PID, so that namespaces left behind
 // by a test binary that was killed (a -timeout panic skips cleanups) are
 // recognised and deleted by the next run; see sweepStaleNamespaces.
-func AddNamespace(t testing.TB, prefix string) string {
+func AddNamespace(t Lifetime, prefix string) string {
 	t.Helper()
 	return addNamespace(t, prefix)
 }
@@ -111,6 +111,12 @@ func randomSuffix(t tb) string {
 func Run(ctx context.Context, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
+	return RunUntil(ctx, name, args...)
+}
+
+// RunUntil is Run bounded by ctx alone, for a command that may take
+// longer than a helper's 30 seconds (an image import on a loaded machine).
+func RunUntil(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

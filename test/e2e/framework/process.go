@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -41,11 +40,13 @@ type Process struct {
 
 // StartProcess runs argv inside the network namespace ns (`ip netns exec`,
 // which execs argv[0] in place, so the process is argv[0] itself) with its
-// output in dir/name.log. It is stopped in t.Cleanup (SIGTERM, then SIGKILL
+// output in dir/name.log; with ns "" argv runs as it is (for a program that
+// must not get ip netns exec's private mount namespace: start it with
+// `nsenter --net=/run/netns/NS`, which also execs in place). It is stopped in t.Cleanup (SIGTERM, then SIGKILL
 // after a grace period); if the test failed, the end of its log is printed.
 // PDEATHSIG ends it should the test binary die without running cleanups
 // (for example on a -timeout panic).
-func StartProcess(t testing.TB, ns, dir, name string, argv ...string) *Process {
+func StartProcess(t Lifetime, ns, dir, name string, argv ...string) *Process {
 	t.Helper()
 	p, err := startProcess(t, ns, dir, name, argv...)
 	if err != nil {
@@ -63,7 +64,10 @@ func startProcess(owner tb, ns, dir, name string, argv ...string) (*Process, err
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", logPath, err)
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	if ns != "" {
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := startOnSpawnerThread(cmd); err != nil {

@@ -37,17 +37,8 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// tb is what the framework needs of a lifetime: testing.TB has it, and so
-// does the shared control plane's suite, which outlives every test.
-type tb interface {
-	Helper()
-	Cleanup(func())
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Logf(format string, args ...any)
-	Failed() bool
-	TempDir() string
-}
+// tb is what the framework needs of a lifetime (see Lifetime).
+type tb = Lifetime
 
 // Bounds of the shared control plane's per-test work.
 const (
@@ -445,6 +436,8 @@ func summary(ks []objectKey) string {
 // StopShared. Cleanups run in reverse order, as a test's do; Fatalf ends
 // the function run is running.
 type suite struct {
+	// name starts its log lines; "shared control plane" when empty.
+	name     string
 	mu       sync.Mutex
 	cleanups []func()
 	errs     []error
@@ -466,7 +459,7 @@ func (s *suite) Errorf(format string, args ...any) {
 	s.mu.Lock()
 	s.errs = append(s.errs, err)
 	s.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "shared control plane: %v\n", err)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", s.logName(), err)
 }
 
 func (s *suite) Fatalf(format string, args ...any) {
@@ -478,7 +471,14 @@ func (s *suite) Fatalf(format string, args ...any) {
 }
 
 func (s *suite) Logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "shared control plane: %s\n", fmt.Sprintf(format, args...))
+	fmt.Fprintf(os.Stderr, "%s: %s\n", s.logName(), fmt.Sprintf(format, args...))
+}
+
+func (s *suite) logName() string {
+	if s.name == "" {
+		return "shared control plane"
+	}
+	return s.name
 }
 
 func (s *suite) Failed() bool {

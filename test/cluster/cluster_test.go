@@ -1,0 +1,490 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kproxy/kproxy/test/cluster/e2erun"
+	"github.com/kproxy/kproxy/test/e2e/framework"
+)
+
+// One cluster for the test binary, with kproxy deployed in nftables mode:
+// started by the first test that needs it, stopped in TestMain.
+var testCluster struct {
+	once sync.Once
+	life *framework.Suite
+	c    *Cluster
+	skip string // why the machine cannot run it
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if life := testCluster.life; life != nil {
+		if err := life.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the test cluster: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// kproxyCluster returns the test binary's cluster, kproxy deployed in
+// nftables mode. Where the machine lacks a part it skips t, or fails it
+// under KPROXY_E2E=1.
+func kproxyCluster(t *testing.T) *Cluster {
+	t.Helper()
+	tc := &testCluster
+	tc.once.Do(func() {
+		cfg := Config{Name: "kproxy-cluster-e2e"}
+		if m := cfg.Missing(); len(m) > 0 {
+			tc.skip = "the test cluster needs " + strings.Join(m, ", ")
+			return
+		}
+		if _, err := KproxyArchive(); err != nil {
+			tc.skip = err.Error()
+			return
+		}
+		tc.life = framework.NewSuite("test cluster")
+		tc.err = tc.life.Run(func() { tc.c = Up(tc.life, cfg) })
+		if tc.err != nil {
+			return
+		}
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		defer cancel()
+		if tc.err = tc.c.DeployKproxy(ctx, "nftables"); tc.err == nil {
+			t.Logf("cluster up in %s, kproxy deployed in %s", tc.c.Ready.Round(time.Second), time.Since(began).Round(time.Second))
+		}
+	})
+	if tc.skip != "" {
+		if framework.Mandatory() {
+			t.Fatalf("%s=1 but %s", framework.EnvRun, tc.skip)
+		}
+		t.Skip(tc.skip)
+	}
+	if tc.err != nil {
+		t.Fatalf("test cluster: %v", tc.err)
+	}
+	return tc.c
+}
+
+// TestServiceFromEveryNode: agnhost netexec pods spread over the nodes
+// behind a ClusterIP and a NodePort Service; kproxy, deployed from
+// deploy/kproxy.yaml, makes both answer from a pod on every node (the
+// ClusterIP, and the NodePort on every node's IP), from every node itself
+// (the same), with every backend answering, and from the control plane's
+// namespace, which is outside the cluster (the NodePort on every node's
+// IP).
+func TestServiceFromEveryNode(t *testing.T) {
+	c := kproxyCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	agnhost, err := c.ImageNamed(ctx, "agnhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := createNamespace(t, c, "svc-every-node")
+
+	labels := map[string]string{"app": "backend"}
+	replicas := int32(len(c.Nodes))
+	backend := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					// One per node.
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+						WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
+					}},
+					Containers: []corev1.Container{netexec(agnhost)},
+				},
+			},
+		},
+	}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, backend, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "client-" + n.Name, Labels: map[string]string{"app": "client"}},
+			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{netexec(agnhost)}},
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}
+	clusterIP, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{port}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodePort, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend-nodeport"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+			Ports: []corev1.ServicePort{port}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pods := waitPodsReady(ctx, t, c, ns, 2*len(c.Nodes))
+	backends := map[string]bool{}
+	clients := map[string]string{} // node → client pod IP
+	for _, p := range pods {
+		if p.Labels["app"] == "backend" {
+			backends[p.Name] = true
+		} else {
+			clients[p.Spec.NodeName] = p.Status.PodIP
+		}
+	}
+	if len(clients) != len(c.Nodes) {
+		t.Fatalf("client pods on %d nodes, want %d", len(clients), len(c.Nodes))
+	}
+
+	targets := []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(clusterIP.Spec.ClusterIP), 80)}
+	for _, n := range c.Nodes {
+		targets = append(targets, netip.AddrPortFrom(n.IP, uint16(nodePort.Spec.Ports[0].NodePort)))
+	}
+	client := framework.HTTPClientIn(c.CP.Namespace)
+	for _, n := range c.Nodes {
+		for _, dst := range targets {
+			// From the client pod on n, through its /dial endpoint.
+			q := url.Values{"request": {"hostname"}, "protocol": {"http"}, "host": {dst.Addr().String()},
+				"port": {fmt.Sprint(dst.Port())}, "tries": {"1"}}
+			u := "http://" + netip.AddrPortFrom(netip.MustParseAddr(clients[n.Name]), 8080).String() + "/dial?" + q.Encode()
+			answer := eventually(ctx, t, fmt.Sprintf("pod on %s → %s", n.Name, dst), func() (string, error) {
+				var r struct {
+					Responses []string `json:"responses"`
+					Errors    []string `json:"errors"`
+				}
+				body, err := get(ctx, client, u)
+				if err != nil {
+					return "", err
+				}
+				if err := json.Unmarshal([]byte(body), &r); err != nil {
+					return "", fmt.Errorf("%q: %v", body, err)
+				}
+				if len(r.Responses) != 1 || !backends[r.Responses[0]] {
+					return "", fmt.Errorf("no backend answered: %s", body)
+				}
+				return r.Responses[0], nil
+			})
+			t.Logf("pod on %s → %s: %s", n.Name, dst, answer)
+		}
+	}
+	// From each node's own network namespace (hostNetwork), the
+	// ClusterIP and every NodePort; until every backend has answered.
+	answered := map[string]bool{}
+	for _, n := range c.Nodes {
+		nodeClient := framework.HTTPClientIn(n.Namespace)
+		for _, dst := range targets {
+			answer := eventually(ctx, t, fmt.Sprintf("node %s → %s", n.Name, dst), func() (string, error) {
+				body, err := get(ctx, nodeClient, "http://"+dst.String()+"/hostname")
+				if err != nil {
+					return "", err
+				}
+				if !backends[body] {
+					return "", fmt.Errorf("%q is no backend", body)
+				}
+				return body, nil
+			})
+			answered[answer] = true
+			t.Logf("node %s → %s: %s", n.Name, dst, answer)
+		}
+	}
+	nodeClient := framework.HTTPClientIn(c.Nodes[0].Namespace)
+	eventually(ctx, t, "every backend answering the ClusterIP", func() (string, error) {
+		body, err := get(ctx, nodeClient, "http://"+targets[0].String()+"/hostname")
+		if err != nil {
+			return "", err
+		}
+		answered[body] = true
+		if len(answered) < len(backends) {
+			return "", fmt.Errorf("answered so far: %v of %d", keys(answered), len(backends))
+		}
+		return "", nil
+	})
+	for _, dst := range targets[1:] {
+		answer := eventually(ctx, t, "control plane → "+dst.String(), func() (string, error) {
+			body, err := get(ctx, client, "http://"+dst.String()+"/hostname")
+			if err != nil {
+				return "", err
+			}
+			if !backends[body] {
+				return "", fmt.Errorf("%q is no backend", body)
+			}
+			return body, nil
+		})
+		t.Logf("control plane → %s: %s", dst, answer)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// netexec is an agnhost container serving HTTP on 8080, ready once it
+// answers.
+func netexec(image string) corev1.Container {
+	return corev1.Container{
+		Name: "netexec", Image: image, ImagePullPolicy: corev1.PullNever,
+		Args:  []string{"netexec", "--http-port=8080"},
+		Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 2,
+		},
+	}
+}
+
+// createNamespace creates a namespace for t, deleted in t.Cleanup.
+func createNamespace(t *testing.T, c *Cluster, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting namespace %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// waitPodsReady waits until ns holds want pods, all Ready.
+func waitPodsReady(ctx context.Context, t *testing.T, c *Cluster, ns string, want int) []corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	var pods []corev1.Pod
+	eventually(ctx, t, fmt.Sprintf("%d pods Ready in %s", want, ns), func() (string, error) {
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", err
+		}
+		var notReady []string
+		for _, p := range list.Items {
+			if !podReady(&p) {
+				notReady = append(notReady, fmt.Sprintf("%s (%s on %q)", p.Name, p.Status.Phase, p.Spec.NodeName))
+			}
+		}
+		if len(list.Items) != want || len(notReady) > 0 {
+			return "", fmt.Errorf("%d pods, not ready: %s", len(list.Items), strings.Join(notReady, ", "))
+		}
+		pods = list.Items
+		return "", nil
+	})
+	return pods
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// eventually retries f every second until it succeeds or ctx ends (a
+// failure of t naming what, with f's last error).
+func eventually(ctx context.Context, t *testing.T, what string, f func() (string, error)) string {
+	t.Helper()
+	var last error
+	for {
+		v, err := f()
+		if err == nil {
+			return v
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func get(ctx context.Context, client *http.Client, u string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s: %s", u, resp.Status, b)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// TestKproxyManifest: the edits a user makes to deploy/kproxy.yaml (its
+// header's list) apply to the manifest as it is, exactly once each.
+func TestKproxyManifest(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(root + "/deploy/kproxy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := KproxyManifest(orig, "iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"value: \"198.18.250.1\"", "value: \"6443\"", "    clusterCIDR: 198.18.16.0/20\n", "    mode: iptables\n",
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("edited manifest lacks %q", want)
+		}
+	}
+	if strings.Contains(string(got), "127.0.0.1\"\n") {
+		t.Errorf("edited manifest still points kproxy at 127.0.0.1")
+	}
+	if _, err := KproxyManifest([]byte("kind: DaemonSet\n"), "nftables"); err == nil {
+		t.Errorf("a manifest without the lines to edit was accepted")
+	}
+}
+
+// TestNodeConfig: no route out of the sandbox (pods route only
+// 198.18.0.0/15 through their node, no masquerading), and every path of a
+// node's containerd is its own.
+func TestNodeConfig(t *testing.T) {
+	cfg := Config{Name: "kc-test", BinDir: "/bin", ImagesDir: "/images"}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Config: cfg}
+	n := &Node{Name: "node2", IP: nodeIP(2), PodCIDR: podCIDR(2), VarDir: "/var/lib/kc-test/node2", RunDir: "/run/kc-test/node2",
+		Socket: "/run/kc-test/node2/containerd.sock"}
+	b, err := json.Marshal(cniConfig(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni := string(b)
+	for _, want := range []string{`"subnet":"198.18.18.0/24"`, `"routes":[{"dst":"198.18.0.0/15"}]`, `"ipMasq":false`} {
+		if !strings.Contains(cni, want) {
+			t.Errorf("CNI config %s lacks %s", cni, want)
+		}
+	}
+	if strings.Contains(cni, "0.0.0.0/0") {
+		t.Errorf("CNI config %s routes everything", cni)
+	}
+	toml := containerdConfig(n)
+	for _, line := range strings.Split(toml, "\n") {
+		if i := strings.Index(line, `"/`); i >= 0 && !strings.Contains(line, "/usr/") && !strings.Contains(line, "node2") {
+			t.Errorf("containerd config line %q names a path not the node's own", line)
+		}
+	}
+	for _, want := range []string{"restrict_oom_score_adj = true", "sandbox = \"" + PauseImage + "\"", "SystemdCgroup = false"} {
+		if !strings.Contains(toml, want) {
+			t.Errorf("containerd config lacks %q", want)
+		}
+	}
+	if got := c.Config.cgroupRoot("node2"); got != "/kc-test/node2" {
+		t.Errorf("cgroupRoot %q", got)
+	}
+	if !slices.Contains(clusterBinaries, "kubelet") {
+		t.Errorf("kubelet is not among the binaries checked")
+	}
+}
+
+// TestConformanceServices runs upstream's [Conformance] Services tests
+// (e2e.test v1.37.2, selection conformance-services of e2erun) against the
+// cluster, kproxy in nftables mode, from the control plane's network
+// namespace; every one must pass, within 10 minutes.
+func TestConformanceServices(t *testing.T) {
+	c := kproxyCluster(t)
+	o := e2erun.Options{
+		E2ETest:    filepath.Join(c.Config.BinDir, "e2e.test"),
+		Ginkgo:     filepath.Join(c.Config.BinDir, "ginkgo"),
+		Kubectl:    filepath.Join(c.Config.BinDir, "kubectl"),
+		Kubeconfig: c.Config.AdminKubeconfig(),
+		NetNS:      c.CP.Namespace,
+		Selection:  "conformance-services",
+		ReportDir:  t.TempDir(),
+		Timeout:    10 * time.Minute,
+		NumNodes:   len(c.Nodes),
+		Procs:      3,
+		Proxy:      "kproxy",
+		Mode:       "nftables",
+	}
+	for _, p := range []string{o.E2ETest, o.Ginkgo} {
+		if !executable(p) {
+			if framework.Mandatory() {
+				t.Fatalf("%s=1 but %s is missing (test/tools/build.sh builds it)", framework.EnvRun, p)
+			}
+			t.Skipf("%s is missing (test/tools/build.sh builds it)", p)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+	defer cancel()
+	run, runErr := e2erun.Execute(ctx, o)
+	report, err := e2erun.ReadReport(o.ReportDir)
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(o.ReportDir, "e2e.log"))
+		t.Fatalf("e2e.test (%v): no report: %v\n%s", runErr, err, TailLines(string(b), 40))
+	}
+	passed := 0
+	for _, tc := range report.Cases {
+		switch tc.Result {
+		case e2erun.Passed:
+			passed++
+		case e2erun.Failed:
+			t.Errorf("FAILED %s: %s", tc.Name, tc.Message)
+		}
+	}
+	t.Logf("%d [Conformance] Services tests passed in %s: %s", passed, run.Finished.Sub(run.Started).Round(time.Second), run.Command)
+	if passed == 0 {
+		t.Errorf("no test passed (e2e.test: %v)", runErr)
+	}
+	if runErr != nil && !t.Failed() {
+		t.Errorf("e2e.test: %v", runErr)
+	}
+}
