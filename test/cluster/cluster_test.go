@@ -48,6 +48,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// EnvClusterName names the suite's cluster (its directories and cgroups:
+// /var/lib/NAME, /run/NAME), so that runs of the suite side by side, or
+// beside a developer's hack/cluster.sh cluster, do not share one;
+// "kproxy-cluster-e2e" when unset.
+const EnvClusterName = "KPROXY_CLUSTER"
+
+func suiteClusterName() string {
+	if name := os.Getenv(EnvClusterName); name != "" {
+		return name
+	}
+	return "kproxy-cluster-e2e"
+}
+
 // kproxyCluster returns the test binary's cluster, kproxy deployed in
 // nftables mode. Where the machine lacks a part it skips t, or fails it
 // under KPROXY_E2E=1.
@@ -55,7 +68,7 @@ func kproxyCluster(t *testing.T) *Cluster {
 	t.Helper()
 	tc := &testCluster
 	tc.once.Do(func() {
-		cfg := Config{Name: "kproxy-cluster-e2e"}
+		cfg := Config{Name: suiteClusterName()}
 		if m := cfg.Missing(); len(m) > 0 {
 			tc.skip = "the test cluster needs " + strings.Join(m, ", ")
 			return
@@ -88,79 +101,107 @@ func kproxyCluster(t *testing.T) *Cluster {
 	return tc.c
 }
 
-// TestServiceFromEveryNode: agnhost netexec pods spread over the nodes
-// behind a ClusterIP and a NodePort Service; kproxy, deployed from
-// deploy/kproxy.yaml, makes both answer from a pod on every node (the
-// ClusterIP, and the NodePort on every node's IP), from every node itself
-// (the same), with every backend answering, and from the control plane's
-// namespace, which is outside the cluster (the NodePort on every node's
-// IP).
+// TestServiceFromEveryNode: kproxy, deployed from deploy/kproxy.yaml,
+// makes the services fixture's Services answer everywhere (checkServices).
 func TestServiceFromEveryNode(t *testing.T) {
-	c := kproxyCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	agnhost, err := c.ImageNamed(ctx, "agnhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := createNamespace(t, c, "svc-every-node")
+	checkServices(t, kproxyCluster(t))
+}
 
-	labels := map[string]string{"app": "backend"}
-	replicas := int32(len(c.Nodes))
-	backend := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "backend"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					// One per node.
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-						MaxSkew: 1, TopologyKey: corev1.LabelHostname,
-						WhenUnsatisfiable: corev1.DoNotSchedule,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
-					}},
-					Containers: []corev1.Container{netexec(agnhost)},
-				},
-			},
-		},
-	}
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, backend, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.Nodes {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "client-" + n.Name, Labels: map[string]string{"app": "client"}},
-			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{netexec(agnhost)}},
-		}
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+// services is what checkServices checks, made once per cluster: agnhost
+// netexec pods, one per node, behind a ClusterIP and a NodePort Service
+// (namespace svcNamespace, kept while the cluster lives), and a client
+// pod on every node.
+var services struct {
+	once      sync.Once
+	done      bool
+	clusterIP netip.AddrPort
+	nodePort  uint16
+}
+
+const svcNamespace = "svc-every-node"
+
+// serviceFixture creates the services fixture the first time, and returns
+// the ClusterIP Service's address and the NodePort.
+func serviceFixture(t *testing.T, c *Cluster) (netip.AddrPort, uint16) {
+	t.Helper()
+	services.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		agnhost, err := c.ImageNamed(ctx, "agnhost")
+		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svcNamespace}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{"app": "backend"}
+		replicas := int32(len(c.Nodes))
+		backend := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "backend"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						// One per node.
+						TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+							MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+							WhenUnsatisfiable: corev1.DoNotSchedule,
+							LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
+						}},
+						Containers: []corev1.Container{netexec(agnhost)},
+					},
+				},
+			},
+		}
+		if _, err := c.Client.AppsV1().Deployments(svcNamespace).Create(ctx, backend, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range c.Nodes {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "client-" + n.Name, Labels: map[string]string{"app": "client"}},
+				Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{netexec(agnhost)}},
+			}
+			if _, err := c.Client.CoreV1().Pods(svcNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		port := corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}
+		clusterIP, err := c.Client.CoreV1().Services(svcNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "backend"},
+			Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{port}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodePort, err := c.Client.CoreV1().Services(svcNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "backend-nodeport"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+				Ports: []corev1.ServicePort{port}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		services.clusterIP = netip.AddrPortFrom(netip.MustParseAddr(clusterIP.Spec.ClusterIP), 80)
+		services.nodePort = uint16(nodePort.Spec.Ports[0].NodePort)
+		services.done = true
+	})
+	if !services.done {
+		t.Fatal("the services fixture could not be made (see the first test that used it)")
 	}
-	port := corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}
-	clusterIP, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "backend"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{port}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodePort, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "backend-nodeport"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
-			Ports: []corev1.ServicePort{port}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return services.clusterIP, services.nodePort
+}
 
-	pods := waitPodsReady(ctx, t, c, ns, 2*len(c.Nodes))
-	backends := map[string]bool{}
-	clients := map[string]string{} // node → client pod IP
+// servicePods waits until the fixture's pods are Ready and returns the
+// backends (pod name → pod IP) and the client pods' IPs by node.
+func servicePods(ctx context.Context, t *testing.T, c *Cluster) (backends, clients map[string]string) {
+	t.Helper()
+	pods := waitPodsReady(ctx, t, c, svcNamespace, 2*len(c.Nodes))
+	backends, clients = map[string]string{}, map[string]string{}
 	for _, p := range pods {
 		if p.Labels["app"] == "backend" {
-			backends[p.Name] = true
+			backends[p.Name] = p.Status.PodIP
 		} else {
 			clients[p.Spec.NodeName] = p.Status.PodIP
 		}
@@ -168,34 +209,31 @@ func TestServiceFromEveryNode(t *testing.T) {
 	if len(clients) != len(c.Nodes) {
 		t.Fatalf("client pods on %d nodes, want %d", len(clients), len(c.Nodes))
 	}
+	return backends, clients
+}
 
-	targets := []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(clusterIP.Spec.ClusterIP), 80)}
+// checkServices is the check every journey ends with: the services
+// fixture's ClusterIP and NodePort (on every node's IP) answer from a pod
+// on every node, from every node itself (hostNetwork), with every backend
+// answering, and the NodePort from the control plane's namespace, which
+// is outside the cluster.
+func checkServices(t *testing.T, c *Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	clusterIP, nodePort := serviceFixture(t, c)
+	backends, clients := servicePods(ctx, t, c)
+
+	targets := []netip.AddrPort{clusterIP}
 	for _, n := range c.Nodes {
-		targets = append(targets, netip.AddrPortFrom(n.IP, uint16(nodePort.Spec.Ports[0].NodePort)))
+		targets = append(targets, netip.AddrPortFrom(n.IP, nodePort))
 	}
 	client := framework.HTTPClientIn(c.CP.Namespace)
 	for _, n := range c.Nodes {
 		for _, dst := range targets {
-			// From the client pod on n, through its /dial endpoint.
-			q := url.Values{"request": {"hostname"}, "protocol": {"http"}, "host": {dst.Addr().String()},
-				"port": {fmt.Sprint(dst.Port())}, "tries": {"1"}}
-			u := "http://" + netip.AddrPortFrom(netip.MustParseAddr(clients[n.Name]), 8080).String() + "/dial?" + q.Encode()
+			u := dialURL(clients[n.Name], dst)
 			answer := eventually(ctx, t, fmt.Sprintf("pod on %s → %s", n.Name, dst), func() (string, error) {
-				var r struct {
-					Responses []string `json:"responses"`
-					Errors    []string `json:"errors"`
-				}
-				body, err := get(ctx, client, u)
-				if err != nil {
-					return "", err
-				}
-				if err := json.Unmarshal([]byte(body), &r); err != nil {
-					return "", fmt.Errorf("%q: %v", body, err)
-				}
-				if len(r.Responses) != 1 || !backends[r.Responses[0]] {
-					return "", fmt.Errorf("no backend answered: %s", body)
-				}
-				return r.Responses[0], nil
+				return dialOnce(ctx, client, u, backends)
 			})
 			t.Logf("pod on %s → %s: %s", n.Name, dst, answer)
 		}
@@ -207,14 +245,7 @@ func TestServiceFromEveryNode(t *testing.T) {
 		nodeClient := framework.HTTPClientIn(n.Namespace)
 		for _, dst := range targets {
 			answer := eventually(ctx, t, fmt.Sprintf("node %s → %s", n.Name, dst), func() (string, error) {
-				body, err := get(ctx, nodeClient, "http://"+dst.String()+"/hostname")
-				if err != nil {
-					return "", err
-				}
-				if !backends[body] {
-					return "", fmt.Errorf("%q is no backend", body)
-				}
-				return body, nil
+				return hostname(ctx, nodeClient, dst, backends)
 			})
 			answered[answer] = true
 			t.Logf("node %s → %s: %s", n.Name, dst, answer)
@@ -222,7 +253,7 @@ func TestServiceFromEveryNode(t *testing.T) {
 	}
 	nodeClient := framework.HTTPClientIn(c.Nodes[0].Namespace)
 	eventually(ctx, t, "every backend answering the ClusterIP", func() (string, error) {
-		body, err := get(ctx, nodeClient, "http://"+targets[0].String()+"/hostname")
+		body, err := hostname(ctx, nodeClient, clusterIP, backends)
 		if err != nil {
 			return "", err
 		}
@@ -234,17 +265,51 @@ func TestServiceFromEveryNode(t *testing.T) {
 	})
 	for _, dst := range targets[1:] {
 		answer := eventually(ctx, t, "control plane → "+dst.String(), func() (string, error) {
-			body, err := get(ctx, client, "http://"+dst.String()+"/hostname")
-			if err != nil {
-				return "", err
-			}
-			if !backends[body] {
-				return "", fmt.Errorf("%q is no backend", body)
-			}
-			return body, nil
+			return hostname(ctx, client, dst, backends)
 		})
 		t.Logf("control plane → %s: %s", dst, answer)
 	}
+}
+
+// dialURL is the URL of the netexec pod at podIP that makes it send one
+// HTTP request for /hostname to dst.
+func dialURL(podIP string, dst netip.AddrPort) string {
+	q := url.Values{"request": {"hostname"}, "protocol": {"http"}, "host": {dst.Addr().String()},
+		"port": {fmt.Sprint(dst.Port())}, "tries": {"1"}}
+	return "http://" + netip.AddrPortFrom(netip.MustParseAddr(podIP), 8080).String() + "/dial?" + q.Encode()
+}
+
+// dialOnce asks a netexec pod (u: dialURL) for one request and returns the
+// backend that answered it.
+func dialOnce(ctx context.Context, client *http.Client, u string, backends map[string]string) (string, error) {
+	var r struct {
+		Responses []string `json:"responses"`
+		Errors    []string `json:"errors"`
+	}
+	body, err := get(ctx, client, u)
+	if err != nil {
+		return "", err
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return "", fmt.Errorf("%q: %v", body, err)
+	}
+	if len(r.Responses) != 1 || backends[r.Responses[0]] == "" {
+		return "", fmt.Errorf("no backend answered: %s", body)
+	}
+	return r.Responses[0], nil
+}
+
+// hostname sends one request for /hostname to dst and returns the backend
+// that answered it.
+func hostname(ctx context.Context, client *http.Client, dst netip.AddrPort, backends map[string]string) (string, error) {
+	body, err := get(ctx, client, "http://"+dst.String()+"/hostname")
+	if err != nil {
+		return "", err
+	}
+	if backends[body] == "" {
+		return "", fmt.Errorf("%q is no backend", body)
+	}
+	return body, nil
 }
 
 func keys(m map[string]bool) []string {
@@ -268,24 +333,6 @@ func netexec(image string) corev1.Container {
 			PeriodSeconds: 2,
 		},
 	}
-}
-
-// createNamespace creates a namespace for t, deleted in t.Cleanup.
-func createNamespace(t *testing.T, c *Cluster, name string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("deleting namespace %s: %v", name, err)
-		}
-	})
-	return name
 }
 
 // waitPodsReady waits until ns holds want pods, all Ready.

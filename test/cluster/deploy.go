@@ -83,6 +83,16 @@ func (c *Cluster) DeployKproxy(ctx context.Context, mode string) error {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
+	if err := c.ApplyKproxy(ctx, mode); err != nil {
+		return err
+	}
+	return c.DeployDNS(ctx)
+}
+
+// ApplyKproxy applies deploy/kproxy.yaml with the edits of KproxyManifest
+// (`kubectl apply -f`) and waits for the DaemonSet's rollout; the image
+// must be on the nodes already.
+func (c *Cluster) ApplyKproxy(ctx context.Context, mode string) error {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
@@ -104,10 +114,7 @@ func (c *Cluster) DeployKproxy(ctx context.Context, mode string) error {
 	} else {
 		c.life.Logf("%s", strings.TrimSpace(out))
 	}
-	if err := c.RolloutStatus(ctx, "kube-system", "daemonset/kproxy", 5*time.Minute); err != nil {
-		return err
-	}
-	return c.DeployDNS(ctx)
+	return c.RolloutStatus(ctx, "kube-system", "daemonset/kproxy", 5*time.Minute)
 }
 
 // DeployDNS deploys the cluster's DNS (test/tools/coredns/coredns.yaml:
