@@ -123,6 +123,11 @@ func TestJourneyModeChange(t *testing.T) {
 		cancel()
 	}
 	checkServices(t, c)
+	// "Delete the old ConfigMap only when the new one has reached every
+	// node."
+	if _, err := c.Kubectl(ctx, "-n", kproxyNS, "delete", "configmap", "kproxy-config-v1"); err != nil {
+		t.Fatal(err)
+	}
 	p.stop()
 	sent, failed, samples := p.result()
 	t.Logf("mode change iptables → nftables rolled out over %d nodes in %s; prober: %d requests, %d failed %v",
@@ -340,10 +345,10 @@ func longJourney(t *testing.T) *Cluster {
 	return kproxyCluster(t)
 }
 
-// upgradeImage is the name of the image TestJourneyUpgrade moves to: the
-// kproxy archive's image under another tag (retagged in the archive's
-// index, as hack/image.sh names its images).
-const upgradeImage = "localhost/kproxy:v0.1.0-upgrade"
+// upgradeImage is the image TestJourneyUpgrade moves to: the kproxy
+// archive's image with another version label and tag (upgradeArchive).
+const upgradeVersion = "v0.1.0-upgrade"
+const upgradeImage = "localhost/kproxy:" + upgradeVersion
 
 // TestJourneyUpgrade (EnvJourneys=all): section 7's upgrade, with the
 // prober running: the new image imported on every node (section 2's
@@ -361,7 +366,7 @@ func TestJourneyUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	newArchive := filepath.Join(t.TempDir(), "kproxy-upgrade.oci.tar")
-	if err := retagArchive(ctx, archive, upgradeImage, newArchive); err != nil {
+	if err := upgradeArchive(ctx, archive, upgradeImage, upgradeVersion, newArchive); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
@@ -418,6 +423,8 @@ func TestJourneyUninstall(t *testing.T) {
 	for _, n := range c.Nodes {
 		kproxyCleanup(ctx, t, c, n)
 	}
+	// Section 7's commands. After TestJourneyModeChange, kproxy-config-v1
+	// is gone: --ignore-not-found keeps that from being an error.
 	manifest := filepath.Join(c.Config.VarDir(), "kproxy.yaml") // what was applied
 	kubectl(ctx, t, c, "delete", "--ignore-not-found", "-f", manifest)
 	kubectl(ctx, t, c, "-n", kproxyNS, "delete", "configmap", "-l", "app.kubernetes.io/name=kproxy")
@@ -517,7 +524,7 @@ func TestJourneyRollback(t *testing.T) {
 			t.Errorf("node %s keeps nftables mode's tables under kube-proxy (iptables mode):\n%s", n.Name, out)
 		}
 	}
-	kubectl(ctx, t, c, "delete", "-f", filepath.Join(c.Config.VarDir(), "kproxy.yaml"))
+	kubectl(ctx, t, c, "delete", "--ignore-not-found", "-f", filepath.Join(c.Config.VarDir(), "kproxy.yaml"))
 	kubectl(ctx, t, c, "-n", kproxyNS, "delete", "configmap", "-l", "app.kubernetes.io/name=kproxy")
 	checkServices(t, c)
 }
@@ -579,20 +586,36 @@ func checkNoProxyRules(ctx context.Context, t *testing.T, n *Node) {
 	}
 }
 
-// retagArchive writes a copy of the OCI image archive src whose index
-// names the image name (nameIndex), to dst.
-func retagArchive(ctx context.Context, src, name, dst string) error {
-	dir, err := os.MkdirTemp("", "kproxy-retag-")
+// upgradeArchive writes to dst a copy of kproxy's OCI image archive src
+// that is another image: its config carries the version label version (a
+// new config, so a new image ID, as a new release would have), and its
+// index names it name (nameIndex). It needs umoci.
+func upgradeArchive(ctx context.Context, src, name, version, dst string) error {
+	layout, err := os.MkdirTemp("", "kproxy-upgrade-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if _, err := framework.RunUntil(ctx, "tar", "-xf", src, "-C", dir); err != nil {
+	defer os.RemoveAll(layout)
+	if _, err := framework.RunUntil(ctx, "tar", "-xf", src, "-C", layout); err != nil {
 		return err
 	}
-	if err := nameIndex(filepath.Join(dir, "index.json"), name); err != nil {
+	if err := nameIndex(filepath.Join(layout, "index.json"), "base"); err != nil {
 		return err
 	}
-	_, err = framework.RunUntil(ctx, "tar", "-cf", dst, "-C", dir, ".")
+	for _, s := range [][]string{
+		{"umoci", "config", "--image", layout + ":base", "--tag", "upgrade",
+			"--config.label", "org.opencontainers.image.version=" + version,
+			"--config.label", "org.opencontainers.image.ref.name=" + name},
+		{"umoci", "rm", "--image", layout + ":base"},
+		{"umoci", "gc", "--layout", layout},
+	} {
+		if _, err := framework.RunUntil(ctx, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	if err := nameIndex(filepath.Join(layout, "index.json"), name); err != nil {
+		return err
+	}
+	_, err = framework.RunUntil(ctx, "tar", "-cf", dst, "-C", layout, ".")
 	return err
 }
