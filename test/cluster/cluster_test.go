@@ -362,17 +362,24 @@ func get(ctx context.Context, client *http.Client, u string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// TestKproxyManifest: the edits a user makes to deploy/kproxy.yaml (its
-// header's list) apply to the manifest as it is, exactly once each.
-func TestKproxyManifest(t *testing.T) {
+// kproxyYAML is deploy/kproxy.yaml as the repository has it.
+func kproxyYAML(t *testing.T) []byte {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	orig, err := os.ReadFile(root + "/deploy/kproxy.yaml")
+	b, err := os.ReadFile(root + "/deploy/kproxy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestKproxyManifest: the edits a user makes to deploy/kproxy.yaml (its
+// header's list) apply to the manifest as it is, exactly once each.
+func TestKproxyManifest(t *testing.T) {
+	orig := kproxyYAML(t)
 	got, err := KproxyManifest(orig, "iptables")
 	if err != nil {
 		t.Fatal(err)
@@ -494,14 +501,7 @@ func TestConformanceServices(t *testing.T) {
 // deploy/kproxy.yaml's IPTABLES_MODE entry, upstream through its commands
 // linked first in PATH; without one, neither forces a backend.
 func TestManifestBackend(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	orig, err := os.ReadFile(root + "/deploy/kproxy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig := kproxyYAML(t)
 	for _, tc := range []struct{ mode, kpMode, backend string }{
 		{"iptables-legacy", "iptables", "legacy"}, {"iptables-nft", "iptables", "nft"},
 		{"ipvs-legacy", "ipvs", "legacy"}, {"iptables", "iptables", ""}, {"nftables", "nftables", ""},
