@@ -9,11 +9,11 @@
 #   sudo hack/cluster.sh up [--nodes N]     start it; returns when every node is Ready
 #   sudo hack/cluster.sh status             is it up, where are its parts
 #   sudo hack/cluster.sh kubectl get pods -A  kubectl as admin (run inside the control plane's netns)
-#   sudo hack/cluster.sh deploy kproxy [--mode nftables|iptables]
+#   sudo hack/cluster.sh deploy kproxy [--mode nftables|iptables] [--backend legacy|nft]
 #                                           import the kproxy image on every node, apply
 #                                           deploy/kproxy.yaml, wait for the rollout; then
 #                                           the cluster DNS (test/tools/coredns/coredns.yaml)
-#   sudo hack/cluster.sh deploy kube-proxy [--mode ...]
+#   sudo hack/cluster.sh deploy kube-proxy [--mode ...] [--backend legacy|nft]
 #                                           upstream kube-proxy v1.37.2 as kubeadm deploys it
 #                                           (its image: kproxy's with the binary of KPROXY_E2E_BIN)
 #   sudo hack/cluster.sh down               stop it and remove everything it made

@@ -409,17 +409,24 @@ func get(ctx context.Context, client *http.Client, u string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// TestKproxyManifest: the edits a user makes to deploy/kproxy.yaml (its
-// header's list) apply to the manifest as it is, exactly once each.
-func TestKproxyManifest(t *testing.T) {
+// kproxyYAML is deploy/kproxy.yaml as the repository has it.
+func kproxyYAML(t *testing.T) []byte {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	orig, err := os.ReadFile(root + "/deploy/kproxy.yaml")
+	b, err := os.ReadFile(root + "/deploy/kproxy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestKproxyManifest: the edits a user makes to deploy/kproxy.yaml (its
+// header's list) apply to the manifest as it is, exactly once each.
+func TestKproxyManifest(t *testing.T) {
+	orig := kproxyYAML(t)
 	got, err := KproxyManifest(orig, "iptables")
 	if err != nil {
 		t.Fatal(err)
@@ -533,5 +540,60 @@ func TestConformanceServices(t *testing.T) {
 	}
 	if runErr != nil && !t.Failed() {
 		t.Errorf("e2e.test: %v", runErr)
+	}
+}
+
+// TestManifestBackend: a mode with a backend ("iptables-legacy") runs
+// iptables mode on that backend with either proxy: kproxy through
+// deploy/kproxy.yaml's IPTABLES_MODE entry, upstream through its commands
+// linked first in PATH; without one, neither forces a backend.
+func TestManifestBackend(t *testing.T) {
+	orig := kproxyYAML(t)
+	for _, tc := range []struct{ mode, kpMode, backend string }{
+		{"iptables-legacy", "iptables", "legacy"}, {"iptables-nft", "iptables", "nft"},
+		{"ipvs-legacy", "ipvs", "legacy"}, {"iptables", "iptables", ""}, {"nftables", "nftables", ""},
+	} {
+		kp, err := KproxyManifest(orig, tc.mode)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		up, err := kubeProxyManifest(tc.mode)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		for _, m := range []string{string(kp), up} {
+			if !strings.Contains(m, "\n    mode: "+tc.kpMode+"\n") {
+				t.Errorf("%s: no mode %s in\n%s", tc.mode, tc.kpMode, m)
+			}
+		}
+		env := "- name: IPTABLES_MODE\n              value: " + tc.backend + "\n"
+		if got := strings.Contains(string(kp), env); got != (tc.backend != "") {
+			t.Errorf("%s: kproxy's manifest has %q: %v", tc.mode, env, got)
+		}
+		if tc.backend == "" {
+			if !strings.Contains(up, "- /usr/local/bin/kube-proxy\n") || strings.Contains(up, backendDir) {
+				t.Errorf("%s: upstream's command is not kubeadm's:\n%s", tc.mode, up)
+			}
+			continue
+		}
+		for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+			tool, suffix, _ := strings.Cut(cmd, "-")
+			link := fmt.Sprintf("ln -sf /usr/sbin/%s-%s", tool, tc.backend)
+			if suffix != "" {
+				link += "-" + suffix
+			}
+			link += " " + backendDir + "/" + cmd + " "
+			if !strings.Contains(up, link) {
+				t.Errorf("%s: upstream's command lacks %q", tc.mode, link)
+			}
+		}
+		if !strings.Contains(up, "PATH="+backendDir+":$PATH exec /usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf --hostname-override=\"$NODE_NAME\"") {
+			t.Errorf("%s: upstream's command does not run kube-proxy with the links first in PATH:\n%s", tc.mode, up)
+		}
+	}
+	for _, bad := range []string{"nftables-legacy", "iptables-foo", "userspace"} {
+		if _, err := KproxyManifest(orig, bad); err == nil {
+			t.Errorf("mode %q accepted", bad)
+		}
 	}
 }

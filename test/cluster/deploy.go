@@ -45,12 +45,37 @@ func KproxyArchive() (string, error) {
 	return path, nil
 }
 
+// SplitMode splits a mode as the conformance runs name it ("nftables",
+// "iptables", "iptables-legacy", "iptables-nft", "ipvs-legacy", ...) into
+// the proxy's mode and the iptables backend to force: "legacy", "nft", or
+// "" to leave the choice to the proxy (kproxy detects it, upstream's
+// image runs what its iptables alternative points at). A backend goes only
+// with the modes that use iptables.
+func SplitMode(m string) (mode, backend string, err error) {
+	mode, backend, _ = strings.Cut(m, "-")
+	switch {
+	case mode != "nftables" && mode != "iptables" && mode != "ipvs":
+		return "", "", fmt.Errorf("mode %q: nftables, iptables or ipvs", m)
+	case backend != "" && backend != "legacy" && backend != "nft":
+		return "", "", fmt.Errorf("mode %q: the iptables backend is legacy or nft", m)
+	case backend != "" && mode == "nftables":
+		return "", "", fmt.Errorf("mode %q: nftables mode uses no iptables backend", m)
+	}
+	return mode, backend, nil
+}
+
 // KproxyManifest is deploy/kproxy.yaml with exactly the edits its header
 // lists for this cluster: the API server's address for
 // KUBERNETES_SERVICE_HOST/PORT and the cluster CIDR; and mode, the one
-// setting of its configuration a user picks. A manifest that no longer
-// holds the lines edited is an error, not a silent no-op.
+// setting of its configuration a user picks (SplitMode): with a backend,
+// the manifest's IPTABLES_MODE entry uncommented and set to it, as
+// docs/rke2.md tells a user to force one. A manifest that no longer holds
+// the lines edited is an error, not a silent no-op.
 func KproxyManifest(manifest []byte, mode string) ([]byte, error) {
+	mode, backend, err := SplitMode(mode)
+	if err != nil {
+		return nil, err
+	}
 	s := string(manifest)
 	edits := []struct{ old, new string }{
 		{"- name: KUBERNETES_SERVICE_HOST\n              value: \"127.0.0.1\"",
@@ -59,6 +84,11 @@ func KproxyManifest(manifest []byte, mode string) ([]byte, error) {
 			"- name: KUBERNETES_SERVICE_PORT\n              value: \"" + strconv.Itoa(framework.APIServerPort) + "\""},
 		{"    # clusterCIDR: 10.42.0.0/16\n", "    clusterCIDR: " + ClusterCIDR.String() + "\n"},
 		{"    mode: nftables\n", "    mode: " + mode + "\n"},
+	}
+	if backend != "" {
+		edits = append(edits, struct{ old, new string }{
+			"            # - name: IPTABLES_MODE\n            #   value: nft\n",
+			"            - name: IPTABLES_MODE\n              value: " + backend + "\n"})
 	}
 	for _, e := range edits {
 		if strings.Count(s, e.old) != 1 {
@@ -72,7 +102,7 @@ func KproxyManifest(manifest []byte, mode string) ([]byte, error) {
 // DeployKproxy deploys kproxy as docs/rke2.md tells a user to: the image
 // archive imported into every node's containerd (under the name it
 // carries), deploy/kproxy.yaml applied with the edits of KproxyManifest,
-// and the DaemonSet's rollout awaited.
+// and the DaemonSet's rollout awaited. mode is one of SplitMode's.
 func (c *Cluster) DeployKproxy(ctx context.Context, mode string) error {
 	archive, err := KproxyArchive()
 	if err != nil {

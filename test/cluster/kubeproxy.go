@@ -100,10 +100,46 @@ func nameIndex(path, name string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// backendDir is where, in upstream kube-proxy's container, the iptables
+// commands of a forced backend are linked (kubeProxyCommand).
+const backendDir = "/run/kube-proxy-iptables"
+
+// kubeProxyCommand is the DaemonSet container's command. With no backend,
+// kubeadm's. With one, a shell first links iptables, iptables-save,
+// iptables-restore and their ip6tables twins to that backend's commands
+// (iptables-legacy, iptables-legacy-save, ...) in backendDir and puts it
+// first in PATH: the choice kubeadm's image leaves to its iptables-wrapper,
+// which this image (Debian's alternatives, pointing at nft) lacks.
+func kubeProxyCommand(backend string) string {
+	args := "--config=/var/lib/kube-proxy/config.conf --hostname-override="
+	if backend == "" {
+		return `            - /usr/local/bin/kube-proxy
+            - --config=/var/lib/kube-proxy/config.conf
+            - --hostname-override=$(NODE_NAME)
+`
+	}
+	var links []string
+	for _, t := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			links = append(links, fmt.Sprintf("ln -sf /usr/sbin/%s-%s%s %s/%s%s", t, backend, suffix, backendDir, t, suffix))
+		}
+	}
+	return fmt.Sprintf(`            - /bin/sh
+            - -c
+            - mkdir -p %[1]s && %[2]s && PATH=%[1]s:$PATH exec /usr/local/bin/kube-proxy %[3]s"$NODE_NAME"
+`, backendDir, strings.Join(links, " && "), args)
+}
+
 // kubeProxyManifest is kubeadm's kube-proxy (ServiceAccount, the binding to
 // system:node-proxier, the ConfigMap with config.conf and kubeconfig.conf,
-// the DaemonSet), for this cluster's API server, cluster CIDR and mode.
-func kubeProxyManifest(mode string) string {
+// the DaemonSet), for this cluster's API server, cluster CIDR and mode
+// (SplitMode's: "iptables-legacy" runs iptables mode on the legacy
+// backend, kubeProxyCommand).
+func kubeProxyManifest(mode string) (string, error) {
+	mode, backend, err := SplitMode(mode)
+	if err != nil {
+		return "", err
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -181,10 +217,7 @@ spec:
           image: %[5]s
           imagePullPolicy: IfNotPresent
           command:
-            - /usr/local/bin/kube-proxy
-            - --config=/var/lib/kube-proxy/config.conf
-            - --hostname-override=$(NODE_NAME)
-          env:
+%[6]s          env:
             - name: NODE_NAME
               valueFrom:
                 fieldRef:
@@ -217,13 +250,18 @@ spec:
         - name: lib-modules
           hostPath:
             path: /lib/modules
-`, ClusterCIDR, mode, framework.ControlPlaneIP4, framework.APIServerPort, KubeProxyImage)
+`, ClusterCIDR, mode, framework.ControlPlaneIP4, framework.APIServerPort, KubeProxyImage, kubeProxyCommand(backend)), nil
 }
 
 // DeployKubeProxy deploys upstream kube-proxy v1.37.2 as kubeadm does, the
 // control for kproxy: its image built (BuildKubeProxyImage) and imported
-// into every node, kubeadm's manifest applied, the rollout awaited.
+// into every node, kubeadm's manifest applied, the rollout awaited. mode
+// is one of SplitMode's.
 func (c *Cluster) DeployKubeProxy(ctx context.Context, mode string) error {
+	manifest, err := kubeProxyManifest(mode)
+	if err != nil {
+		return err
+	}
 	kproxy, err := KproxyArchive()
 	if err != nil {
 		return err
@@ -238,7 +276,7 @@ func (c *Cluster) DeployKubeProxy(ctx context.Context, mode string) error {
 		}
 	}
 	path := filepath.Join(c.Config.VarDir(), "kube-proxy.yaml")
-	if err := os.WriteFile(path, []byte(kubeProxyManifest(mode)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, "apply", "-f", path); err != nil {

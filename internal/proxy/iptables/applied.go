@@ -47,7 +47,10 @@ type svcApplied struct {
 	shared []sharedRule
 	// reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
-	stats     tally.Port
+	// flows are the endpoints whose UDP flows were kept (udpflows.Kept):
+	// what a later sync compares with to find stale flows. UDP only.
+	flows []*model.Endpoint
+	stats tally.Port
 	// natRules and filterRules count its rules in each table.
 	natRules, filterRules int
 	// endpoints is how many endpoints the state gave it (all of them,

@@ -362,3 +362,35 @@ func BenchmarkPartialRender(b *testing.B) {
 		Render(cfg, in, a).Commit(a)
 	}
 }
+
+// TestPartialSyncUDPTerminatingThenGone: an endpoint that turns
+// terminating keeps its UDP flows while it serves, and the sync in which
+// it goes away names it stale (upstream's Conntrack e2e test of a cycling
+// UDP server pod).
+func TestPartialSyncUDPTerminatingThenGone(t *testing.T) {
+	c := flowtest.Example(t, "node-a")
+	o := exampleOptions(v1.IPv4Protocol)
+	cfg := o.RenderConfig(c.Node, c.Node.Addresses)
+	in := exampleInput(c, o.Family)
+	a := NewApplied()
+	Render(cfg, in, a).Commit(a)
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
+	eps := slices.Clone(in.State.Endpoints[dns])
+	if len(eps) < 2 {
+		t.Fatalf("%s has %d endpoints, want 2", dns, len(eps))
+	}
+	terminating := *eps[0]
+	terminating.Ready, terminating.Serving, terminating.Terminating = false, true, true
+	in.Full, in.Changed = false, sets.New(dns)
+	in.State.Endpoints[dns] = []*model.Endpoint{&terminating, eps[1]}
+	p := Render(cfg, in, a)
+	p.Commit(a)
+	if len(p.StaleUDP) != 0 {
+		t.Errorf("serving terminating endpoint: StaleUDP = %+v, want none", p.StaleUDP)
+	}
+	in.State.Endpoints[dns] = eps[1:2]
+	p = Render(cfg, in, a)
+	if len(p.StaleUDP) != 1 || len(p.StaleUDP[0].Endpoints) != 1 || p.StaleUDP[0].Endpoints[0].AddrPort() != eps[0].AddrPort() {
+		t.Errorf("terminating endpoint gone: StaleUDP = %+v, want %s losing %s", p.StaleUDP, dns, eps[0])
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/model"
 	"github.com/kproxy/kproxy/internal/proxy/tally"
+	"github.com/kproxy/kproxy/internal/proxy/udpflows"
 )
 
 // rule builds one rule's text from arguments; quoting is the caller's
@@ -34,6 +35,9 @@ func (r *renderer) describe(n model.ServicePortName) *svcApplied {
 	port := strconv.Itoa(int(sp.Port))
 
 	s := &svcApplied{sp: sp, reachable: sel.AllReachable, endpoints: len(r.in.State.Endpoints[n])}
+	if sp.Protocol == model.UDP {
+		s.flows = udpflows.Kept(sel.AllReachable, r.in.State.Endpoints[n])
+	}
 	s.stats = tally.Of(sp, sel)
 
 	hasEndpoints := sel.HasAny

@@ -262,7 +262,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 		return
 	}
 	eps := r.in.State.Endpoints[n]
-	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
+	if removed := udpflows.Removed(prev.flows, eps); len(removed) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(s.reachable) > 0 {
@@ -271,7 +271,7 @@ func (r *renderer) udpChanges(n model.ServicePortName, s *svcApplied, prev *svcA
 }
 
 func (r *renderer) udpGone(old *svcApplied) {
-	if old.sp.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
+	if old.sp.Protocol == model.UDP && len(old.flows) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.flows})
 	}
 }

@@ -55,6 +55,9 @@ type svcApplied struct {
 	sets   []objRef
 	// Reachable are the endpoints traffic may be sent to (conntrack).
 	reachable []*model.Endpoint
+	// flows are the endpoints whose UDP flows were kept (udpflows.Kept):
+	// what a later sync compares with to find stale flows. UDP only.
+	flows []*model.Endpoint
 	// eps are the key ranges the policy chains use in endpoint maps.
 	eps   []epRange
 	stats tally.Port

@@ -538,3 +538,30 @@ func TestPartialSyncUDPConntrack(t *testing.T) {
 		t.Errorf("restart: %+v %v", p.StaleUDP, p.NewlyServedUDP)
 	}
 }
+
+// TestPartialSyncUDPTerminatingThenGone: an endpoint that turns
+// terminating keeps its UDP flows while it serves, and the sync in which
+// it goes away names it stale (upstream's Conntrack e2e test of a cycling
+// UDP server pod).
+func TestPartialSyncUDPTerminatingThenGone(t *testing.T) {
+	c := flowtest.Example(t, example.NodeA)
+	s := newSyncer(t, c, model.IPv4)
+	s.full()
+	dns := fixtures.SPName("dns-udp", "dns", model.UDP)
+	eps := s.state.Endpoints[dns]
+	if len(eps) < 2 {
+		t.Fatalf("%s has %d endpoints, want 2", dns, len(eps))
+	}
+	terminating := *eps[0]
+	terminating.Ready, terminating.Serving, terminating.Terminating = false, true, true
+	s.now = s.now.Add(time.Second)
+	p := s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: {&terminating, eps[1]}}})
+	if len(p.StaleUDP) != 0 {
+		t.Errorf("serving terminating endpoint: StaleUDP = %+v, want none", p.StaleUDP)
+	}
+	s.now = s.now.Add(time.Second)
+	p = s.apply(&model.FamilyDelta{Endpoints: map[model.ServicePortName][]*model.Endpoint{dns: eps[1:2]}})
+	if len(p.StaleUDP) != 1 || len(p.StaleUDP[0].Endpoints) != 1 || p.StaleUDP[0].Endpoints[0].AddrPort() != eps[0].AddrPort() {
+		t.Errorf("terminating endpoint gone: StaleUDP = %+v, want %s losing %s", p.StaleUDP, dns, eps[0])
+	}
+}

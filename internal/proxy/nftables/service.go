@@ -205,6 +205,9 @@ func (r *renderer) renderService(n model.ServicePortName, old *svcApplied) *svcA
 
 	applied := r.newApplied()
 	*applied = svcApplied{sp: sp, table: table, chains: make([]objRef, 0, len(s.chains)), elems: s.elems, reachable: sel.AllReachable, eps: s.eps, keyText: s.keyString}
+	if sp.Protocol == model.UDP {
+		applied.flows = udpflows.Kept(sel.AllReachable, eps)
+	}
 	// Hairpin: a pod reaching itself through its service must be
 	// masqueraded or it would answer itself directly. After DNAT such a
 	// packet has equal source and destination; postrouting marks it
@@ -363,7 +366,7 @@ func (r *renderer) udpChanges(sp *model.ServicePort, prev *svcApplied, sel model
 		}
 		return
 	}
-	if removed := udpflows.Removed(prev.reachable, eps); len(removed) > 0 {
+	if removed := udpflows.Removed(prev.flows, eps); len(removed) > 0 {
 		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: prev.sp, Endpoints: removed})
 	}
 	if len(prev.reachable) == 0 && len(sel.AllReachable) > 0 {

@@ -61,7 +61,7 @@ func (r *renderer) renderFull() {
 	slices.SortFunc(gone, model.ServicePortName.Compare)
 	for _, n := range gone {
 		old := r.last.services[n]
-		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.flows})
 	}
 	active := make(sets.Set[objRef], len(names))
 	for _, n := range names {
@@ -257,7 +257,7 @@ func (r *renderer) removeService(n model.ServicePortName, old *svcApplied) {
 	for _, e := range old.eps {
 		r.plan.epMaps.garbage = append(r.plan.epMaps.garbage, epGarbage{epRange: e, since: r.in.Now})
 	}
-	if n.Protocol == model.UDP && len(old.reachable) > 0 {
-		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.reachable})
+	if n.Protocol == model.UDP && len(old.flows) > 0 {
+		r.plan.StaleUDP = append(r.plan.StaleUDP, udpflows.Stale{Service: old.sp, Endpoints: old.flows})
 	}
 }

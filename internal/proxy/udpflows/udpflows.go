@@ -203,3 +203,21 @@ func Removed(was, now []*model.Endpoint) []*model.Endpoint {
 	}
 	return removed
 }
+
+// Kept are the endpoints whose UDP flows a sync leaves in place: those new
+// traffic goes to (reachable) and those that still serve (terminating
+// ones). A proxier remembers them, not only the reachable ones, for the
+// next sync's Removed: an endpoint that turned terminating and then went
+// away must be named stale when it goes.
+func Kept(reachable, eps []*model.Endpoint) []*model.Endpoint {
+	kept := reachable
+	for _, e := range eps {
+		if e.Serving && !slices.ContainsFunc(kept, func(x *model.Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {
+			if len(kept) == len(reachable) {
+				kept = slices.Clone(reachable)
+			}
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}

@@ -376,3 +376,36 @@ func TestRemoved(t *testing.T) {
 		t.Errorf("Removed(nil) = %v", got)
 	}
 }
+
+// TestKeptThenRemoved: an endpoint that turns terminating (serving, no
+// longer reachable) keeps its flows, and is named stale by the sync in
+// which it goes away, as the Conntrack e2e test of a cycling UDP server
+// pod needs. Comparing with the reachable endpoints alone never names it.
+func TestKeptThenRemoved(t *testing.T) {
+	first, second := ep("198.18.129.1", 53, true), ep("198.18.129.2", 53, true)
+	// Both ready: both reachable, both kept.
+	kept := Kept([]*model.Endpoint{first, second}, []*model.Endpoint{first, second})
+	if len(kept) != 2 {
+		t.Fatalf("Kept = %v, want both", kept)
+	}
+	// The first terminates: new traffic goes to the second only, the
+	// first still serves, so its flows stay.
+	terminating := ep("198.18.129.1", 53, true)
+	terminating.Ready = false
+	now := []*model.Endpoint{terminating, second}
+	if got := Removed(kept, now); len(got) != 0 {
+		t.Errorf("a serving terminating endpoint named stale: %v", got)
+	}
+	kept = Kept([]*model.Endpoint{second}, now)
+	if len(kept) != 2 {
+		t.Fatalf("Kept = %v, want the reachable one and the serving terminating one", kept)
+	}
+	// The first goes away: its flows must go.
+	now = []*model.Endpoint{second}
+	if got := Removed(kept, now); len(got) != 1 || got[0].AddrPort() != first.AddrPort() {
+		t.Errorf("Removed = %v, want the endpoint that went away (%v)", got, first)
+	}
+	if got := Removed([]*model.Endpoint{second}, now); len(got) != 0 {
+		t.Errorf("the reachable list alone names %v", got)
+	}
+}

@@ -29,8 +29,11 @@ const usage = `usage: kcluster [--name NAME] [--nodes N] COMMAND
   down                                stop it and remove everything it made
   status                              say whether it is up, and how to use it
   kubectl ARGS...                     kubectl as admin, inside the control plane's network namespace
-  deploy kproxy [--mode nftables|iptables]   import the image on every node, apply deploy/kproxy.yaml, wait for the rollout
-  deploy kube-proxy [--mode ...]      upstream kube-proxy v1.37.2 as kubeadm deploys it (the control), instead
+  deploy kproxy [--mode nftables|iptables] [--backend legacy|nft]
+                                      import the image on every node, apply deploy/kproxy.yaml, wait for the rollout;
+                                      --backend forces iptables mode's backend (IPTABLES_MODE)
+  deploy kube-proxy [--mode ...] [--backend ...]
+                                      upstream kube-proxy v1.37.2 as kubeadm deploys it (the control), instead
 `
 
 // upTimeout bounds "up": a cold start on a loaded 2-core machine.
@@ -191,12 +194,19 @@ func kubectl(cfg cluster.Config, args []string) error {
 
 func deploy(cfg cluster.Config, args []string) error {
 	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
-	mode := fs.String("mode", "nftables", "the proxy's mode: nftables or iptables")
+	mode := fs.String("mode", "nftables", "the proxy's mode: nftables, iptables or ipvs")
+	backend := fs.String("backend", "", "iptables and ipvs modes: the iptables backend to force, legacy or nft (default: the proxy's choice)")
 	if len(args) == 0 {
 		return errors.New("deploy what? kproxy or kube-proxy")
 	}
 	what := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *backend != "" {
+		*mode += "-" + *backend
+	}
+	if _, _, err := cluster.SplitMode(*mode); err != nil {
 		return err
 	}
 	life := framework.NewSuite("deploy")

@@ -5,7 +5,8 @@
 //
 //	e2erun run --selection conformance-services --kubeconfig K --netns NS --report-dir D --proxy kproxy --mode nftables
 //	e2erun list --selection sig-network [--verify]
-//	e2erun doc --out docs/conformance.md REPORT-DIR...
+//	e2erun doc --out docs/conformance.md [--notes FILE] REPORT-DIR...
+//	e2erun latency LABEL=SCRAPE...
 package main
 
 import (
@@ -50,7 +51,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newListCommand(), newDocCommand())
+	root.AddCommand(newRunCommand(), newListCommand(), newDocCommand(), newLatencyCommand())
 	return root
 }
 
@@ -177,7 +178,7 @@ func diff(a, b []string) string {
 }
 
 func newDocCommand() *cobra.Command {
-	var out string
+	var out, notes string
 	cmd := &cobra.Command{
 		Use:   "doc [flags] REPORT-DIR...",
 		Short: "Write docs/conformance.md from the report directories of several runs (mode × proxy)",
@@ -194,8 +195,19 @@ func newDocCommand() *cobra.Command {
 			t := e2erun.NewTable(reports)
 			var b strings.Builder
 			gen := "hack/conformance.sh doc " + strings.Join(dirs, " ")
+			if notes != "" {
+				gen = "hack/conformance.sh doc --notes " + notes + " " + strings.Join(dirs, " ")
+			}
 			if err := t.WriteMarkdown(&b, gen, e2erun.AllNamedSkips()); err != nil {
 				return err
+			}
+			if notes != "" {
+				n, err := os.ReadFile(notes)
+				if err != nil {
+					return err
+				}
+				b.WriteString("\n")
+				b.Write(n)
 			}
 			if out == "-" {
 				_, err := fmt.Fprint(cmd.OutOrStdout(), b.String())
@@ -209,5 +221,38 @@ func newDocCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "docs/conformance.md", "the file to write (- for standard output)")
+	cmd.Flags().StringVar(&notes, "notes", "", "a Markdown file appended to the tables (how the runs were made, what the environment lacks)")
 	return cmd
+}
+
+func newLatencyCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "latency LABEL=SCRAPE...",
+		Short: "Print a Markdown table of network programming latency (count, p50, p99) from scraped /metrics files",
+		Long: "Each SCRAPE is the text of one or more /metrics scrapes (say every node's proxy, concatenated); " +
+			"the buckets of " + e2erun.LatencyMetric + " are added up over all series, and p50 and p99 estimated " +
+			"as Prometheus's histogram_quantile does.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w, "| Proxy | Observations | p50 | p99 | Mean |\n|---|---:|---:|---:|---:|")
+			for _, a := range args {
+				label, path, ok := strings.Cut(a, "=")
+				if !ok {
+					return fmt.Errorf("%q: want LABEL=FILE", a)
+				}
+				f, err := os.Open(path)
+				if err != nil {
+					return err
+				}
+				h, err := e2erun.ReadHistogram(f, e2erun.LatencyMetric)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				fmt.Fprintf(w, "| %s | %.0f | %.3f s | %.3f s | %.3f s |\n", label, h.Total(), h.Quantile(0.5), h.Quantile(0.99), h.Mean())
+			}
+			return nil
+		},
+	}
 }
