@@ -482,7 +482,10 @@ func TestJourneyRollback(t *testing.T) {
 		}
 	}
 	const kubeProxyLabel = "journey.kproxy.io/kube-proxy"
-	manifest := kubeProxyManifest("iptables")
+	manifest, err := kubeProxyManifest("iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
 	sel := "      nodeSelector:\n        kubernetes.io/os: linux\n"
 	if strings.Count(manifest, sel) != 1 {
 		t.Fatalf("kube-proxy's manifest has no single nodeSelector %q", sel)
