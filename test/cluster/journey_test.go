@@ -333,15 +333,11 @@ func (p *prober) result() (sent, failed int, samples []string) {
 	return p.sent, p.failed, append([]string(nil), p.samples...)
 }
 
-// EnvJourneys=all runs the journeys that do not run in the suite (each
-// takes minutes): upgrade, uninstall, rollback to upstream kube-proxy.
-const EnvJourneys = "KPROXY_JOURNEYS"
-
+// longJourney is the cluster for the journeys that take a minute or more
+// each (upgrade, uninstall, roll-back to upstream kube-proxy). They run
+// in the suite: test/cluster runs beside test/e2e, which takes longer.
 func longJourney(t *testing.T) *Cluster {
 	t.Helper()
-	if os.Getenv(EnvJourneys) != "all" {
-		t.Skipf("%s=all runs it", EnvJourneys)
-	}
 	return kproxyCluster(t)
 }
 
@@ -350,7 +346,7 @@ func longJourney(t *testing.T) *Cluster {
 const upgradeVersion = "v0.1.0-upgrade"
 const upgradeImage = "localhost/kproxy:" + upgradeVersion
 
-// TestJourneyUpgrade (EnvJourneys=all): section 7's upgrade, with the
+// TestJourneyUpgrade: section 7's upgrade, with the
 // prober running: the new image imported on every node (section 2's
 // command), `set image`, `rollout status`; then `rollout undo` back to the
 // image before, the same way. After each, every node's pod runs the image
@@ -407,7 +403,7 @@ func TestJourneyUpgrade(t *testing.T) {
 	}
 }
 
-// TestJourneyUninstall (EnvJourneys=all): section 7's uninstall where
+// TestJourneyUninstall: section 7's uninstall where
 // another proxy takes over at once: the DaemonSet deleted, `kproxy
 // --cleanup` from the image on every node (section 7's ctr command, with
 // this cluster's ctr and a node's containerd socket for RKE2's), then
@@ -447,7 +443,7 @@ func TestJourneyUninstall(t *testing.T) {
 	checkServices(t, c)
 }
 
-// TestJourneyRollback (EnvJourneys=all): section 7's roll-back to
+// TestJourneyRollback: section 7's roll-back to
 // kube-proxy, node by node. The DaemonSet gets the kproxy.io/enabled
 // node selector (every node labelled first); then on each node: the label
 // removed (kproxy's pod leaves), `kproxy --cleanup` from the image, and
