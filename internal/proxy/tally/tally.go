@@ -22,8 +22,11 @@ import (
 
 // Port is one service port's share of a sync's figures.
 type Port struct {
-	// LocalEndpoints are the endpoints Local traffic may use (this
-	// node's); HealthCheckNodePort is the service's (0: none).
+	// LocalEndpoints are this node's ready endpoints, what the health
+	// check node port reports (upstream's LocalReadyEndpoints): the
+	// serving terminating ones Local traffic falls back to do not count,
+	// so that load balancers stop sending to the node.
+	// HealthCheckNodePort is the service's (0: none).
 	LocalEndpoints      int
 	HealthCheckNodePort int32
 	// NoLocalInternal/External: traffic policy Local with usable
@@ -37,6 +40,9 @@ type Port struct {
 // are sel, as upstream's proxiers count them.
 func Of(sp *model.ServicePort, sel model.Selection) Port {
 	p := Port{LocalEndpoints: len(sel.Local), HealthCheckNodePort: sp.HealthCheckNodePort}
+	if sel.LocalFallback {
+		p.LocalEndpoints = 0
+	}
 	if sel.HasAny && len(sel.Local) == 0 {
 		p.NoLocalInternal = sp.InternalPolicyLocal
 		p.NoLocalExternal = sp.ExternalPolicyLocal && sp.ExternallyAccessible()

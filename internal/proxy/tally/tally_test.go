@@ -17,6 +17,8 @@ func TestOf(t *testing.T) {
 	some := model.Selection{HasAny: true, Cluster: []*model.Endpoint{remote}, AllReachable: []*model.Endpoint{remote}}
 	here := model.Selection{HasAny: true, Local: []*model.Endpoint{local, local}, Cluster: []*model.Endpoint{local, local}}
 	none := model.Selection{}
+	terminating := &model.Endpoint{Local: true, Serving: true, Terminating: true}
+	onlyTerminating := model.Selection{HasAny: true, Local: []*model.Endpoint{terminating}, LocalFallback: true, AllReachable: []*model.Endpoint{terminating}}
 	nodePort := func(sp model.ServicePort) *model.ServicePort { sp.NodePort = 30080; return &sp }
 	externalIP := func(sp model.ServicePort) *model.ServicePort {
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("198.19.9.9")}
@@ -41,6 +43,10 @@ func TestOf(t *testing.T) {
 		{"both Local, node port", nodePort(bothLocal), some, Port{HealthCheckNodePort: 32000, NoLocalInternal: true, NoLocalExternal: true}},
 		{"both Local, node port, no endpoints", nodePort(bothLocal), none, Port{HealthCheckNodePort: 32000}},
 		{"both Local, node port, local endpoints", nodePort(bothLocal), here, Port{HealthCheckNodePort: 32000, LocalEndpoints: 2}},
+		// Traffic falls back to the terminating endpoints, but the
+		// health check reports none ready, as upstream: load balancers
+		// must stop sending to the node.
+		{"both Local, node port, only terminating local endpoints", nodePort(bothLocal), onlyTerminating, Port{HealthCheckNodePort: 32000}},
 	} {
 		if got := Of(tc.sp, tc.sel); got != tc.want {
 			t.Errorf("%s: Of() = %+v, want %+v", tc.name, got, tc.want)
