@@ -54,25 +54,26 @@ func (e *env) createService(name string, edits ...func(*corev1.Service)) *corev1
 // stored.
 func (e *env) editService(name string, edit func(*corev1.Service)) *corev1.Service {
 	e.t.Helper()
-	var out *corev1.Service
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		svc, err := e.cp.Client.CoreV1().Services(e.kns).Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		edit(svc)
-		out, err = e.cp.Client.CoreV1().Services(e.kns).Update(e.ctx, svc, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		e.t.Fatalf("updating Service %s: %v", name, err)
-	}
-	return out
+	return e.writeService(name, "updating", edit, e.cp.Client.CoreV1().Services(e.kns).Update)
 }
 
 // setLoadBalancerIngress sets the Service's status.loadBalancer.ingress, as
 // a cloud controller would.
 func (e *env) setLoadBalancerIngress(name string, ips ...netip.Addr) *corev1.Service {
+	e.t.Helper()
+	return e.writeService(name, "setting the load balancer ingress of", func(svc *corev1.Service) {
+		svc.Status.LoadBalancer.Ingress = nil
+		for _, ip := range ips {
+			svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+		}
+	}, e.cp.Client.CoreV1().Services(e.kns).UpdateStatus)
+}
+
+// writeService reads Service name, changes it with edit and writes it
+// with write (Update or UpdateStatus), retrying on conflicts; what names
+// the step in the failure.
+func (e *env) writeService(name, what string, edit func(*corev1.Service),
+	write func(context.Context, *corev1.Service, metav1.UpdateOptions) (*corev1.Service, error)) *corev1.Service {
 	e.t.Helper()
 	var out *corev1.Service
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -80,15 +81,12 @@ func (e *env) setLoadBalancerIngress(name string, ips ...netip.Addr) *corev1.Ser
 		if err != nil {
 			return err
 		}
-		svc.Status.LoadBalancer.Ingress = nil
-		for _, ip := range ips {
-			svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-		}
-		out, err = e.cp.Client.CoreV1().Services(e.kns).UpdateStatus(e.ctx, svc, metav1.UpdateOptions{})
+		edit(svc)
+		out, err = write(e.ctx, svc, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		e.t.Fatalf("setting the load balancer ingress of Service %s: %v", name, err)
+		e.t.Fatalf("%s Service %s: %v", what, name, err)
 	}
 	return out
 }
