@@ -121,14 +121,55 @@ func (o Options) Argv() ([]string, error) {
 	} else {
 		argv = append([]string{o.E2ETest}, e2e...)
 	}
+	return inNetNS(o.NetNS, argv), nil
+}
+
+// inNetNS prefixes argv so that it runs in network namespace ns: an `ip
+// netns` name or a path; "" is the caller's own.
+func inNetNS(ns string, argv []string) []string {
 	switch {
-	case o.NetNS == "":
-	case strings.Contains(o.NetNS, "/"):
-		argv = append([]string{"nsenter", "--net=" + o.NetNS, "--"}, argv...)
+	case ns == "":
+		return argv
+	case strings.Contains(ns, "/"):
+		return append([]string{"nsenter", "--net=" + ns, "--"}, argv...)
 	default:
-		argv = append([]string{"ip", "netns", "exec", o.NetNS}, argv...)
+		return append([]string{"ip", "netns", "exec", ns}, argv...)
 	}
-	return argv, nil
+}
+
+// nodeCountArgv is the kubectl command that lists o's cluster's nodes, one
+// name per line, from o.NetNS.
+func (o Options) nodeCountArgv() []string {
+	return inNetNS(o.NetNS, []string{o.Kubectl, "--kubeconfig=" + o.Kubeconfig, "get", "nodes", "-o", "name"})
+}
+
+// CountNodes returns the number of nodes the cluster of o has. With
+// --num-nodes unset, e2e.test counts them only in the ginkgo process that
+// runs the suite's set-up; the other parallel processes see -1, and tests
+// that need two nodes skip themselves there ("Requires at least 2 nodes
+// (not -1)"), by the chance of which process runs them.
+func CountNodes(ctx context.Context, o Options) (int, error) {
+	argv := o.nodeCountArgv()
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("counting the nodes (%s): %w", shellJoin(argv), err)
+	}
+	n := nodeNames(string(out))
+	if n == 0 {
+		return 0, fmt.Errorf("counting the nodes (%s): the cluster has none", shellJoin(argv))
+	}
+	return n, nil
+}
+
+// nodeNames counts the node/NAME lines of `kubectl get nodes -o name`.
+func nodeNames(out string) int {
+	n := 0
+	for _, l := range strings.Fields(out) {
+		if strings.HasPrefix(l, "node/") {
+			n++
+		}
+	}
+	return n
 }
 
 // Execute runs e2e.test as o says and records the run in

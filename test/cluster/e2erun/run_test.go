@@ -165,3 +165,44 @@ func TestShellJoin(t *testing.T) {
 		t.Errorf("shellJoin = %s, want %s", got, want)
 	}
 }
+
+// TestCountNodes: the node count comes from kubectl with the run's
+// kubeconfig; a cluster without nodes or a failing kubectl is an error,
+// not a count of 0 (which would leave e2e.test's parallel processes at -1).
+func TestCountNodes(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "kubectl")
+	script := `#!/bin/sh
+[ "$1" = --kubeconfig=/k/admin.conf ] && [ "$2 $3 $4 $5" = "get nodes -o name" ] || exit 3
+printf '%s' "$KC_OUT"
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := baseOptions()
+	o.Kubectl = fake
+	o.NetNS = ""
+	for _, tc := range []struct {
+		out     string
+		want    int
+		wantErr bool
+	}{
+		{out: "node/node1\nnode/node2\nnode/node3\n", want: 3},
+		{out: "node/node1", want: 1},
+		{out: "", wantErr: true},
+	} {
+		t.Setenv("KC_OUT", tc.out)
+		n, err := CountNodes(context.Background(), o)
+		if (err != nil) != tc.wantErr || n != tc.want {
+			t.Errorf("kubectl printing %q: CountNodes = %d, %v; want %d (error %v)", tc.out, n, err, tc.want, tc.wantErr)
+		}
+	}
+	o.Kubeconfig = "/other"
+	if _, err := CountNodes(context.Background(), o); err == nil {
+		t.Errorf("a failing kubectl gave no error")
+	}
+	o.NetNS = "kc-cp"
+	if got := o.nodeCountArgv()[:4]; !slices.Equal(got, []string{"ip", "netns", "exec", "kc-cp"}) {
+		t.Errorf("nodeCountArgv = %q, want it in the control plane's netns", got)
+	}
+}

@@ -31,6 +31,10 @@ var NamedSkips = []NamedSkip{
 		"connects to 2001:4860:4860::8888:53: internet connectivity"},
 	{`\[sig-network\] Networking should provider Internet connection for containers using DNS`,
 		"resolves and connects to google.com: an external DNS name and internet connectivity"},
+	{`\[sig-network\] Service CIDRs should create Services and serve on different Service CIDRs`,
+		"serves a Service from a new ServiceCIDR, 203.0.113.0/24 (TEST-NET-3): an address outside the sandbox's ranges, to which pods have no route"},
+	{`\[sig-network\] Services should be possible to connect to a service via ExternalIP when the external IP is not assigned to a node`,
+		"connects to external IP 203.0.113.250 (TEST-NET-3): an address outside the sandbox's ranges, to which pods have no route"},
 }
 
 // EnvironmentSkips are tests that cannot pass in this environment with any

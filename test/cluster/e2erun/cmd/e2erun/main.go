@@ -85,6 +85,13 @@ func newRunCommand() *cobra.Command {
 			if o.Command == "" {
 				o.Command = strings.Join(os.Args, " ")
 			}
+			if o.NumNodes == 0 && o.Procs > 1 && !o.DryRun {
+				n, err := e2erun.CountNodes(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				o.NumNodes = n
+			}
 			r, err := e2erun.Execute(cmd.Context(), o)
 			if r.Finished.IsZero() {
 				return err
@@ -103,7 +110,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&o.NetNS, "netns", "", "network namespace to run e2e.test in: an `ip netns` name or a path (the cluster's control-plane namespace)")
 	f.StringVar(&o.ReportDir, "report-dir", "", "directory for the JUnit report, e2e.log and run.json (required)")
 	f.DurationVar(&o.Timeout, "timeout", time.Hour, "time limit of the whole run (--ginkgo.timeout)")
-	f.IntVar(&o.NumNodes, "num-nodes", 0, "number of nodes (--num-nodes; 0: counted by the framework)")
+	f.IntVar(&o.NumNodes, "num-nodes", 0, "number of nodes (--num-nodes; 0: counted with kubectl before the run)")
 	f.IntVar(&o.Procs, "procs", 1, "parallel e2e.test processes (ginkgo --procs); [Serial] tests still run alone")
 	f.BoolVar(&o.DryRun, "dry-run", false, "list what would run (--ginkgo.dry-run) instead of running it")
 	f.StringVar(&o.Proxy, "proxy", "kproxy", "the proxy the cluster runs, for the report: kproxy or upstream")
