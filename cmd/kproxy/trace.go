@@ -59,6 +59,11 @@ In ipvs mode the packet walks the iptables chains with their ipset
 matches, then the IPVS table where the kernel consults it: the virtual
 server, its scheduler and each real server with its weight.
 
+The Service port a packet is for is named in iptables mode by the rules'
+comments, in nftables mode after each step taken for it ("(service
+ns/name:port/TCP)", from the comment of the map element that dispatched
+the packet); ipvs mode's virtual servers and ipsets carry no name.
+
 --iif names the interface the packet arrives on (a pod's veth, the node's
 uplink); without it the packet is sent by the node itself.`,
 		Example: `  kproxy trace --dst 198.19.0.10:80                          # the example, from node-a itself

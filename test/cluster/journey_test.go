@@ -189,8 +189,10 @@ var traceOutcome = regexp.MustCompile(`(?m)^outcome \d+/\d+ \(p=[^)]*\): accept,
 // error found), name the mode and backend that run and find no rules of
 // another mode; and `kproxy trace --live` for a packet from the client
 // pod on n to the services fixture's ClusterIP, which must reach exactly
-// the fixture's backends. In iptables mode the trace names the Service (the
-// rules' comments); in nftables mode it names chains and maps only.
+// the fixture's backends and name the Service port: in iptables mode in the
+// rules' comments, in nftables mode after each step taken for it (the
+// comment of the map element that dispatched it), the DNAT of every
+// outcome included.
 func checkDoctorTrace(t *testing.T, c *Cluster, n *Node, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -229,7 +231,8 @@ func checkDoctorTrace(t *testing.T, c *Cluster, n *Node, mode string) {
 	}
 	t.Logf("kproxy trace --live on %s from %s to %s:\n%s", n.Name, src, clusterIP, TailLines(trace, 60))
 	reached := map[string]bool{}
-	for _, m := range traceOutcome.FindAllStringSubmatch(trace, -1) {
+	outcomes := traceOutcome.FindAllStringSubmatch(trace, -1)
+	for _, m := range outcomes {
 		if m[2] != "8080" {
 			t.Errorf("trace on %s: dnat to port %s, want the target port 8080", n.Name, m[2])
 		}
@@ -242,8 +245,14 @@ func checkDoctorTrace(t *testing.T, c *Cluster, n *Node, mode string) {
 	if fmt.Sprint(keys(reached)) != fmt.Sprint(keys(want)) {
 		t.Errorf("trace on %s reaches %v, want the backends %v", n.Name, keys(reached), keys(want))
 	}
-	if mode == "iptables" && !strings.Contains(trace, svcNamespace+"/backend:http") {
+	if !strings.Contains(trace, svcNamespace+"/backend:http") {
 		t.Errorf("trace on %s names no Service %s/backend:http", n.Name, svcNamespace)
+	}
+	if mode == "nftables" {
+		dnat := regexp.MustCompile(`(?m)^ +\S+: .* dnat to [0-9.]+:8080, accept \(service ` + regexp.QuoteMeta(svcNamespace+"/backend:http/TCP") + `\)$`)
+		if got := len(dnat.FindAllString(trace, -1)); got != len(outcomes) {
+			t.Errorf("trace on %s: %d DNAT steps name the Service %s/backend:http/TCP, want one per outcome (%d)", n.Name, got, svcNamespace, len(outcomes))
+		}
 	}
 }
 

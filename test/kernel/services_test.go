@@ -5,6 +5,7 @@ package kernel
 // and pods are the example's (see cluster_test.go for the address plan).
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -181,23 +182,40 @@ func TestTraceLive(t *testing.T) { forEachMode(t, testTraceLive) }
 
 // testTraceLive: kproxy trace --live reads the node's rules; without
 // --proxy-mode it finds out which mode's rules are there (with
-// IPTABLES_MODE for the backend, as kproxy itself).
+// IPTABLES_MODE for the backend, as kproxy itself). It names the Service
+// port a packet is for: iptables mode in its rules' comments
+// ("demo/web-clusterip:http cluster IP"), nftables mode after each step
+// taken for it, from the comment of the element that dispatched it
+// ("(service demo/web-clusterip:http/TCP)"), even in the chain plain
+// ClusterIPs share.
 func testTraceLive(t *testing.T, m proxyMode) {
 	c := newCluster(t, clusterOptions{mode: m})
 	node := c.Node(t, nodeA)
 	trace := append(append([]string{"env"}, m.env...), kproxyBin, "trace", "--live")
+	name := func(svc string) string {
+		if m.iptables {
+			return svc
+		}
+		return "(service " + svc + "/TCP)"
+	}
 	out, err := node.Exec(30*time.Second, append(trace,
 		"--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.10:80")...)
 	if err != nil {
 		t.Fatalf("kproxy trace --live: %v\n%s", err, out)
 	}
-	for _, want := range []string{"dnat to 198.18.129.10:8080", "dnat to 198.18.130.10:8080", "masquerade"} {
+	for _, want := range []string{"dnat to 198.18.129.10:8080", "dnat to 198.18.130.10:8080", "masquerade", name("demo/web-clusterip:http")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
 	}
+	if !m.iptables && !regexp.MustCompile(`(?m)^ +cluster/tcp/2: .*dnat to 198\.18\.1(29|30)\.10:8080, accept \(service demo/web-clusterip:http/TCP\)$`).MatchString(out) {
+		t.Errorf("trace: the DNAT in the shared chain does not name the service:\n%s", out)
+	}
 	out, err = node.Exec(30*time.Second, append(trace, "--src", "198.18.0.100", "--iif", "eth0", "--dst", "198.19.0.20:80")...)
 	if err != nil || !strings.Contains(out, "reject") {
 		t.Errorf("no-endpoints service: want a reject: %v\n%s", err, out)
+	}
+	if want := name("demo/no-endpoints:http"); !strings.Contains(out, want) {
+		t.Errorf("no-endpoints service: trace lacks %q:\n%s", want, out)
 	}
 }

@@ -55,6 +55,13 @@
 // with hand-written elements) puts it into the ruleset so that the next
 // trace from that source follows the "ip saddr @set" rule and sticks.
 //
+// Service names: the rules carry none, the elements that dispatch to a
+// service's chains do (their comment is the service port,
+// "ns/name:port/PROTO"). From the element lookup that sends the packet to
+// a chain until the walk leaves that chain, each step of the path ends in
+// " (service ns/name:port/PROTO)" (service.go), so that a shared chain
+// ("cluster/tcp/2") still says whose packet it handles.
+//
 // Walks are bounded (MaxRuleEvaluations per path, MaxJumpDepth, and
 // MaxOutcomes); exceeding a bound is an error wrapping ErrLimit.
 //

@@ -63,6 +63,13 @@ type state struct {
 	// once a nat chain has done DNAT (or masquerade), the remaining nat
 	// chains of that hook are not evaluated.
 	dstNATDone, srcNATDone bool
+
+	// The service port the walk is in (see service.go): svc from the
+	// element that sent the packet to the chain at stack index svcDepth,
+	// until that chain is left; ruleSvc for the steps of the rule being
+	// evaluated only.
+	svc, ruleSvc string
+	svcDepth     int
 }
 
 func (s *state) clone() *state {
@@ -189,6 +196,7 @@ func (w *walker) run(s *state) error {
 		}
 		top := &s.stack[len(s.stack)-1]
 		if top.pos >= len(top.c.Rules) {
+			s.ruleSvc = ""
 			if done, err := w.pop(s, top.c.Def.Name+": end"); err != nil || done {
 				return err
 			}
@@ -221,6 +229,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 	b := s.bases[s.bi]
 	t := b.t
 	text := func() string { return nftstate.RuleText(t.Family, ru.Stmts, ru.Comment) }
+	s.ruleSvc = ""
 	for _, st := range ru.Stmts {
 		switch st := st.(type) {
 		case nft.MatchCtStateNew:
@@ -367,6 +376,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				// A map miss ends the rule like a failed match.
 				return false, nil
 			}
+			s.ruleElement(e)
 			v := *e.Verdict
 			if v.Kind == nft.Return {
 				return w.pop(s, c.Def.Name+": "+text()+" -> return")
@@ -374,8 +384,12 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 			s.Step("%s: %s -> %s", c.Def.Name, text(), verdictString(v))
 			return w.verdict(s, t, v)
 		case nft.MatchInSet:
-			if t.Sets[st.Set].Lookup(w.keyOf(s, st.Fields)) == nil {
+			e := t.Sets[st.Set].Lookup(w.keyOf(s, st.Fields))
+			if e == nil {
 				return false, nil
+			}
+			if slices.Contains(st.Fields, nft.FieldDport) {
+				s.ruleElement(e)
 			}
 		case nft.MatchNumgen:
 			// Fork: the rule fails for (MOD-1)/MOD of packets (the walk
@@ -425,6 +439,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 func (w *walker) endBase(s *state) (bool, error) {
 	s.stack = s.stack[:0]
 	s.bi++
+	s.leaveService()
 	return false, nil
 }
 
@@ -443,12 +458,14 @@ func (w *walker) verdict(s *state, t *table, v nft.Verdict) (bool, error) {
 		}
 		if v.Kind == nft.Goto {
 			s.stack[len(s.stack)-1] = frame{c: target}
+			s.enterService()
 			return false, nil
 		}
 		if len(s.stack) >= MaxJumpDepth {
 			return true, fmt.Errorf("%w: jump depth above %d (at chain %s)", trace.ErrLimit, MaxJumpDepth, v.Chain)
 		}
 		s.stack = append(s.stack, frame{c: target})
+		s.enterService()
 		return false, nil
 	}
 	return true, fmt.Errorf("unknown verdict %q", v.Kind)
@@ -459,6 +476,8 @@ func (w *walker) verdict(s *state, t *table, v nft.Verdict) (bool, error) {
 // goto'd chain replaced its caller's frame, so it returns one level up.
 func (w *walker) pop(s *state, why string) (bool, error) {
 	s.stack = s.stack[:len(s.stack)-1]
+	s.popService()
+	defer func() { s.ruleSvc = "" }()
 	if len(s.stack) > 0 {
 		s.Step("%s, back to %s", why, s.stack[len(s.stack)-1].c.Def.Name)
 		return false, nil
