@@ -152,8 +152,16 @@ func run() int {
 	// left are swept by the next run).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// finished ends the watcher on a normal return (it is closed before
+	// the deferred stop() ends ctx, which is not an interrupt).
+	finished := make(chan struct{})
+	defer close(finished)
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
 		stop()
 		fmt.Fprintln(os.Stderr, "kproxy-bench: interrupted, cleaning up (again to exit at once)")
 		sig := make(chan os.Signal, 1)
