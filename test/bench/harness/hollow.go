@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -212,7 +213,12 @@ type watchedNFT struct {
 }
 
 func (w watchedNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
-	if err := w.Fake.Apply(ctx, tx); err != nil {
+	err := w.Fake.Apply(ctx, tx)
+	// The fake records every transaction for tests to look at, the
+	// caller's own included: a node's would keep every sync's (a full
+	// sync's is ~100 MiB at 10k services) for nobody.
+	w.Fake.ResetApplies()
+	if err != nil {
 		return err
 	}
 	w.n.committed(tx)
@@ -259,8 +265,7 @@ var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
 // done; wg counts them.
 func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool) (*hollowNode, error) {
-	n := &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
-		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
+	n := newHollowNode(name)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
@@ -285,6 +290,27 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 	if err != nil {
 		return nil, err
 	}
+	tracker, loop, err := n.build(addr)
+	if err != nil {
+		return nil, err
+	}
+	src := apiserver.New(client, name, 15*time.Minute)
+	wg.Add(2)
+	go func() { defer wg.Done(); loop.Run(ctx) }()
+	go func() { defer wg.Done(); _ = src.Run(ctx, tracker) }()
+	return n, nil
+}
+
+func newHollowNode(name string) *hollowNode {
+	return &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
+		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
+}
+
+// build makes n's control path below its source, with node address
+// addr: the tracker a source feeds and the sync loop, with a proxier and
+// an in-memory kernel per family.
+func (n *hollowNode) build(addr netip.Addr) (*model.Tracker, *proxy.Loop, error) {
+	name := n.name
 	local := func() ([]netip.Addr, error) { return []netip.Addr{addr}, nil }
 	backends := map[v1.IPFamily]proxy.Backend{}
 	for _, f := range hollowFamilies {
@@ -298,7 +324,7 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 			Family: f, TableName: nftables.DefaultTableName, ModeOptions: config.ModeOptions{MasqueradeBit: 14, NodeIPs: ips},
 		}, nftables.Handles{NFT: watchedNFT{Fake: fake, n: n}, HostHandles: proxy.HostHandles{Conntrack: &conntrack.Fake{}, LocalAddrs: local}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		backends[f] = syncWatch{Backend: p, n: n, f: f}
 	}
@@ -314,11 +340,7 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 		Tracker: tracker, Backends: backends, SyncPeriod: 30 * time.Second, FullSyncPeriod: proxy.DefaultFullSyncPeriod,
 		MinSyncPeriod: time.Second, RetryInterval: 5 * time.Second, ParallelFamilies: true,
 	})
-	src := apiserver.New(client, name, 15*time.Minute)
-	wg.Add(2)
-	go func() { defer wg.Done(); loop.Run(ctx) }()
-	go func() { defer wg.Done(); _ = src.Run(ctx, tracker) }()
-	return n, nil
+	return tracker, loop, nil
 }
 
 // RunHollow creates the cluster in a new control plane, starts the
@@ -517,7 +539,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 }
 
 // fakeKernelMiB is the heap that a copy of n's in-memory kernels takes.
-func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
+func fakeKernelMiB(tb testing.TB, n *hollowNode) float64 {
 	dumps := map[v1.IPFamily]string{}
 	for f, fake := range n.fakes {
 		dumps[f] = fake.Dump()
@@ -530,6 +552,7 @@ func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
 		if err := c.Load(d); err != nil {
 			tb.Fatalf("node %s: loading its %s ruleset again: %v", n.name, f, err)
 		}
+		c.ResetApplies() // the state alone, as the node's fakes keep it
 		copies = append(copies, c)
 	}
 	runtime.GC()
