@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ type HollowOptions struct {
 	// DisableCompression): the API server then sends their streaming
 	// lists uncompressed, trading its gzip CPU for bytes on the wire.
 	NoGzip bool
+	// HeapProfile, when set, is where the heap profile of this process
+	// (kproxy's nodes) is written after the changes, the nodes running.
+	HeapProfile string
 }
 
 // HollowResult is one RunHollow.
@@ -514,6 +518,9 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
 		r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
 		r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+		if o.HeapProfile != "" {
+			writeHeapProfile(tb, o.HeapProfile)
+		}
 	}
 	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
 	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
@@ -703,5 +710,18 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
 	for _, row := range rows {
 		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
+	}
+}
+
+// writeHeapProfile writes the heap profile (after a collection) to path.
+func writeHeapProfile(tb testing.TB, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
 	}
 }

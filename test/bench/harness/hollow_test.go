@@ -102,7 +102,7 @@ func BenchmarkHollowScale(b *testing.B) {
 	for range b.N {
 		for p := range strings.SplitSeq(*hollowProxies, ",") {
 			runHollow(b, HollowOptions{Proxy: p, Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip})
+				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip, HeapProfile: *hollowHeapProfile})
 		}
 	}
 }

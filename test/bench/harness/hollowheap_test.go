@@ -3,9 +3,7 @@ package harness
 import (
 	"context"
 	"flag"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -138,18 +136,5 @@ func BenchmarkHollowNodeHeap(b *testing.B) {
 		cancel()
 		wg.Wait()
 		runtime.KeepAlive(tracker)
-	}
-}
-
-// writeHeapProfile writes the heap profile (after a collection) to path.
-func writeHeapProfile(tb testing.TB, path string) {
-	runtime.GC()
-	f, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		tb.Fatal(err)
 	}
 }
