@@ -276,19 +276,16 @@ func (x *Txn) elementOp(i int, p *nft.Parsed) error {
 		}
 		if ranges {
 			for _, o := range s.Elems {
-				olo, ohi := valueRange(o.Key[0])
+				okey := o.Key()
+				olo, ohi := valueRange(okey[0])
 				if lo.Compare(ohi) <= 0 && olo.Compare(hi) <= 0 {
-					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(o.Key))
+					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(okey))
 				}
 			}
 		}
-		ne := *e
-		ne.Key = slices.Clone(e.Key)
-		for i, v := range ne.Key {
-			if v.Prefix.IsValid() {
-				ne.Key[i].Prefix = v.Prefix.Masked() // as nft does
-			}
-		}
+		// The element keeps its prefixes masked (as nft does: packKey)
+		// and a verdict of its own.
+		ne := NewElement(e)
 		if e.Verdict != nil {
 			v := *e.Verdict
 			ne.Verdict = &v
@@ -336,12 +333,12 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 			return kerr(unix.EEXIST, "element %s exists in %s", k, e.Set)
 		}
 		if old != nil {
-			if old.To != e.To {
+			if old.To() != e.To {
 				return kerr(unix.EEXIST, "element %s exists with different data", k)
 			}
 			return nil
 		}
-		x.addElement(i, p, s, *e)
+		x.addElement(i, p, s, NewElement(e))
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
@@ -354,8 +351,8 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 }
 
 // addElement stores an element the transaction adds.
-func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e nft.Element) {
-	ne := &Element{Element: e, Line: p.Line, Gen: x.gen}
-	s.Add(ne)
-	x.addedElems[ne] = i
+func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e *Element) {
+	e.Line, e.Gen = int32(p.Line), int32(x.gen)
+	s.Add(e)
+	x.addedElems[e] = i
 }
