@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -91,7 +92,11 @@ type HollowResult struct {
 	RSSEndMiB      float64 `json:"rssEndMiB"`
 	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
 	RSSMaxMiB      float64 `json:"rssMaxMiB,omitempty"`
-	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
+	// RSSPeakPerNodeMiB (kproxy) is the process's peak RSS (VmHWM) over
+	// its baseline divided by Nodes: what N nodes need at once, the
+	// first syncs' garbage included.
+	RSSPeakPerNodeMiB float64 `json:"rssPeakPerNodeMiB,omitempty"`
+	HeapPerNodeMiB    float64 `json:"heapPerNodeMiB"`
 	// FakeKernelMiB is the part of a node's heap that is its in-memory
 	// kernel (nfttest.Fake, both families), which a real node keeps in
 	// the kernel: the heap a copy of node 0's rulesets takes.
@@ -384,7 +389,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		a.cp.CreateNode(tb, hollowName(i), cluster.NodeIP(len(c.Nodes)+i))
 	}
 	r.APIBefore = a.watchFigures(tb)
-	runtime.GC()
+	debug.FreeOSMemory()
 	r.RSSBaselineMiB = procStatusMiB(self, "VmRSS")
 	heapBefore := heapInuseMiB()
 	cpuBefore, apiCPUBefore := cpuSeconds(self), cpuSeconds(apiPid)
@@ -514,7 +519,12 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		r.RSSBaselineMiB = 0
 		r.RSSPerNodeMiB = r.RSSEndMiB / float64(o.Nodes)
 	} else {
+		// As kproxy does once idle (internal/idlemem): the garbage
+		// and free heap the syncs left go back to the system. Nodes
+		// sharing one process have no idlemem of their own.
+		debug.FreeOSMemory()
 		r.RSSEndMiB = procStatusMiB(self, "VmRSS")
+		r.RSSPeakPerNodeMiB = (procStatusMiB(self, "VmHWM") - r.RSSBaselineMiB) / float64(o.Nodes)
 		r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
 		r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
 		r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
@@ -694,6 +704,7 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		{"CPU per node to synced", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
 		{"CPU per node, whole run", fmt.Sprintf("%.3f s", r.CPUPerNode)},
 		{"RSS per node", rss},
+		{"peak RSS per node (kproxy: the process's VmHWM over its baseline / N)", fmt.Sprintf("%.2f MiB", r.RSSPeakPerNodeMiB)},
 		{"heap in use per node (Δ/N)", heap},
 		{"of which the in-memory kernel (a copy of node 0's)", kernel},
 		{"API bytes per node to synced (mean)", kib(r.BytesToSyncedMean)},
