@@ -103,7 +103,7 @@ func (x *Txn) setOp(p *nft.Parsed) error {
 			return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
 		}
 		if s.Timeout > 0 {
-			old.Def.Timeout = s.Timeout
+			x.ownSet(old).Def.Timeout = s.Timeout
 		}
 	case nft.OpFlush:
 		if old == nil {
@@ -113,7 +113,7 @@ func (x *Txn) setOp(p *nft.Parsed) error {
 		if old.Def.IsMap() != s.IsMap() {
 			return kerr(unix.ENOENT, "%s is a %s; flush it as one", s.Name, kindName(&old.Def))
 		}
-		old.Flush()
+		x.ownSet(old).Flush()
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
@@ -214,6 +214,7 @@ func sameVerdict(a, b *nft.Verdict) bool {
 func (x *Txn) newSet(p *nft.Parsed) *Set {
 	s := NewSet(*p.Op.Set, x.t.Family)
 	s.Line = p.Line
+	x.owned[s] = true
 	return s
 }
 
@@ -295,7 +296,7 @@ func (x *Txn) elementOp(i int, p *nft.Parsed) error {
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
 		}
-		s.Remove(k)
+		x.ownSet(s).Remove(k)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -343,7 +344,7 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
 		}
-		s.Remove(id)
+		x.ownSet(s).Remove(id)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -353,6 +354,6 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 // addElement stores an element the transaction adds.
 func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e *Element) {
 	e.Line, e.Gen = int32(p.Line), int32(x.gen)
-	s.Add(e)
+	x.ownSet(s).Add(e)
 	x.addedElems[e] = i
 }

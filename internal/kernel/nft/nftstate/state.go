@@ -12,6 +12,7 @@
 package nftstate
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -87,6 +88,18 @@ func NewTable(f nft.Family, name string) *Table {
 // Clone copies the table, its chains and sets; rules and elements are
 // shared.
 func (t *Table) Clone() *Table {
+	n := t.cloneSharingSets()
+	for k, s := range t.Sets {
+		n.Sets[k] = s.clone()
+	}
+	return n
+}
+
+// cloneSharingSets copies the table and its chains; its sets are the
+// same, for a Txn, which copies a set before it changes it (Txn.ownSet):
+// a transaction of a few elements then copies the sets it changes, not
+// every set of the table (~20k elements a shard at 10k services).
+func (t *Table) cloneSharingSets() *Table {
 	n := *t
 	n.Chains = make(map[string]*Chain, len(t.Chains))
 	for k, c := range t.Chains {
@@ -95,18 +108,23 @@ func (t *Table) Clone() *Table {
 		n.Chains[k] = &nc
 	}
 	n.ChainOrder = slices.Clone(t.ChainOrder)
-	n.Sets = make(map[string]*Set, len(t.Sets))
-	for k, s := range t.Sets {
-		ns := *s
-		ns.Elems = slices.Clone(s.Elems)
-		ns.index = make(map[string]int, len(s.index))
-		for ek, ev := range s.index {
-			ns.index[ek] = ev
-		}
-		n.Sets[k] = &ns
+	n.Sets = maps.Clone(t.Sets)
+	if n.Sets == nil {
+		n.Sets = map[string]*Set{}
 	}
 	n.SetOrder = slices.Clone(t.SetOrder)
 	return &n
+}
+
+// clone copies the set; its elements are shared.
+func (s *Set) clone() *Set {
+	ns := *s
+	ns.Elems = slices.Clone(s.Elems)
+	ns.index = maps.Clone(s.index)
+	if ns.index == nil {
+		ns.index = map[string]int{}
+	}
+	return &ns
 }
 
 // AddChain stores a new chain (last in ChainOrder).

@@ -62,3 +62,50 @@ func TestCloneIsolates(t *testing.T) {
 		t.Error("Delete left the table")
 	}
 }
+
+// TestTxnCopiesOnlyChangedSets: a transaction copies a set when it
+// changes it, so the State's sets stay as they were until Commit (and
+// after it for a copy taken before), while the sets it does not change
+// are the State's own, not copied for every transaction.
+func TestTxnCopiesOnlyChangedSets(t *testing.T) {
+	st := &State{}
+	if err := run(st, Netlink, "add table ip t\nadd set ip t a { type ipv4_addr ; }\nadd set ip t b { type ipv4_addr ; }\n"+
+		"add element ip t a { 10.0.0.1, 10.0.0.2 }\nadd element ip t b { 10.0.0.3 }\n"); err != nil {
+		t.Fatal(err)
+	}
+	before := st.Clone()
+	a, b := st.Table(nft.IPv4, "t").Sets["a"], st.Table(nft.IPv4, "t").Sets["b"]
+	change := "add element ip t a { 10.0.0.4 }\ndelete element ip t a { 10.0.0.1 }\n"
+
+	x := st.Begin(Netlink, 2)
+	if err := nft.Read(change, x.SetDef, x.Apply); err != nil {
+		t.Fatal(err)
+	}
+	if a.Len() != 2 || a.Get(KeyID([]nft.Value{{Addr: netip.MustParseAddr("10.0.0.1")}})) == nil {
+		t.Error("a transaction not committed changed the State's set")
+	}
+	if err := x.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	nt := st.Table(nft.IPv4, "t")
+	got := []string{}
+	for _, e := range nt.Sets["a"].Elems {
+		got = append(got, KeyText(e.Key()))
+	}
+	if !slices.Equal(got, []string{"10.0.0.2", "10.0.0.4"}) {
+		t.Errorf("after commit set a holds %v, want 10.0.0.2 and 10.0.0.4", got)
+	}
+	if nt.Sets["b"] != b {
+		t.Error("the transaction copied set b, which it did not change")
+	}
+	if a.Len() != 2 || before.Table(nft.IPv4, "t").Sets["a"].Len() != 2 {
+		t.Error("the commit changed the set a copy taken before holds")
+	}
+	// A flush and a timeout change copy the set too.
+	if err := run(st, Netlink, "flush set ip t b\n"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 1 || st.Table(nft.IPv4, "t").Sets["b"].Len() != 0 {
+		t.Error("flush: the old set changed, or the new one was not flushed")
+	}
+}
