@@ -64,6 +64,11 @@ type HollowOptions struct {
 	// DisableCompression): the API server then sends their streaming
 	// lists uncompressed, trading its gzip CPU for bytes on the wire.
 	NoGzip bool
+	// FullSyncs, when positive, is how many nodes may run a full sync at
+	// once (0: all). Nodes sharing one process add up the garbage of
+	// their first syncs, which real nodes each pay on their own; on 2
+	// cores more than a few at once only stack it up.
+	FullSyncs int
 	// HeapProfile, when set, is where the heap profile of this process
 	// (kproxy's nodes) is written after the changes, the nodes running.
 	HeapProfile string
@@ -137,6 +142,9 @@ type hollowNode struct {
 	fakes map[v1.IPFamily]*nfttest.Fake
 	// received counts the bytes its client read from the API server.
 	received atomic.Int64
+	// fullSyncs is shared by the nodes of a run (see
+	// HollowOptions.FullSyncs); nil: no limit.
+	fullSyncs chan struct{}
 
 	mu sync.Mutex
 	// synced: families whose first sync committed; syncedCh is closed
@@ -234,14 +242,24 @@ func (w watchedNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
 	return nil
 }
 
-// syncWatch is a family's backend, noting its first successful sync.
+// syncWatch is a family's backend, noting its first successful sync;
+// full syncs wait for a place in full (when not nil).
 type syncWatch struct {
 	proxy.Backend
-	n *hollowNode
-	f v1.IPFamily
+	n    *hollowNode
+	f    v1.IPFamily
+	full chan struct{}
 }
 
 func (s syncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	if req.Full && s.full != nil {
+		select {
+		case s.full <- struct{}{}:
+			defer func() { <-s.full }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	r, err := s.Backend.Sync(ctx, req)
 	if err == nil && !req.Trial {
 		s.n.mu.Lock()
@@ -273,8 +291,9 @@ var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // startHollow starts one hollow node named name with node address addr;
 // kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
 // done; wg counts them.
-func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool) (*hollowNode, error) {
+func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool, fullSyncs chan struct{}) (*hollowNode, error) {
 	n := newHollowNode(name)
+	n.fullSyncs = fullSyncs
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
@@ -335,7 +354,7 @@ func (n *hollowNode) build(addr netip.Addr) (*model.Tracker, *proxy.Loop, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		backends[f] = syncWatch{Backend: p, n: n, f: f}
+		backends[f] = syncWatch{Backend: p, n: n, f: f, full: n.fullSyncs}
 	}
 	var loop *proxy.Loop
 	tracker := model.NewTracker(model.TrackerOptions{Hostname: name, Families: hollowFamilies, OnChange: func() {
@@ -408,6 +427,10 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		exited   = make([]<-chan struct{}, o.Nodes)
 		received = make([]*atomic.Int64, o.Nodes)
 	)
+	var fullSyncs chan struct{}
+	if o.FullSyncs > 0 {
+		fullSyncs = make(chan struct{}, o.FullSyncs)
+	}
 	for i := range o.Nodes {
 		name := hollowName(i)
 		if upstream {
@@ -419,7 +442,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			synced[i], exited[i], received[i] = u.syncedCh, u.proc.Done(), &u.received
 			continue
 		}
-		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip)
+		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip, fullSyncs)
 		if err != nil {
 			tb.Fatalf("node %s: %v", name, err)
 		}
