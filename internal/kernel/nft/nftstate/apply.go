@@ -67,8 +67,8 @@ type tableKey struct {
 	name   string
 }
 
-// Begin starts a transaction. gen is recorded in what it adds (Rule.Gen,
-// Element.Gen): the tracer's count of texts, to tell this text's lines
+// Begin starts a transaction. gen is recorded in the rules it adds
+// (Rule.Gen): the tracer's count of texts, to tell this text's lines
 // from earlier ones.
 func (s *State) Begin(d Dialect, gen int) *Txn {
 	return &Txn{st: s, dialect: d, gen: gen, work: map[tableKey]*Table{}, added: map[*Rule]int{}, addedElems: map[*Element]int{}, owned: map[*Set]bool{}}

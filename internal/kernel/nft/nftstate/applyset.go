@@ -291,7 +291,7 @@ func (x *Txn) elementOp(i int, p *nft.Parsed) error {
 			v := *e.Verdict
 			ne.Verdict = &v
 		}
-		x.addElement(i, p, s, ne)
+		x.addElement(i, s, ne)
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
@@ -339,7 +339,7 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 			}
 			return nil
 		}
-		x.addElement(i, p, s, NewElement(e))
+		x.addElement(i, s, NewElement(e))
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
@@ -352,8 +352,7 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 }
 
 // addElement stores an element the transaction adds.
-func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e *Element) {
-	e.Line, e.Gen = int32(p.Line), int32(x.gen)
+func (x *Txn) addElement(i int, s *Set, e *Element) {
 	x.ownSet(s).Add(e)
 	x.addedElems[e] = i
 }

@@ -53,8 +53,12 @@ func TestPackedKeys(t *testing.T) {
 	if ep6.To() != netip.MustParseAddrPort("[fd00:18:1::1]:443") || ep6.Index() != 2 || ep6.ID() != EndpointID(nil, 2) {
 		t.Errorf("IPv6 endpoint element: ID %q, index %d, to %s", ep6.ID(), ep6.Index(), ep6.To())
 	}
-	if plain := NewElement(&nft.Element{Key: svc}); plain.To().IsValid() {
-		t.Errorf("an element of a set has data %s", plain.To())
+	if plain := NewElement(&nft.Element{Key: svc}); plain.To().IsValid() || plain.Comment() != "" {
+		t.Errorf("an element of a set has data %s, comment %q", plain.To(), plain.Comment())
+	}
+	commented := NewElement(&nft.Element{Key: svc, Index: 3, To: netip.MustParseAddrPort("198.18.16.1:80"), Comment: "ns/svc:http"})
+	if got := commented.Elem("m"); got.Comment != "ns/svc:http" || got.Index != 3 || !slices.Equal(got.Key, svc) || commented.ID() != EndpointID(svc, 3) {
+		t.Errorf("commented endpoint element: %+v, ID %q", got, commented.ID())
 	}
 	if idx := NewElement(&nft.Element{Index: 1 << 30, To: netip.MustParseAddrPort("198.18.16.1:80")}); idx.ID() != EndpointID(nil, 1<<30) || len(idx.Key()) != 0 {
 		t.Errorf("endpoint element of a map not keyed by service: ID %q, key %v", idx.ID(), idx.Key())

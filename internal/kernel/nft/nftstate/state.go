@@ -212,20 +212,18 @@ func NewSet(def nft.Set, f nft.Family) *Set {
 }
 
 // Element is a stored element. Its key, an endpoint map element's index
-// and data are packed (see elemkey.go): Key, Index, To and Elem unpack
-// them. Stored elements are 64 bytes and their packed key.
+// and data, and its comment are packed (see elemkey.go): Key, Index, To,
+// Comment and Elem unpack them. A stored element is 32 bytes and that
+// string.
 type Element struct {
 	// key is the key as added, packed, with the index and data of an
-	// endpoint map element. Its first idLen bytes are the element's
-	// identity (ID), or with idLen 0 the identity is packed afresh when
-	// asked for (the key has a full-length prefix: one element with its
-	// address).
+	// endpoint map element and the comment. Its first idLen bytes are
+	// the element's identity (ID), or with idLen 0 the identity is
+	// packed afresh when asked for (the key has a full-length prefix:
+	// one element with its address).
 	key     string
-	idLen   uint8
 	Verdict *nft.Verdict
-	Comment string
-	// Line and Gen: see Rule.
-	Line, Gen int32
+	idLen   uint8
 }
 
 // NewElement is e as a set stores it (e.Set is not kept; the
@@ -237,7 +235,8 @@ func NewElement(e *nft.Element) *Element {
 	if endpoint {
 		b = appendTo(b, e.To)
 	}
-	ne := &Element{key: string(b), Verdict: e.Verdict, Comment: e.Comment}
+	b = appendComment(b, e.Comment)
+	ne := &Element{key: string(b), Verdict: e.Verdict}
 	fullPrefix := slices.ContainsFunc(e.Key, func(v nft.Value) bool { return v.Prefix.IsValid() && v.Prefix.IsSingleIP() })
 	if !fullPrefix && id <= 255 {
 		ne.idLen = uint8(id)
@@ -255,10 +254,13 @@ func (e *Element) Index() uint32 { return unpack(e.key, false).index }
 // To is an endpoint map element's data, invalid for other elements.
 func (e *Element) To() netip.AddrPort { return unpack(e.key, false).to }
 
+// Comment is the element's comment.
+func (e *Element) Comment() string { return unpack(e.key, false).comment }
+
 // Elem is the element as an nft.Element of set.
 func (e *Element) Elem(set string) nft.Element {
 	u := unpack(e.key, true)
-	return nft.Element{Set: set, Key: u.key, Verdict: e.Verdict, Comment: e.Comment, Index: u.index, To: u.to}
+	return nft.Element{Set: set, Key: u.key, Verdict: e.Verdict, Comment: u.comment, Index: u.index, To: u.to}
 }
 
 // ID is the element's identity in its set (KeyID, EndpointID).

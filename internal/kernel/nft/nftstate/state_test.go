@@ -27,7 +27,7 @@ func TestSetIdentityAndLookup(t *testing.T) {
 	}
 	// Re-adding replaces in place; removing reindexes.
 	s.Add(NewElement(&nft.Element{Key: []nft.Value{{Prefix: p("10.0.0.0/8")}}, Comment: "new"}))
-	if s.Len() != 2 || s.Elems[0].Comment != "new" {
+	if s.Len() != 2 || s.Elems[0].Comment() != "new" {
 		t.Errorf("after re-add: %d elements, first %+v", s.Len(), s.Elems[0])
 	}
 	slash8, one := KeyID([]nft.Value{{Prefix: p("10.0.0.0/8")}}), KeyID([]nft.Value{{Addr: a("192.0.2.1")}})
