@@ -50,7 +50,8 @@ func (r *Ruleset) String() string {
 		}
 		for _, sn := range t.SetOrder {
 			for _, e := range t.Sets[sn].Elems {
-				tx.Add(&nft.Element{Set: sn, Key: e.Key, Verdict: e.Verdict, Comment: e.Comment, Index: e.Index, To: e.To})
+				el := e.Elem(sn)
+				tx.Add(&el)
 			}
 		}
 		for _, cn := range t.ChainOrder {

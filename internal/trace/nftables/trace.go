@@ -309,7 +309,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				if me == nil {
 					br.Step("%s: %s -> %d (p=1/%d): not in the map", c.Def.Name, text(), k, st.Mod)
 				} else {
-					to := me.To
+					to := me.To()
 					br.dnat, br.dstNATDone = &to, true
 					br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
 					br.Step("%s: %s -> %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), k, st.Mod, to)
@@ -343,10 +343,10 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				}
 				br := s.clone()
 				br.prob = s.prob / n
-				to := me.To
+				to := me.To()
 				br.dnat, br.dstNATDone = &to, true
 				br.pkt.Dst, br.pkt.DstPort = to.Addr(), to.Port()
-				br.Step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), nftstate.KeyID(svc), i, st.Mod, to)
+				br.Step("%s: %s -> %s . %d (p=1/%d): dnat to %s, accept", c.Def.Name, text(), nftstate.KeyText(svc), i, st.Mod, to)
 				if _, err := w.endBase(br); err != nil {
 					return true, err
 				}
@@ -358,7 +358,7 @@ func (w *walker) evalRule(s *state, c *chain, ru *rule) (done bool, err error) {
 				return true, nil
 			}
 			s.prob = s.prob * float64(len(missing)) / n
-			s.Step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.Def.Name, text(), nftstate.KeyID(svc), strings.Join(missing, ","), len(missing), st.Mod)
+			s.Step("%s: %s -> %s . {%s} (p=%d/%d): not in the map", c.Def.Name, text(), nftstate.KeyText(svc), strings.Join(missing, ","), len(missing), st.Mod)
 			return false, nil
 		case nft.Reject:
 			s.Step("%s: %s -> reject", c.Def.Name, text())

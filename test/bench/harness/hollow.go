@@ -9,11 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,6 +64,14 @@ type HollowOptions struct {
 	// DisableCompression): the API server then sends their streaming
 	// lists uncompressed, trading its gzip CPU for bytes on the wire.
 	NoGzip bool
+	// FullSyncs, when positive, is how many nodes may run a full sync at
+	// once (0: all). Nodes sharing one process add up the garbage of
+	// their first syncs, which real nodes each pay on their own; on 2
+	// cores more than a few at once only stack it up.
+	FullSyncs int
+	// HeapProfile, when set, is where the heap profile of this process
+	// (kproxy's nodes) is written after the changes, the nodes running.
+	HeapProfile string
 }
 
 // HollowResult is one RunHollow.
@@ -86,7 +97,11 @@ type HollowResult struct {
 	RSSEndMiB      float64 `json:"rssEndMiB"`
 	RSSPerNodeMiB  float64 `json:"rssPerNodeMiB"`
 	RSSMaxMiB      float64 `json:"rssMaxMiB,omitempty"`
-	HeapPerNodeMiB float64 `json:"heapPerNodeMiB"`
+	// RSSPeakPerNodeMiB (kproxy) is the process's peak RSS (VmHWM) over
+	// its baseline divided by Nodes: what N nodes need at once, the
+	// first syncs' garbage included.
+	RSSPeakPerNodeMiB float64 `json:"rssPeakPerNodeMiB,omitempty"`
+	HeapPerNodeMiB    float64 `json:"heapPerNodeMiB"`
 	// FakeKernelMiB is the part of a node's heap that is its in-memory
 	// kernel (nfttest.Fake, both families), which a real node keeps in
 	// the kernel: the heap a copy of node 0's rulesets takes.
@@ -127,6 +142,9 @@ type hollowNode struct {
 	fakes map[v1.IPFamily]*nfttest.Fake
 	// received counts the bytes its client read from the API server.
 	received atomic.Int64
+	// fullSyncs is shared by the nodes of a run (see
+	// HollowOptions.FullSyncs); nil: no limit.
+	fullSyncs chan struct{}
 
 	mu sync.Mutex
 	// synced: families whose first sync committed; syncedCh is closed
@@ -212,21 +230,36 @@ type watchedNFT struct {
 }
 
 func (w watchedNFT) Apply(ctx context.Context, tx *nft.Transaction) error {
-	if err := w.Fake.Apply(ctx, tx); err != nil {
+	err := w.Fake.Apply(ctx, tx)
+	// The fake records every transaction for tests to look at, the
+	// caller's own included: a node's would keep every sync's (a full
+	// sync's is ~100 MiB at 10k services) for nobody.
+	w.Fake.ResetApplies()
+	if err != nil {
 		return err
 	}
 	w.n.committed(tx)
 	return nil
 }
 
-// syncWatch is a family's backend, noting its first successful sync.
+// syncWatch is a family's backend, noting its first successful sync;
+// full syncs wait for a place in full (when not nil).
 type syncWatch struct {
 	proxy.Backend
-	n *hollowNode
-	f v1.IPFamily
+	n    *hollowNode
+	f    v1.IPFamily
+	full chan struct{}
 }
 
 func (s syncWatch) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	if req.Full && s.full != nil {
+		select {
+		case s.full <- struct{}{}:
+			defer func() { <-s.full }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	r, err := s.Backend.Sync(ctx, req)
 	if err == nil && !req.Trial {
 		s.n.mu.Lock()
@@ -258,9 +291,9 @@ var hollowFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // startHollow starts one hollow node named name with node address addr;
 // kubeconfig is a kube-proxy credential. Its goroutines end when ctx is
 // done; wg counts them.
-func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool) (*hollowNode, error) {
-	n := &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
-		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
+func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlPlane, kubeconfig, name string, addr netip.Addr, noGzip bool, fullSyncs chan struct{}) (*hollowNode, error) {
+	n := newHollowNode(name)
+	n.fullSyncs = fullSyncs
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
@@ -285,6 +318,27 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 	if err != nil {
 		return nil, err
 	}
+	tracker, loop, err := n.build(addr)
+	if err != nil {
+		return nil, err
+	}
+	src := apiserver.New(client, name, 15*time.Minute)
+	wg.Add(2)
+	go func() { defer wg.Done(); loop.Run(ctx) }()
+	go func() { defer wg.Done(); _ = src.Run(ctx, tracker) }()
+	return n, nil
+}
+
+func newHollowNode(name string) *hollowNode {
+	return &hollowNode{name: name, fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{},
+		syncedCh: make(chan struct{}), want: map[string]time.Time{}}
+}
+
+// build makes n's control path below its source, with node address
+// addr: the tracker a source feeds and the sync loop, with a proxier and
+// an in-memory kernel per family.
+func (n *hollowNode) build(addr netip.Addr) (*model.Tracker, *proxy.Loop, error) {
+	name := n.name
 	local := func() ([]netip.Addr, error) { return []netip.Addr{addr}, nil }
 	backends := map[v1.IPFamily]proxy.Backend{}
 	for _, f := range hollowFamilies {
@@ -298,9 +352,9 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 			Family: f, TableName: nftables.DefaultTableName, ModeOptions: config.ModeOptions{MasqueradeBit: 14, NodeIPs: ips},
 		}, nftables.Handles{NFT: watchedNFT{Fake: fake, n: n}, HostHandles: proxy.HostHandles{Conntrack: &conntrack.Fake{}, LocalAddrs: local}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		backends[f] = syncWatch{Backend: p, n: n, f: f}
+		backends[f] = syncWatch{Backend: p, n: n, f: f, full: n.fullSyncs}
 	}
 	var loop *proxy.Loop
 	tracker := model.NewTracker(model.TrackerOptions{Hostname: name, Families: hollowFamilies, OnChange: func() {
@@ -314,11 +368,7 @@ func startHollow(ctx context.Context, wg *sync.WaitGroup, cp *framework.ControlP
 		Tracker: tracker, Backends: backends, SyncPeriod: 30 * time.Second, FullSyncPeriod: proxy.DefaultFullSyncPeriod,
 		MinSyncPeriod: time.Second, RetryInterval: 5 * time.Second, ParallelFamilies: true,
 	})
-	src := apiserver.New(client, name, 15*time.Minute)
-	wg.Add(2)
-	go func() { defer wg.Done(); loop.Run(ctx) }()
-	go func() { defer wg.Done(); _ = src.Run(ctx, tracker) }()
-	return n, nil
+	return tracker, loop, nil
 }
 
 // RunHollow creates the cluster in a new control plane, starts the
@@ -358,7 +408,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		a.cp.CreateNode(tb, hollowName(i), cluster.NodeIP(len(c.Nodes)+i))
 	}
 	r.APIBefore = a.watchFigures(tb)
-	runtime.GC()
+	debug.FreeOSMemory()
 	r.RSSBaselineMiB = procStatusMiB(self, "VmRSS")
 	heapBefore := heapInuseMiB()
 	cpuBefore, apiCPUBefore := cpuSeconds(self), cpuSeconds(apiPid)
@@ -377,6 +427,10 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		exited   = make([]<-chan struct{}, o.Nodes)
 		received = make([]*atomic.Int64, o.Nodes)
 	)
+	var fullSyncs chan struct{}
+	if o.FullSyncs > 0 {
+		fullSyncs = make(chan struct{}, o.FullSyncs)
+	}
 	for i := range o.Nodes {
 		name := hollowName(i)
 		if upstream {
@@ -388,7 +442,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 			synced[i], exited[i], received[i] = u.syncedCh, u.proc.Done(), &u.received
 			continue
 		}
-		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip)
+		n, err := startHollow(ctx, &wg, a.cp, kubeconfig, name, cluster.NodeIP(len(c.Nodes)+i), o.NoGzip, fullSyncs)
 		if err != nil {
 			tb.Fatalf("node %s: %v", name, err)
 		}
@@ -488,10 +542,18 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 		r.RSSBaselineMiB = 0
 		r.RSSPerNodeMiB = r.RSSEndMiB / float64(o.Nodes)
 	} else {
+		// As kproxy does once idle (internal/idlemem): the garbage
+		// and free heap the syncs left go back to the system. Nodes
+		// sharing one process have no idlemem of their own.
+		debug.FreeOSMemory()
 		r.RSSEndMiB = procStatusMiB(self, "VmRSS")
+		r.RSSPeakPerNodeMiB = (procStatusMiB(self, "VmHWM") - r.RSSBaselineMiB) / float64(o.Nodes)
 		r.RSSPerNodeMiB = (r.RSSEndMiB - r.RSSBaselineMiB) / float64(o.Nodes)
 		r.HeapPerNodeMiB = (heapInuseMiB() - heapBefore) / float64(o.Nodes)
 		r.FakeKernelMiB = fakeKernelMiB(tb, nodes[0])
+		if o.HeapProfile != "" {
+			writeHeapProfile(tb, o.HeapProfile)
+		}
 	}
 	r.APIServerCPU = cpuSeconds(apiPid) - apiCPUBefore
 	r.APIServerRSSMiB = procStatusMiB(apiPid, "VmRSS")
@@ -517,7 +579,7 @@ func RunHollow(tb *TB, o HollowOptions) *HollowResult {
 }
 
 // fakeKernelMiB is the heap that a copy of n's in-memory kernels takes.
-func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
+func fakeKernelMiB(tb testing.TB, n *hollowNode) float64 {
 	dumps := map[v1.IPFamily]string{}
 	for f, fake := range n.fakes {
 		dumps[f] = fake.Dump()
@@ -530,6 +592,7 @@ func fakeKernelMiB(tb *TB, n *hollowNode) float64 {
 		if err := c.Load(d); err != nil {
 			tb.Fatalf("node %s: loading its %s ruleset again: %v", n.name, f, err)
 		}
+		c.ResetApplies() // the state alone, as the node's fakes keep it
 		copies = append(copies, c)
 	}
 	runtime.GC()
@@ -664,6 +727,7 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 		{"CPU per node to synced", fmt.Sprintf("%.3f s", r.CPUToSyncedNode)},
 		{"CPU per node, whole run", fmt.Sprintf("%.3f s", r.CPUPerNode)},
 		{"RSS per node", rss},
+		{"peak RSS per node (kproxy: the process's VmHWM over its baseline / N)", fmt.Sprintf("%.2f MiB", r.RSSPeakPerNodeMiB)},
 		{"heap in use per node (Δ/N)", heap},
 		{"of which the in-memory kernel (a copy of node 0's)", kernel},
 		{"API bytes per node to synced (mean)", kib(r.BytesToSyncedMean)},
@@ -680,5 +744,18 @@ func WriteHollowTable(w io.Writer, r *HollowResult) {
 	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
 	for _, row := range rows {
 		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
+	}
+}
+
+// writeHeapProfile writes the heap profile (after a collection) to path.
+func writeHeapProfile(tb testing.TB, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
 	}
 }

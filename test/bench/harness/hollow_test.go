@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 	"github.com/kproxy/kproxy/internal/kernel/nft/nfttest"
+	"github.com/kproxy/kproxy/internal/proxy"
 	"github.com/kproxy/kproxy/test/e2e/framework"
 )
 
@@ -20,12 +23,13 @@ import (
 //	  -bench '^BenchmarkHollowScale$' -benchtime 1x -v -timeout 60m -hollow.nodes 40 -hollow.services 1000 \
 //	  -hollow.proxies kproxy,upstream
 var (
-	hollowProxies  = flag.String("hollow.proxies", "kproxy", "BenchmarkHollowScale: comma-separated, run one after the other, each with its own API server: kproxy, upstream (kubemark --morph=proxy)")
-	hollowNodes    = flag.Int("hollow.nodes", 30, "BenchmarkHollowScale: hollow nodes")
-	hollowServices = flag.Int("hollow.services", 1000, "BenchmarkHollowScale: services of the realistic mix")
-	hollowChanges  = flag.Int("hollow.changes", 20, "BenchmarkHollowScale: endpoint changes, one at a time")
-	hollowNoGzip   = flag.Bool("hollow.no-gzip", false, "BenchmarkHollowScale: kproxy's nodes refuse gzip (the API server's compression of streaming lists)")
-	hollowGap      = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
+	hollowProxies   = flag.String("hollow.proxies", "kproxy", "BenchmarkHollowScale: comma-separated, run one after the other, each with its own API server: kproxy, upstream (kubemark --morph=proxy)")
+	hollowNodes     = flag.Int("hollow.nodes", 30, "BenchmarkHollowScale: hollow nodes")
+	hollowServices  = flag.Int("hollow.services", 1000, "BenchmarkHollowScale: services of the realistic mix")
+	hollowChanges   = flag.Int("hollow.changes", 20, "BenchmarkHollowScale: endpoint changes, one at a time")
+	hollowNoGzip    = flag.Bool("hollow.no-gzip", false, "BenchmarkHollowScale: kproxy's nodes refuse gzip (the API server's compression of streaming lists)")
+	hollowFullSyncs = flag.Int("hollow.full-syncs", 0, "BenchmarkHollowScale: kproxy nodes that may run a full sync at once (0: all), bounding the process's peak memory")
+	hollowGap       = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
 )
 
 // runHollow runs o in t's scope and fails t when a node missed a change.
@@ -102,7 +106,7 @@ func BenchmarkHollowScale(b *testing.B) {
 	for range b.N {
 		for p := range strings.SplitSeq(*hollowProxies, ",") {
 			runHollow(b, HollowOptions{Proxy: p, Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip})
+				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip, HeapProfile: *hollowHeapProfile, FullSyncs: *hollowFullSyncs})
 		}
 	}
 }
@@ -172,5 +176,55 @@ func needControlPlane(t testing.TB) {
 			t.Fatalf("%s=1 but: %s", framework.EnvRun, reason)
 		}
 		t.Skip(reason)
+	}
+}
+
+// blockingBackend counts the syncs under way and blocks each until
+// release is closed.
+type blockingBackend struct {
+	running, most *atomic.Int32
+	release       chan struct{}
+}
+
+func (b blockingBackend) Sync(ctx context.Context, req *proxy.Request) (*proxy.Result, error) {
+	n := b.running.Add(1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	<-b.release
+	b.running.Add(-1)
+	return &proxy.Result{}, nil
+}
+
+// TestFullSyncLimit: with a limit of one, full syncs of several nodes
+// run one at a time; partial syncs do not wait for it.
+func TestFullSyncLimit(t *testing.T) {
+	var running, most atomic.Int32
+	release := make(chan struct{})
+	full := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	sync3 := func(req *proxy.Request) {
+		for i := range 3 {
+			n := &hollowNode{name: hollowName(i), fakes: map[v1.IPFamily]*nfttest.Fake{}, synced: map[v1.IPFamily]bool{}, syncedCh: make(chan struct{})}
+			s := syncWatch{Backend: blockingBackend{&running, &most, release}, n: n, f: v1.IPv4Protocol, full: full}
+			wg.Go(func() { _, _ = s.Sync(context.Background(), req) })
+		}
+	}
+	sync3(&proxy.Request{})
+	for deadline := time.Now().Add(10 * time.Second); running.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if got := running.Load(); got != 3 {
+		t.Errorf("%d partial syncs under way, want all 3 (no limit for them)", got)
+	}
+	close(release)
+	wg.Wait()
+	most.Store(0)
+	release = make(chan struct{})
+	sync3(&proxy.Request{Full: true})
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if got := most.Load(); got != 1 {
+		t.Errorf("at most %d full syncs at once, want 1", got)
 	}
 }

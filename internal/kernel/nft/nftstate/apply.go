@@ -53,6 +53,9 @@ type Txn struct {
 	// operation.
 	added      map[*Rule]int
 	addedElems map[*Element]int
+	// owned holds the sets this transaction made or copied: the ones it
+	// may change (ownSet). The others are the State's, shared.
+	owned map[*Set]bool
 	// sortedMaps: during validate, each map's jump and goto elements in
 	// the order the walk visits them, sorted once per table rather than
 	// at every rule that names the map.
@@ -64,11 +67,11 @@ type tableKey struct {
 	name   string
 }
 
-// Begin starts a transaction. gen is recorded in what it adds (Rule.Gen,
-// Element.Gen): the tracer's count of texts, to tell this text's lines
+// Begin starts a transaction. gen is recorded in the rules it adds
+// (Rule.Gen): the tracer's count of texts, to tell this text's lines
 // from earlier ones.
 func (s *State) Begin(d Dialect, gen int) *Txn {
-	return &Txn{st: s, dialect: d, gen: gen, work: map[tableKey]*Table{}, added: map[*Rule]int{}, addedElems: map[*Element]int{}}
+	return &Txn{st: s, dialect: d, gen: gen, work: map[tableKey]*Table{}, added: map[*Rule]int{}, addedElems: map[*Element]int{}, owned: map[*Set]bool{}}
 }
 
 // Table returns a table as the transaction sees it so far, or nil. The
@@ -97,12 +100,25 @@ func (x *Txn) use(k tableKey) {
 	t, ok := x.work[k]
 	if !ok {
 		if old := x.st.Table(k.family, k.name); old != nil {
-			t = old.Clone()
+			t = old.cloneSharingSets()
 		}
 		x.work[k] = t
 		x.order = append(x.order, k)
 	}
 	x.t = t
+}
+
+// ownSet is set s of the current table as this transaction may change
+// it: s itself when the transaction made or copied it, else a copy that
+// takes its place in the transaction's table.
+func (x *Txn) ownSet(s *Set) *Set {
+	if x.owned[s] {
+		return s
+	}
+	c := s.clone()
+	x.t.Sets[c.Def.Name] = c
+	x.owned[c] = true
+	return c
 }
 
 // kerr is a refusal with the kernel's errno and nft's wording.

@@ -430,11 +430,8 @@ func (x *Txn) jumpElems(name string, s *Set) []*Element {
 			elems = append(elems, e)
 		}
 	}
-	ids := make(map[*Element]string, len(elems))
-	for _, e := range elems {
-		ids[e] = e.ID()
-	}
-	slices.SortFunc(elems, func(a, b *Element) int { return strings.Compare(ids[a], ids[b]) })
+	// IDs are the packed keys themselves (elemkey.go): no allocation.
+	slices.SortFunc(elems, func(a, b *Element) int { return strings.Compare(a.ID(), b.ID()) })
 	if x.sortedMaps != nil {
 		x.sortedMaps[name] = elems
 	}

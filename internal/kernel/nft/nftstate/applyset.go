@@ -103,7 +103,7 @@ func (x *Txn) setOp(p *nft.Parsed) error {
 			return kerr(unix.EEXIST, "set %s exists with a different definition", s.Name)
 		}
 		if s.Timeout > 0 {
-			old.Def.Timeout = s.Timeout
+			x.ownSet(old).Def.Timeout = s.Timeout
 		}
 	case nft.OpFlush:
 		if old == nil {
@@ -113,7 +113,7 @@ func (x *Txn) setOp(p *nft.Parsed) error {
 		if old.Def.IsMap() != s.IsMap() {
 			return kerr(unix.ENOENT, "%s is a %s; flush it as one", s.Name, kindName(&old.Def))
 		}
-		old.Flush()
+		x.ownSet(old).Flush()
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "set %s does not exist", s.Name)
@@ -214,6 +214,7 @@ func sameVerdict(a, b *nft.Verdict) bool {
 func (x *Txn) newSet(p *nft.Parsed) *Set {
 	s := NewSet(*p.Op.Set, x.t.Family)
 	s.Line = p.Line
+	x.owned[s] = true
 	return s
 }
 
@@ -276,29 +277,26 @@ func (x *Txn) elementOp(i int, p *nft.Parsed) error {
 		}
 		if ranges {
 			for _, o := range s.Elems {
-				olo, ohi := valueRange(o.Key[0])
+				okey := o.Key()
+				olo, ohi := valueRange(okey[0])
 				if lo.Compare(ohi) <= 0 && olo.Compare(hi) <= 0 {
-					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(o.Key))
+					return kerr(unix.EEXIST, "interval %s overlaps %s", elemKey(e.Key), elemKey(okey))
 				}
 			}
 		}
-		ne := *e
-		ne.Key = slices.Clone(e.Key)
-		for i, v := range ne.Key {
-			if v.Prefix.IsValid() {
-				ne.Key[i].Prefix = v.Prefix.Masked() // as nft does
-			}
-		}
+		// The element keeps its prefixes masked (as nft does: packKey)
+		// and a verdict of its own.
+		ne := NewElement(e)
 		if e.Verdict != nil {
 			v := *e.Verdict
 			ne.Verdict = &v
 		}
-		x.addElement(i, p, s, ne)
+		x.addElement(i, s, ne)
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", elemKey(e.Key))
 		}
-		s.Remove(k)
+		x.ownSet(s).Remove(k)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -336,17 +334,17 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 			return kerr(unix.EEXIST, "element %s exists in %s", k, e.Set)
 		}
 		if old != nil {
-			if old.To != e.To {
+			if old.To() != e.To {
 				return kerr(unix.EEXIST, "element %s exists with different data", k)
 			}
 			return nil
 		}
-		x.addElement(i, p, s, *e)
+		x.addElement(i, s, NewElement(e))
 	case nft.OpDelete:
 		if old == nil {
 			return kerr(unix.ENOENT, "element %s does not exist", k)
 		}
-		s.Remove(id)
+		x.ownSet(s).Remove(id)
 	default:
 		return kerr(unix.EINVAL, "unknown operation %q", kind)
 	}
@@ -354,8 +352,7 @@ func (x *Txn) endpointElementOp(i int, p *nft.Parsed, s *Set) error {
 }
 
 // addElement stores an element the transaction adds.
-func (x *Txn) addElement(i int, p *nft.Parsed, s *Set, e nft.Element) {
-	ne := &Element{Element: e, Line: p.Line, Gen: x.gen}
-	s.Add(ne)
-	x.addedElems[ne] = i
+func (x *Txn) addElement(i int, s *Set, e *Element) {
+	x.ownSet(s).Add(e)
+	x.addedElems[e] = i
 }

@@ -12,10 +12,9 @@
 package nftstate
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/kproxy/kproxy/internal/kernel/nft"
 )
@@ -89,6 +88,18 @@ func NewTable(f nft.Family, name string) *Table {
 // Clone copies the table, its chains and sets; rules and elements are
 // shared.
 func (t *Table) Clone() *Table {
+	n := t.cloneSharingSets()
+	for k, s := range t.Sets {
+		n.Sets[k] = s.clone()
+	}
+	return n
+}
+
+// cloneSharingSets copies the table and its chains; its sets are the
+// same, for a Txn, which copies a set before it changes it (Txn.ownSet):
+// a transaction of a few elements then copies the sets it changes, not
+// every set of the table (~20k elements a shard at 10k services).
+func (t *Table) cloneSharingSets() *Table {
 	n := *t
 	n.Chains = make(map[string]*Chain, len(t.Chains))
 	for k, c := range t.Chains {
@@ -97,18 +108,23 @@ func (t *Table) Clone() *Table {
 		n.Chains[k] = &nc
 	}
 	n.ChainOrder = slices.Clone(t.ChainOrder)
-	n.Sets = make(map[string]*Set, len(t.Sets))
-	for k, s := range t.Sets {
-		ns := *s
-		ns.Elems = slices.Clone(s.Elems)
-		ns.index = make(map[string]int, len(s.index))
-		for ek, ev := range s.index {
-			ns.index[ek] = ev
-		}
-		n.Sets[k] = &ns
+	n.Sets = maps.Clone(t.Sets)
+	if n.Sets == nil {
+		n.Sets = map[string]*Set{}
 	}
 	n.SetOrder = slices.Clone(t.SetOrder)
 	return &n
+}
+
+// clone copies the set; its elements are shared.
+func (s *Set) clone() *Set {
+	ns := *s
+	ns.Elems = slices.Clone(s.Elems)
+	ns.index = maps.Clone(s.index)
+	if ns.index == nil {
+		ns.index = map[string]int{}
+	}
+	return &ns
 }
 
 // AddChain stores a new chain (last in ChainOrder).
@@ -195,43 +211,65 @@ func NewSet(def nft.Set, f nft.Family) *Set {
 	return &Set{Def: def, Family: f, index: map[string]int{}}
 }
 
-// Element is a stored element.
+// Element is a stored element. Its key, an endpoint map element's index
+// and data, and its comment are packed (see elemkey.go): Key, Index, To,
+// Comment and Elem unpack them. A stored element is 32 bytes and that
+// string.
 type Element struct {
-	nft.Element
-	// Line and Gen: see Rule.
-	Line, Gen int
+	// key is the key as added, packed, with the index and data of an
+	// endpoint map element and the comment. Its first idLen bytes are
+	// the element's identity (ID), or with idLen 0 the identity is
+	// packed afresh when asked for (the key has a full-length prefix:
+	// one element with its address).
+	key     string
+	Verdict *nft.Verdict
+	idLen   uint8
 }
 
-// ID is the element's identity in its set: KeyID of its key, or for an
-// endpoint map element EndpointID.
+// NewElement is e as a set stores it (e.Set is not kept; the
+// verdict is shared with e).
+func NewElement(e *nft.Element) *Element {
+	endpoint := e.To.IsValid()
+	b := appendKey(make([]byte, 0, 32), e.Key, endpoint, e.Index, false)
+	id := len(b)
+	if endpoint {
+		b = appendTo(b, e.To)
+	}
+	b = appendComment(b, e.Comment)
+	ne := &Element{key: string(b), Verdict: e.Verdict}
+	fullPrefix := slices.ContainsFunc(e.Key, func(v nft.Value) bool { return v.Prefix.IsValid() && v.Prefix.IsSingleIP() })
+	if !fullPrefix && id <= 255 {
+		ne.idLen = uint8(id)
+	}
+	return ne
+}
+
+// Key is the element's key (empty for an endpoint map element of a map
+// not keyed by service): a new slice each call.
+func (e *Element) Key() []nft.Value { return unpack(e.key, true).key }
+
+// Index is an endpoint map element's index (see nft.Element).
+func (e *Element) Index() uint32 { return unpack(e.key, false).index }
+
+// To is an endpoint map element's data, invalid for other elements.
+func (e *Element) To() netip.AddrPort { return unpack(e.key, false).to }
+
+// Comment is the element's comment.
+func (e *Element) Comment() string { return unpack(e.key, false).comment }
+
+// Elem is the element as an nft.Element of set.
+func (e *Element) Elem(set string) nft.Element {
+	u := unpack(e.key, true)
+	return nft.Element{Set: set, Key: u.key, Verdict: e.Verdict, Comment: u.comment, Index: u.index, To: u.to}
+}
+
+// ID is the element's identity in its set (KeyID, EndpointID).
 func (e *Element) ID() string {
-	if e.To.IsValid() {
-		return EndpointID(e.Key, e.Index)
+	if e.idLen > 0 {
+		return e.key[:e.idLen]
 	}
-	return KeyID(e.Key)
-}
-
-// EndpointID is the identity of an endpoint map element: "#INDEX", after
-// the service's "ADDR . PORT " in a map keyed by service.
-func EndpointID(svc []nft.Value, index uint32) string {
-	id := "#" + strconv.FormatUint(uint64(index), 10)
-	if len(svc) > 0 {
-		return KeyID(svc) + " " + id
-	}
-	return id
-}
-
-// KeyID is the canonical text of a key, as text.go prints it, host bits of
-// prefixes masked (a full-length prefix prints as its address).
-func KeyID(key []nft.Value) string {
-	parts := make([]string, len(key))
-	for i, v := range key {
-		if v.Prefix.IsValid() {
-			v.Prefix = v.Prefix.Masked()
-		}
-		parts[i] = v.String()
-	}
-	return strings.Join(parts, " . ")
+	u := unpack(e.key, true)
+	return packKey(u.key, u.to.IsValid(), u.index, true)
 }
 
 // Get returns the element of that identity, or nil.
@@ -284,11 +322,12 @@ func (s *Set) Lookup(vals []nft.Value) *Element {
 		return s.Get(KeyID(vals))
 	}
 	for _, e := range s.Elems {
-		if len(e.Key) != len(vals) {
+		key := e.Key()
+		if len(key) != len(vals) {
 			continue
 		}
 		ok := true
-		for i, k := range e.Key {
+		for i, k := range key {
 			if !valueMatches(k, vals[i]) {
 				ok = false
 				break

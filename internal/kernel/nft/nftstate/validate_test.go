@@ -49,7 +49,7 @@ func TestValidateVerdictMap(t *testing.T) {
 	}
 	for i := 1; i < len(got); i++ {
 		if got[i-1].ID() >= got[i].ID() {
-			t.Errorf("elements not in ID order: %s before %s", got[i-1].ID(), got[i].ID())
+			t.Errorf("elements not in ID order: %s before %s", KeyText(got[i-1].Key()), KeyText(got[i].Key()))
 		}
 	}
 	elems := s.Elems

@@ -98,7 +98,7 @@ func (f *Fake) Set(family nft.Family, tbl, name string) (*nft.Set, []nft.Element
 func sortedElements(s *set) []nft.Element {
 	out := make([]nft.Element, 0, len(s.Elems))
 	for _, e := range s.Elems {
-		out = append(out, e.Element)
+		out = append(out, e.Elem(s.Def.Name))
 	}
 	slices.SortFunc(out, func(a, b nft.Element) int {
 		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Index, b.Index))
