@@ -35,8 +35,8 @@ func (s *state) Step(format string, args ...any) {
 
 // ruleElement notes the element a rule's match or lookup found.
 func (s *state) ruleElement(e *nftstate.Element) {
-	if e != nil && e.Comment != "" && s.ruleSvc == "" {
-		s.ruleSvc = e.Comment
+	if e != nil && e.Comment() != "" && s.ruleSvc == "" {
+		s.ruleSvc = e.Comment()
 	}
 }
 
