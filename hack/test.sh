@@ -7,7 +7,7 @@
 #   sudo hack/test.sh -run TestFoo    extra flags go to every `go test`
 #
 # As root, set-up installs and builds what the suite needs, each step only
-# when missing: Debian's nftables, iptables, iproute2, conntrack and
+# when missing: Debian's nftables, iptables, iproute2, conntrack, ipset and
 # containerd (TestImageContainerdImport imports the image with its ctr),
 # runc and containernetworking-plugins (the test cluster's nodes); the
 # test VM (test/vm/prepare.sh: qemu and Debian's kernel with SCTP and IPVS
@@ -61,6 +61,8 @@ if [ "$unit" = 0 ]; then
   command -v iptables >/dev/null 2>&1 || pkgs+=(iptables)
   command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
   command -v conntrack >/dev/null 2>&1 || pkgs+=(conntrack)
+  # Upstream kube-proxy's ipvs mode runs ipset (TestUpstreamIPVSToKproxy).
+  command -v ipset >/dev/null 2>&1 || pkgs+=(ipset)
   command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
   # The test cluster's nodes (test/cluster): runc under containerd 2.x
   # (test/tools/build.sh) and the CNI plugins bridge, host-local, loopback
@@ -80,7 +82,7 @@ if [ "$unit" = 0 ]; then
       exit 1
     fi
   fi
-  for b in nft iptables iptables-legacy iptables-nft ip conntrack containerd ctr runc; do
+  for b in nft iptables iptables-legacy iptables-nft ip conntrack ipset containerd ctr runc; do
     if ! command -v "$b" >/dev/null 2>&1; then
       echo "hack/test.sh: $b is still missing after set-up" >&2
       exit 1
@@ -136,7 +138,7 @@ if [ "$unit" = 0 ]; then
     t=$SECONDS
     rc=0
     # shellcheck disable=SC2086
-    gts e2e "$@" $e2e_pkgs >"$out/e2e.log" 2>&1 || rc=$?
+    gts e2e -skip "$vm_only" "$@" $e2e_pkgs >"$out/e2e.log" 2>&1 || rc=$?
     echo "$((SECONDS - t))" >"$out/e2e.seconds"
     exit "$rc"
   ) &

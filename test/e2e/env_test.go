@@ -59,10 +59,6 @@ const (
 	targetTCP = 8080
 	targetUDP = 8053
 
-	// waitTimeout bounds each wait for kproxy to act; a sync takes
-	// milliseconds and the minimum sync interval is 1 s, so this is
-	// generous even on a loaded machine.
-	waitTimeout = 30 * time.Second
 	// requestTimeout bounds one request; a negative check (expecting a
 	// drop) costs this much per attempt.
 	requestTimeout = time.Second
@@ -72,6 +68,12 @@ const (
 	// the flow on its old path for as long as it keeps sending.
 	flowGrace = 3 * time.Second
 )
+
+// waitTimeout bounds each wait for kproxy to act; a sync takes
+// milliseconds and the minimum sync interval is 1 s, so this is generous
+// even on a loaded machine. The test VM raises it (TestMain): emulated,
+// a proxy's start there takes many times as long.
+var waitTimeout = 30 * time.Second
 
 var (
 	clientIP = netip.MustParseAddr("198.18.0.100")

@@ -72,7 +72,19 @@ func TestUpstreamToKproxy(t *testing.T) {
 	}
 }
 
-func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from string, to modeCase, keep proxyrules.Keep) {
+// switchEnv is node-a with upstream's kube-proxy running on it and the
+// one Service a switch test watches: "stable", a dual-stack NodePort
+// Service whose endpoints are a1 and b1.
+type switchEnv struct {
+	*env
+	cip4, cip6, np netip.AddrPort
+	servers        []string
+}
+
+// newSwitchEnv starts upstream's kube-proxy in mode from on node-a and
+// creates the Service; every path to it reaches both endpoints.
+func newSwitchEnv(t *testing.T, cp *framework.ControlPlane, upstream, from string) *switchEnv {
+	t.Helper()
 	// env starts the first proxy with its flags: they are kube-proxy's.
 	launchUpstream := func(_, flags []string) []string { return append([]string{upstream}, flags...) }
 	e := newEnvLaunch(t, cp, modeCase{name: "kube-proxy-" + from, proxyMode: from}, launchUpstream)
@@ -81,14 +93,58 @@ func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from s
 		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
 		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	})
-	cip4, cip6 := ap(clusterIP(svc, v4), 80), ap(clusterIP(svc, v6), 80)
-	np := ap(nodeAIP, nodePort(svc, "tcp"))
-	both := []string{podA1, podB1}
+	w := &switchEnv{env: e,
+		cip4: ap(clusterIP(svc, v4), 80), cip6: ap(clusterIP(svc, v6), 80), np: ap(nodeAIP, nodePort(svc, "tcp")),
+		servers: []string{podA1, podB1},
+	}
 	e.setEndpoints("stable", ipv4, endpoint{pod: podA1}, endpoint{pod: podB1})
 	e.setEndpoints("stable", ipv6, endpoint{pod: podA1}, endpoint{pod: podB1})
-	for _, dst := range []netip.AddrPort{cip4, cip6, np} {
-		e.expectServers(client, "tcp", dst, both...)
+	w.expectEveryPath()
+	return w
+}
+
+// expectEveryPath: the ClusterIPs of both families and the NodePort
+// reach both endpoints from the client.
+func (w *switchEnv) expectEveryPath() {
+	w.t.Helper()
+	for _, dst := range []netip.AddrPort{w.cip4, w.cip6, w.np} {
+		w.expectServers(client, "tcp", dst, w.servers...)
 	}
+}
+
+// streamDsts are where startStreams's streams go, in its order.
+func (w *switchEnv) streamDsts() []netip.AddrPort {
+	return []netip.AddrPort{w.cip4, w.cip4, w.np, w.cip6}
+}
+
+// startStreams opens long-lived connections to the Service from the
+// client and from pod tester-a (see streamDsts).
+func (w *switchEnv) startStreams() []*netns.Stream {
+	w.t.Helper()
+	tester, dsts := w.ns(testerA), w.streamDsts()
+	return []*netns.Stream{
+		netns.StartStream(w.t, w.c.Client, "client to the ClusterIP", dsts[0], w.servers),
+		netns.StartStream(w.t, tester, "pod to the ClusterIP", dsts[1], w.servers),
+		netns.StartStream(w.t, w.c.Client, "client to the NodePort", dsts[2], w.servers),
+		netns.StartStream(w.t, tester, "pod to the IPv6 ClusterIP", dsts[3], w.servers),
+	}
+}
+
+// startProbers opens new connections to the ClusterIPs all along, from
+// the client (masqueraded) and from tester-a (not masqueraded).
+func (w *switchEnv) startProbers() []*netns.Prober {
+	masq, own4, own6 := w.masqueraded(), keeps(w.podIP(testerA, v4)), keeps(w.podIP(testerA, v6))
+	tester := w.ns(testerA)
+	return []*netns.Prober{
+		netns.StartProber(w.c.Client, "client to the ClusterIP", w.cip4, w.servers, func(r netns.Reply) string { return masq(r.Peer.Addr()) }),
+		netns.StartProber(tester, "pod to the ClusterIP", w.cip4, w.servers, func(r netns.Reply) string { return own4(r.Peer.Addr()) }),
+		netns.StartProber(tester, "pod to the IPv6 ClusterIP", w.cip6, w.servers, func(r netns.Reply) string { return own6(r.Peer.Addr()) }),
+	}
+}
+
+func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from string, to modeCase, keep proxyrules.Keep) {
+	w := newSwitchEnv(t, cp, upstream, from)
+	e := w.env
 	// kube-proxy's rules are where the test looks for them.
 	if all, err := proxyrules.OthersLeft(e.node.NS, proxyrules.Keep{}); err != nil || len(all) == 0 {
 		t.Fatalf("kube-proxy's %s rules not found (%v): the switch would test nothing", from, err)
@@ -96,19 +152,7 @@ func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from s
 		t.Logf("kube-proxy's %s rules: %d tables and chains, e.g. %s", from, len(all), all[0])
 	}
 
-	masq, own4, own6 := e.masqueraded(), keeps(e.podIP(testerA, v4)), keeps(e.podIP(testerA, v6))
-	tester := e.ns(testerA)
-	streams := []*netns.Stream{
-		netns.StartStream(t, e.c.Client, "client to the ClusterIP", cip4, both),
-		netns.StartStream(t, tester, "pod to the ClusterIP", cip4, both),
-		netns.StartStream(t, e.c.Client, "client to the NodePort", np, both),
-		netns.StartStream(t, tester, "pod to the IPv6 ClusterIP", cip6, both),
-	}
-	probers := []*netns.Prober{
-		netns.StartProber(e.c.Client, "client to the ClusterIP", cip4, both, func(r netns.Reply) string { return masq(r.Peer.Addr()) }),
-		netns.StartProber(tester, "pod to the ClusterIP", cip4, both, func(r netns.Reply) string { return own4(r.Peer.Addr()) }),
-		netns.StartProber(tester, "pod to the IPv6 ClusterIP", cip6, both, func(r netns.Reply) string { return own6(r.Peer.Addr()) }),
-	}
+	streams, probers := w.startStreams(), w.startProbers()
 	stopAll := func() {
 		for _, p := range probers {
 			p.Stop()
@@ -136,9 +180,7 @@ func upstreamToKproxy(t *testing.T, cp *framework.ControlPlane, upstream, from s
 	time.Sleep(time.Second)
 	stopAll()
 
-	for _, dst := range []netip.AddrPort{cip4, cip6, np} {
-		e.expectServers(client, "tcp", dst, both...)
-	}
+	w.expectEveryPath()
 	// One connection refused at once (an RST or ICMP unreachable within
 	// milliseconds, never a lost SYN) was seen once in ~17 runs of this
 	// test, 0.75 s after the old rules were gone, with only kproxy's
