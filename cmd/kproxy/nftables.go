@@ -18,6 +18,9 @@ type nftablesSetup struct {
 	// nls are the netlink adapters, whose sockets are kproxy's own
 	// (drift notifications).
 	nls []*nfnetlink.Netlink
+	// gens counts the adapters' commits, so that the drift monitor can
+	// subscribe after the first sync (nftables.DriftWatch.Gap).
+	gens *nfnetlink.Generations
 	// after removes kube-proxy's iptables chains (both backends) and
 	// IPVS leftovers once every family synced.
 	after *proxy.AfterFirstSync
@@ -29,9 +32,10 @@ type nftablesSetup struct {
 // family over its own nf_tables netlink socket.
 func setUpNFTablesMode(c *v1alpha1.KubeProxyConfiguration, fams []v1.IPFamily) (*nftablesSetup, error) {
 	s := &nftablesSetup{backends: map[v1.IPFamily]proxy.Backend{},
-		tables: "ip/ip6 " + nftables.DefaultTableName + " and " + nftables.ShardTable(nftables.DefaultTableName, 0) + "..."}
+		tables: "ip/ip6 " + nftables.DefaultTableName + " and " + nftables.ShardTable(nftables.DefaultTableName, 0) + "...",
+		gens:   &nfnetlink.Generations{}}
 	for _, f := range fams {
-		iface, err := nfnetlink.NewNetlink()
+		iface, err := nfnetlink.NewNetlink(nfnetlink.WithGenerations(s.gens))
 		if err != nil {
 			return nil, fmt.Errorf("nftables mode needs nf_tables over netlink: %w", err)
 		}

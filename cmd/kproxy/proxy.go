@@ -95,6 +95,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	var after *proxy.AfterFirstSync
 	// nftables mode: the adapters whose sockets are kproxy's own (drift).
 	var nls []*nfnetlink.Netlink
+	var gens *nfnetlink.Generations
 	switch mode {
 	case config.ModeNFTables:
 		s, err := setUpNFTablesMode(c, fams)
@@ -102,7 +103,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 			return err
 		}
 		klog.InfoS(s.logLine(), "node", node, "ipFamilies", fams, "tables", s.tables)
-		backends, backendName, after, nls = s.backends, "nftables", s.after, s.nls
+		backends, backendName, after, nls, gens = s.backends, "nftables", s.after, s.nls, s.gens
 	case config.ModeIPTables:
 		s, err := setUpIPTablesMode(ctx, o, fams, node, iptablesEnv{compact: compact})
 		if err != nil {
@@ -188,7 +189,7 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 				"The kernel refused the %s rules of port %q/%s on node %s; the port is left out and retried later: %v", f, name.Port, name.Protocol, node, err)
 		},
 	})
-	stopDrift := watchDrift(ctx, mode, loop, nls, fams, syncPeriod, idle)
+	stopDrift := watchDrift(ctx, mode, loop, nftDrift{nls: nls, gens: gens, after: after}, fams, syncPeriod, idle)
 	defer stopDrift()
 
 	src, client, err := newSource(o, fromFile, node, health)
@@ -236,44 +237,82 @@ func runProxy(ctx context.Context, o *config.Options, flags *pflag.FlagSet, from
 	}
 }
 
+// nftDrift is what nftables mode's drift monitor needs: the adapters,
+// whose sockets are kproxy's own, their commit count, and when the first
+// sync of every family succeeded.
+type nftDrift struct {
+	nls   []*nfnetlink.Netlink
+	gens  *nfnetlink.Generations
+	after *proxy.AfterFirstSync
+}
+
 // watchDrift starts what notices rules changed behind kproxy's back:
 // nf_tables notifications in nftables mode, a scheduled comparison of
 // iptables-save with what kproxy wrote in iptables mode. Either repairs
 // through loop.Repair. The returned function releases the listener.
-func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, nls []*nfnetlink.Netlink, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
+//
+// nftables mode listens only once the first sync of every family has
+// succeeded (the kernel builds a notification per object kproxy commits
+// while anyone listens), then repairs every family if anything else
+// committed meanwhile (nftables.DriftWatch.Gap).
+func watchDrift(ctx context.Context, mode string, loop *proxy.Loop, nd nftDrift, fams []v1.IPFamily, syncPeriod time.Duration, idle *idlemem.Releaser) func() {
 	switch mode {
 	case config.ModeNFTables:
-		mon, err := nfnetlink.NewMonitor()
-		if err != nil {
-			klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync, hourly")
-			return func() {}
-		}
-		own := func(port uint32) bool {
-			for _, n := range nls {
-				if n.OwnPort(port) {
-					return true
-				}
-			}
-			return false
-		}
-		mon.SkipPorts(own)
-		w := &nftables.DriftWatch{
-			Watcher:      mon,
-			Families:     fams,
-			Repair:       loop.Repair,
-			RepairTables: loop.RepairTables,
-			Own:          own,
-		}
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
 		go func() {
-			if err := w.Run(ctx); err != nil {
-				klog.ErrorS(err, "Stopped listening to nf_tables notifications; rules changed by others are repaired only at the next full sync")
+			defer close(done)
+			select {
+			case <-ctx.Done():
+				return
+			case <-nd.after.Synced():
 			}
+			watchNFTables(ctx, loop, nd, fams)
 		}()
-		return func() { _ = mon.Close() }
+		return func() { cancel(); <-done }
 	case config.ModeIPTables:
 		go loop.CheckBackendDrifts(ctx, "iptables", idle, proxy.DriftCheckOptions{Min: driftCheckMin, Max: syncPeriod, CostFactor: 10})
 	}
 	return func() {}
+}
+
+// driftRepairer is what the nftables drift monitor asks for repairs
+// (*proxy.Loop).
+type driftRepairer interface {
+	Repair(v1.IPFamily)
+	RepairTables(v1.IPFamily, []string)
+}
+
+// watchNFTables subscribes to nf_tables notifications (in the namespace
+// opts name, the process's by default) and repairs what others change
+// until ctx ends.
+func watchNFTables(ctx context.Context, loop driftRepairer, nd nftDrift, fams []v1.IPFamily, opts ...nfnetlink.NetlinkOption) {
+	mon, err := nfnetlink.NewMonitor(opts...)
+	if err != nil {
+		klog.ErrorS(err, "Cannot listen to nf_tables notifications; rules changed by others are repaired only at the next full sync, hourly")
+		return
+	}
+	defer func() { _ = mon.Close() }()
+	own := func(port uint32) bool {
+		for _, n := range nd.nls {
+			if n.OwnPort(port) {
+				return true
+			}
+		}
+		return false
+	}
+	mon.SkipPorts(own)
+	w := &nftables.DriftWatch{
+		Watcher:      mon,
+		Families:     fams,
+		Repair:       loop.Repair,
+		RepairTables: loop.RepairTables,
+		Own:          own,
+		Gap:          func(ctx context.Context) (bool, error) { return nd.gens.Foreign(ctx, nd.nls[0]) },
+	}
+	if err := w.Run(ctx); err != nil {
+		klog.ErrorS(err, "Stopped listening to nf_tables notifications; rules changed by others are repaired only at the next full sync")
+	}
 }
 
 // driftCheckMin is the shortest pause between two comparisons of the

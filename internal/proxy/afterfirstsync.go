@@ -47,8 +47,10 @@ type AfterFirstSync struct {
 	// families are those whose first sync must have succeeded.
 	families []v1.IPFamily
 
-	mu       sync.Mutex
-	synced   map[v1.IPFamily]bool
+	mu     sync.Mutex
+	synced map[v1.IPFamily]bool
+	// all is closed once every family has synced (Synced).
+	all      chan struct{}
 	attempts int
 	finished bool
 	started  time.Time
@@ -61,10 +63,13 @@ const maxSwitchCleanups = 5
 // family's first successful sync, and returns the hook to call after each
 // sync of the loop (Run).
 func NewAfterFirstSync(what string, backends map[v1.IPFamily]Backend, remove func(context.Context) error) *AfterFirstSync {
-	a := &AfterFirstSync{what: what, remove: remove, synced: map[v1.IPFamily]bool{}, started: time.Now()}
+	a := &AfterFirstSync{what: what, remove: remove, synced: map[v1.IPFamily]bool{}, all: make(chan struct{}), started: time.Now()}
 	for f, b := range backends {
 		a.families = append(a.families, f)
 		backends[f] = firstSyncWatch{Backend: b, family: f, after: a}
+	}
+	if len(a.families) == 0 {
+		close(a.all)
 	}
 	return a
 }
@@ -82,7 +87,12 @@ func (w firstSyncWatch) Sync(ctx context.Context, req *Request) (*Result, error)
 	// no rules in place.
 	if err == nil && !req.Trial {
 		w.after.mu.Lock()
-		w.after.synced[w.family] = true
+		if !w.after.synced[w.family] {
+			w.after.synced[w.family] = true
+			if w.after.allSynced() {
+				close(w.after.all)
+			}
+		}
 		w.after.mu.Unlock()
 	}
 	return res, err
@@ -128,10 +138,8 @@ func (a *AfterFirstSync) Run(ctx context.Context) {
 	if a.finished || ctx.Err() != nil {
 		return
 	}
-	for _, f := range a.families {
-		if !a.synced[f] {
-			return
-		}
+	if !a.allSynced() {
+		return
 	}
 	a.attempts++
 	klog.V(2).InfoS("kproxy's rules are in place in every IP family; removing the other modes' rules", "what", a.what, "sinceStart", time.Since(a.started))
@@ -147,6 +155,20 @@ func (a *AfterFirstSync) Run(ctx context.Context) {
 		klog.ErrorS(err, "Could not remove all rules of the mode this node ran before; trying again after the next sync", "what", a.what, "attempt", a.attempts)
 	}
 }
+
+// allSynced reports whether every family has synced. a.mu is held.
+func (a *AfterFirstSync) allSynced() bool {
+	for _, f := range a.families {
+		if !a.synced[f] {
+			return false
+		}
+	}
+	return true
+}
+
+// Synced is closed once the first sync of every family has succeeded
+// (nftables mode's drift monitor subscribes then).
+func (a *AfterFirstSync) Synced() <-chan struct{} { return a.all }
 
 // Done reports whether the removal is over (done or given up).
 func (a *AfterFirstSync) Done() bool {

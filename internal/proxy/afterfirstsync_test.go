@@ -67,6 +67,15 @@ func TestAfterFirstSync(t *testing.T) {
 					t.Fatalf("sync %d: the wrapped backends were called %d and %d times", sync, v4.calls, v6.calls)
 				}
 				a.Run(ctx)
+				synced := false
+				select {
+				case <-a.Synced():
+					synced = true
+				default:
+				}
+				if want := len(tc.wantRemoveAt) > 0 && sync >= tc.wantRemoveAt[0]; synced != want {
+					t.Errorf("sync %d: Synced closed = %v, want %v", sync, synced, want)
+				}
 			}
 			if !slices.Equal(removedAt, tc.wantRemoveAt) {
 				t.Errorf("removal ran after syncs %v, want %v", removedAt, tc.wantRemoveAt)

@@ -239,3 +239,64 @@ func TestDriftWatchRepairsTables(t *testing.T) {
 		t.Errorf("lost notifications (-want +got):\n%s", d)
 	}
 }
+
+// TestDriftWatchRepairsGap: when Gap says others committed before the
+// watcher subscribed (or cannot tell), every family is repaired by a
+// full sync once, before notifications are acted on; when it says
+// nothing else committed, nothing is repaired.
+func TestDriftWatchRepairsGap(t *testing.T) {
+	boom := errors.New("no socket")
+	for _, tc := range []struct {
+		name    string
+		changed bool
+		err     error
+		want    []v1.IPFamily
+	}{
+		{name: "foreign commit", changed: true, want: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}},
+		{name: "unknown", err: boom, want: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}},
+		{name: "only ours"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := nfttest.NewWatcher()
+			repairs := make(chan v1.IPFamily, 8)
+			asked := make(chan struct{})
+			dw := &DriftWatch{
+				Watcher:  w,
+				Own:      func(p uint32) bool { return p == ownPort },
+				Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
+				Window:   20 * time.Millisecond,
+				Repair:   func(f v1.IPFamily) { repairs <- f },
+				Report:   func([]proxy.Drift) {},
+				Gap: func(context.Context) (bool, error) {
+					close(asked)
+					return tc.changed, tc.err
+				},
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = dw.Run(ctx) }()
+			select {
+			case <-asked:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Gap not asked")
+			}
+			var got []v1.IPFamily
+			for range tc.want {
+				select {
+				case f := <-repairs:
+					got = append(got, f)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("repairs %v, want %v", got, tc.want)
+				}
+			}
+			select {
+			case f := <-repairs:
+				t.Errorf("another repair: %v (after %v)", f, got)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("repairs (-want +got):\n%s", d)
+			}
+		})
+	}
+}

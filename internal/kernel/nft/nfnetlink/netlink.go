@@ -57,6 +57,8 @@ type Netlink struct {
 	// dials counts the sockets opened (a test's way to see that a
 	// transaction's questions share one).
 	dials atomic.Int64
+	// gens, when set, counts the batches committed (WithGenerations).
+	gens *Generations
 }
 
 var _ nft.Interface = (*Netlink)(nil)
@@ -172,7 +174,16 @@ func (n *Netlink) send(ctx context.Context, tx *nft.Transaction, check bool) err
 		return nft.WrapApplyError(tx, err)
 	}
 	lowered := time.Now()
+	count := n.gens != nil && !check
+	if count {
+		if err := n.gens.begin(ctx, c); err != nil {
+			return nft.WrapApplyError(tx, err)
+		}
+	}
 	errs, err := c.sendBatch(ctx, l.msgs, check)
+	if count {
+		n.gens.end(err == nil && len(errs) == 0, err != nil)
+	}
 	if err != nil {
 		// Replies of this batch may still arrive; the next batch must
 		// not read them as its own.
