@@ -30,6 +30,7 @@ var (
 	hollowNoGzip    = flag.Bool("hollow.no-gzip", false, "BenchmarkHollowScale: kproxy's nodes refuse gzip (the API server's compression of streaming lists)")
 	hollowFullSyncs = flag.Int("hollow.full-syncs", 0, "BenchmarkHollowScale: kproxy nodes that may run a full sync at once (0: all), bounding the process's peak memory")
 	hollowGap       = flag.Duration("hollow.gap", 500*time.Millisecond, "BenchmarkHollowScale: pause after each change")
+	hollowTimeout   = flag.Duration("hollow.timeout", 5*time.Minute, "BenchmarkHollowScale: how long every node may take to its first sync, and to see each change (raise it with -hollow.full-syncs at many nodes)")
 )
 
 // runHollow runs o in t's scope and fails t when a node missed a change.
@@ -106,7 +107,7 @@ func BenchmarkHollowScale(b *testing.B) {
 	for range b.N {
 		for p := range strings.SplitSeq(*hollowProxies, ",") {
 			runHollow(b, HollowOptions{Proxy: p, Nodes: *hollowNodes, Services: *hollowServices, Seed: 1,
-				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: 5 * time.Minute, NoGzip: *hollowNoGzip, HeapProfile: *hollowHeapProfile, FullSyncs: *hollowFullSyncs})
+				Changes: *hollowChanges, Gap: *hollowGap, SeeTimeout: *hollowTimeout, NoGzip: *hollowNoGzip, HeapProfile: *hollowHeapProfile, FullSyncs: *hollowFullSyncs})
 		}
 	}
 }
