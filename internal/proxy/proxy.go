@@ -399,7 +399,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 			if l.opts.Health != nil {
 				l.opts.Health.Updated(f)
 			}
-			l.observeTriggers(f)
+			l.observeTriggers(f, now)
 			continue
 		}
 		work = append(work, &familySync{f: f, b: b, now: now, full: full,
@@ -437,7 +437,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 		if l.opts.Health != nil {
 			l.opts.Health.Updated(f)
 		}
-		l.observeTriggers(f)
+		l.observeTriggers(f, w.done)
 		if res != nil {
 			l.cleanup[f] = res.CleanupPending
 			l.cleanupAfter[f] = res.CleanupAfter
@@ -496,6 +496,9 @@ type familySync struct {
 	res     *Result
 	err     error
 	seconds float64
+	// done is when this family's sync ended: its changes' network
+	// programming latency ends there, not when the other family's does.
+	done time.Time
 }
 
 // families returns the families that have a backend, the tracker's
@@ -529,7 +532,8 @@ func (l *Loop) syncBackends(ctx context.Context, work []*familySync) {
 		} else {
 			clear(l.retrying[w.f])
 		}
-		w.seconds = l.opts.Clock.Since(start).Seconds()
+		w.done = l.opts.Clock.Now()
+		w.seconds = w.done.Sub(start).Seconds()
 	}
 	if !l.opts.ParallelFamilies || len(work) < 2 {
 		for _, w := range work {
@@ -553,9 +557,8 @@ func (l *Loop) fullSyncPeriod() time.Duration {
 }
 
 // observeTriggers records network programming latency for every change
-// this family has now applied.
-func (l *Loop) observeTriggers(f v1.IPFamily) {
-	done := l.opts.Clock.Now()
+// this family has applied by done.
+func (l *Loop) observeTriggers(f v1.IPFamily, done time.Time) {
 	for svc, t := range l.triggers[f] {
 		metrics.NetworkProgrammingLatency.WithLabelValues(string(f)).Observe(done.Sub(t).Seconds())
 		delete(l.triggers[f], svc)

@@ -455,6 +455,68 @@ func TestLoopNetworkProgrammingLatencyFamily(t *testing.T) {
 	}
 }
 
+// slowBackend's sync takes step on the loop's fake clock.
+type slowBackend struct {
+	recordingBackend
+	clk  *clocktesting.FakeClock
+	step time.Duration
+}
+
+func (b *slowBackend) Sync(ctx context.Context, r *Request) (*Result, error) {
+	b.clk.Step(b.step)
+	return b.recordingBackend.Sync(ctx, r)
+}
+
+// TestLoopNetworkProgrammingLatencyEndsWithItsFamily: a family's changes
+// are programmed when its own sync ends, as with upstream's proxier per
+// family; a slow sync of the other family (here IPv6, 10 s, after IPv4's
+// in the same pass) is not part of IPv4's latency.
+func TestLoopNetworkProgrammingLatencyEndsWithItsFamily(t *testing.T) {
+	ctx := context.Background()
+	both := []v1.IPFamily{model.IPv4, model.IPv6}
+	tr := model.NewTracker(model.TrackerOptions{Hostname: "node-a", Families: both})
+	trigger := time.Now().Add(time.Second)
+	clk := clocktesting.NewFakeClock(trigger.Add(2 * time.Second))
+	b4, b6 := &recordingBackend{}, &slowBackend{clk: clk, step: 10 * time.Second}
+	l := New(Options{Tracker: tr, Backends: map[v1.IPFamily]Backend{model.IPv4: b4, model.IPv6: b6}, SyncPeriod: 30 * time.Second, Clock: clk})
+	svc := makeService("lat", "198.19.0.7")
+	svc.Spec.ClusterIPs = []string{"198.19.0.7", "fd00:19::7"}
+	svc.Spec.IPFamilies = both
+	tr.ServiceUpdated(svc)
+	tr.Synced()
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := metrics.NetworkProgrammingLatency.WithLabelValues(string(model.IPv4))
+	n0, err := k8stestutil.GetHistogramMetricCount(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum0, err := k8stestutil.GetHistogramMetricValue(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.EndpointSliceUpdated(makeSlice("lat", "198.18.129.7", trigger))
+	// IPv6 has a change of its own in the same pass, so it syncs too.
+	v6 := makeSlice("lat", "fd00:18::7", trigger)
+	v6.Name, v6.AddressType = "lat-2", discovery.AddressTypeIPv6
+	tr.EndpointSliceUpdated(v6)
+	clk.SetTime(trigger.Add(2 * time.Second))
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := k8stestutil.GetHistogramMetricCount(h)
+	sum1, _ := k8stestutil.GetHistogramMetricValue(h)
+	if n1 != n0+1 {
+		t.Fatalf("IPv4 samples %d -> %d, want one more", n0, n1)
+	}
+	// IPv4 ran first and took no time: 2 s after the trigger. With the
+	// end of the whole pass it would be 12 s.
+	if got := sum1 - sum0; got < 1.9 || got > 2.1 {
+		t.Errorf("IPv4 latency %.2f s, want 2 s (its own sync's end, not IPv6's)", got)
+	}
+}
+
 // TestCheckFamily: IPv4 and IPv6 pass; anything else is named, with the
 // backend.
 func TestCheckFamily(t *testing.T) {
