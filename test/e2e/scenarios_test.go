@@ -127,14 +127,29 @@ func scenarioLifecycle(e *env) {
 	e.expectServers(nodeA, "tcp", ap(cip, 80), podA1)
 	e.expectTrace(cip, netip.AddrPortFrom(e.podIP(podA1, v4), targetTCP))
 
-	m, err := e.metrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_network_programming_duration_seconds"} {
-		if c, ok := metricCount(m, name); !ok || c < 1 {
-			t.Errorf("/metrics: %s_count = %v (present %v), want >= 1", name, c, ok)
+	// A sync pass records its metrics once every family's sync ended;
+	// traffic flows as soon as its own family's did. Bounded: 50 reads,
+	// 100 ms apart.
+	names := []string{"kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_network_programming_duration_seconds"}
+	var missing []string
+	for range 50 {
+		m, err := e.metrics()
+		if err != nil {
+			t.Fatal(err)
 		}
+		missing = missing[:0]
+		for _, name := range names {
+			if c, ok := metricCount(m, name); !ok || c < 1 {
+				missing = append(missing, fmt.Sprintf("%s_count = %v (present %v)", name, c, ok))
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, m := range missing {
+		t.Errorf("/metrics: %s after 5 s, want >= 1", m)
 	}
 
 	start = time.Now()
